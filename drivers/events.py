@@ -1,0 +1,156 @@
+"""The one vocabulary: every fact rampwatch shows is one of these events.
+
+Each event carries `t`, seconds since the run started on a monotonic clock,
+stamped where the fact happened (for tokens: when their bytes were read).
+Events are msgspec Structs tagged by class name so a recording is one
+JSON object per line and decodes back into the same types.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+SCHEMA = 1
+
+
+class Header(msgspec.Struct, tag="header", kw_only=True):
+    """First line of a recording: what ran, against what, when."""
+
+    schema: int = SCHEMA
+    rampwatch_version: str
+    command: list[str]
+    mode: str  # run | watch | demo
+    server: str
+    model: str | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    max_model_len: int | None = None
+    host: str = ""
+    started_at: str = ""  # ISO 8601 wall clock for t = 0
+    sessions: int = 0
+    output_tokens: int = 0
+    salt: str = ""
+
+
+class Event(msgspec.Struct, tag=True, kw_only=True):
+    t: float
+
+
+class SessionPlanned(Event):
+    """A session's schedule of context targets, fixed before its first turn."""
+
+    session: str
+    schedule: list[int]
+    salt: str
+    needle_key: str = ""  # the name the needle is tied to (its value stays out of the file)
+    needle_sha: str = ""  # sha256 of the needle value, to verify a regenerated conversation
+
+
+class RequestSent(Event):
+    """A turn's request left the client: prefill is in flight from here."""
+
+    session: str
+    turn: int  # 1-based
+    target_tokens: int
+    new_tokens_est: int  # tokens added since the previous turn's prompt (estimate)
+    body_bytes: int
+    attempt: int = 1
+
+
+class FirstToken(Event):
+    session: str
+    turn: int
+
+
+class TokenTimes(Event):
+    """Arrival times of text-carrying chunks (first included), batched to keep
+    the event rate low; `t` is the last arrival."""
+
+    session: str
+    turn: int
+    times: list[float]
+
+
+class TurnDone(Event):
+    session: str
+    turn: int
+    status: str  # ok | failed | cancelled
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int = 0
+    chunks: int = 0
+    needle: bool | None = None
+    error: str | None = None
+    reply_chars: int = 0
+
+
+class MetricsSample(Event):
+    """One scrape, normalized by an engine profile. A field absent from
+    `values` is unavailable on this server (never 0); `missing` says why."""
+
+    source: str
+    engine: str
+    values: dict[str, float]
+    missing: dict[str, str] = {}
+
+
+class MetricsError(Event):
+    source: str
+    error: str
+
+
+class GpuReading(msgspec.Struct, kw_only=True):
+    index: int
+    name: str = ""
+    util: float | None = None  # percent
+    mem_used: float | None = None  # bytes
+    mem_total: float | None = None
+    power: float | None = None  # watts
+    power_limit: float | None = None
+    sm_clock: float | None = None  # MHz
+    temp: float | None = None  # Celsius
+
+
+class GpuSample(Event):
+    source: str
+    gpus: list[GpuReading]
+
+
+class GpuUnavailable(Event):
+    source: str
+    reason: str
+
+
+class Mark(Event):
+    note: str
+
+
+class Notice(Event):
+    """Something the user should see: an outage, a full disk, a retry."""
+
+    level: str  # info | warn | error
+    message: str
+    session: str | None = None
+
+
+class RunEnded(Event):
+    status: str  # done | failed | interrupted
+    exit_code: int
+
+
+AnyEvent = Union[
+    SessionPlanned,
+    RequestSent,
+    FirstToken,
+    TokenTimes,
+    TurnDone,
+    MetricsSample,
+    MetricsError,
+    GpuSample,
+    GpuUnavailable,
+    Mark,
+    Notice,
+    RunEnded,
+]

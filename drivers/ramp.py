@@ -1,0 +1,206 @@
+"""Ramp schedules, salted filler text, the needle, and per-turn token budgeting.
+
+The client never tokenizes the history: it measures a chars-per-token ratio
+once through the server's /tokenize and corrects it with each turn's usage.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+import re
+import string
+from collections.abc import Iterator
+from itertools import chain
+
+# 32K, 64K, 128K, then +128K a turn to 896K, then 1M: ten turns.
+SEED_SCHEDULE: list[int] = [32_768, 65_536] + [131_072 * k for k in range(1, 8)] + [1_000_000]
+
+# Token counts as people write them: k is 1,024 (32k = 32,768) and m is a
+# million (1m = 1,000,000), as context lengths are quoted.
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+_UNITS = {"": 1, "k": 1024, "m": 1_000_000}
+
+# Rough ratio until the server's tokenizer has been asked (English-ish filler).
+DEFAULT_CHARS_PER_TOKEN = 4.0
+# Chat-template tokens each new user message adds around its text.
+TEMPLATE_OVERHEAD_TOKENS = 8
+
+
+class ScheduleError(ValueError):
+    """A schedule or size the user typed that cannot be used."""
+
+
+def parse_tokens(text: str) -> int:
+    """'32k' -> 32768, '1m' -> 1000000, '5000' -> 5000."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ScheduleError(f"not a token count: {text!r} (use e.g. 32768, 32k or 1m)")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise ScheduleError(f"token count must be positive: {text!r}")
+    return value
+
+
+def parse_schedule(text: str) -> list[int]:
+    """'seed' or a comma list of growing context sizes."""
+    if text.strip().lower() == "seed":
+        return list(SEED_SCHEDULE)
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ScheduleError("empty schedule (use 'seed' or e.g. 32k,64k,128k)")
+    sizes = [parse_tokens(p) for p in parts]
+    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise ScheduleError(f"schedule must grow turn by turn: {text!r}")
+    return sizes
+
+
+def scale_schedule(schedule: list[int], last: int) -> list[int]:
+    """The same shape, with the last turn at `last` tokens."""
+    factor = last / schedule[-1]
+    scaled = [max(1, round(s * factor)) for s in schedule]
+    if any(b <= a for a, b in zip(scaled, scaled[1:])):
+        raise ScheduleError(f"--scale-to {last} is too small for a {len(schedule)}-turn ramp")
+    return scaled
+
+
+def format_tokens(n: int | float | None) -> str:
+    """Compact count for tables: 1.0M, 131K, 950."""
+    if n is None:
+        return "-"
+    if n >= 999_500:
+        return f"{n / 1_000_000:.2f}M".replace(".00M", "M")
+    if n >= 10_000:
+        return f"{n / 1000:.0f}K"
+    if n >= 1000:
+        return f"{n / 1000:.1f}K"
+    return f"{n:.0f}"
+
+
+@functools.cache
+def vocabulary(size: int = 4096) -> list[str]:
+    """A fixed word list (so one /tokenize calibration fits every session);
+    the salt decides the order words are drawn in."""
+    rng = random.Random(0)
+    # Pronounceable pseudo-words: tokenizers split them like rare English words,
+    # and a salted draw from a large vocabulary never repeats a block.
+    onsets = ["b", "br", "c", "ch", "d", "f", "g", "gr", "h", "k", "l", "m", "n", "p", "pl", "r", "s", "st", "t", "tr", "v", "w", "z"]
+    vowels = ["a", "e", "i", "o", "u", "ai", "ea", "ou"]
+    codas = ["", "", "n", "r", "s", "t", "l", "m", "nd", "st"]
+    words: set[str] = set()
+    while len(words) < size:
+        syllables = rng.randint(1, 3)
+        words.add("".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas) for _ in range(syllables)))
+    return sorted(words)
+
+
+class Needle:
+    """A salted fact planted in turn 1 and asked for at the end of every turn."""
+
+    def __init__(self, rng: random.Random):
+        first = rng.choice(["Marlow", "Ilsa", "Tobin", "Reya", "Caspian", "Odile", "Bram", "Sunniva"])
+        last = "".join(rng.choice(string.ascii_uppercase) + rng.choice("aeiou") for _ in range(3)).capitalize()
+        self.key = f"{first} {last}"
+        code = "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(8))
+        self.value = f"{code[:4]}-{code[4:]}"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.value.encode()).hexdigest()
+
+    def fact(self) -> str:
+        return f"Remember this fact: the access code of {self.key} is {self.value}."
+
+    def question(self) -> str:
+        return f"Question: what is the access code of {self.key}? Answer with the code only."
+
+    def found_in(self, reply: str) -> bool:
+        return self.value.lower() in reply.lower()
+
+
+class Filler:
+    """Endless salted text: a fresh random draw of words, never a repeated block."""
+
+    def __init__(self, rng: random.Random):
+        self._rng = rng
+        self._words = vocabulary()
+
+    def text(self, chars: int) -> str:
+        if chars <= 0:
+            return ""
+        # Average word length + space is about 7 characters; overshoot, then trim.
+        words = self._rng.choices(self._words, k=chars // 6 + 8)
+        out = " ".join(words)
+        while len(out) < chars:
+            out += " " + " ".join(self._rng.choices(self._words, k=64))
+        cut = out.rfind(" ", 0, chars)
+        return out[: cut if cut > 0 else chars]
+
+
+class Conversation:
+    """One growing conversation: what to send each turn so the server's
+    prompt_tokens lands on the schedule, from usage feedback alone.
+
+    It keeps no history text: the session keeps the encoded messages, and
+    this class keeps the counts it budgets with."""
+
+    PIECE_CHARS = 65_536  # one slice of filler; the event loop breathes between slices
+
+    def __init__(self, salt: str, schedule: list[int], chars_per_token: float = DEFAULT_CHARS_PER_TOKEN):
+        rng = random.Random(salt)
+        self.salt = salt
+        self.schedule = schedule
+        self.chars_per_token = chars_per_token
+        self.needle = Needle(rng)
+        self.filler = Filler(rng)
+        self.last_prompt_tokens: int | None = None  # the previous turn's reported prompt
+        self.last_reply_tokens = 0
+        self._pending_user_chars = 0
+
+    def plan(self, turn: int) -> tuple[int, int]:
+        """(filler characters, tokens the new message adds) for turn `turn`."""
+        target = self.schedule[turn - 1]
+        if self.last_prompt_tokens is None:
+            new_tokens = target  # first turn: everything is new
+        else:
+            new_tokens = target - self.last_prompt_tokens - self.last_reply_tokens
+        new_tokens = max(16, new_tokens - TEMPLATE_OVERHEAD_TOKENS)
+        fixed = len(self.needle.question()) + 2 + (len(self.needle.fact()) + 2 + len(self.salt) + 3 if turn == 1 else 0)
+        return max(0, int(new_tokens * self.chars_per_token) - fixed), new_tokens + TEMPLATE_OVERHEAD_TOKENS
+
+    def user_message(self, turn: int, filler_chars: int) -> Iterator[str]:
+        """The user message of `turn` in slices: filler (with the needle's fact
+        in the middle of turn 1), then the question."""
+        total = 0
+
+        def filler(chars: int) -> Iterator[str]:
+            while chars > 0:
+                piece = self.filler.text(min(chars, self.PIECE_CHARS))
+                if not piece:
+                    return
+                chars -= len(piece) + 1
+                yield piece + " "
+
+        if turn == 1:
+            half = filler_chars // 2
+            # The salt leads, so no two runs or sessions share a prefix.
+            parts: Iterator[str] = chain([f"[{self.salt}] "], filler(half), [f"\n{self.needle.fact()}\n"], filler(filler_chars - half))
+        else:
+            parts = filler(filler_chars)
+        for piece in chain(parts, [f"\n\n{self.needle.question()}"]):
+            total += len(piece)
+            yield piece
+        self._pending_user_chars = total
+
+    def add_reply(self, prompt_tokens: int | None, completion_tokens: int) -> None:
+        """Fold the server's usage for the turn just finished into the budget."""
+        if prompt_tokens is not None and self._pending_user_chars:
+            before = 0 if self.last_prompt_tokens is None else self.last_prompt_tokens + self.last_reply_tokens
+            added = prompt_tokens - before - TEMPLATE_OVERHEAD_TOKENS
+            if added > 64:
+                self.chars_per_token = self._pending_user_chars / added
+        if prompt_tokens is not None:
+            self.last_prompt_tokens = prompt_tokens
+        self.last_reply_tokens = completion_tokens
+        self._pending_user_chars = 0

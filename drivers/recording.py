@@ -1,0 +1,139 @@
+"""Recordings: a header line, then one JSON event per line, appended as it happens.
+
+The writer flushes at least every second, so a run killed at any moment
+leaves a file that replays up to its last complete line. A write that fails
+(disk full, file gone) is reported once and the run goes on in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from drivers.events import SCHEMA, AnyEvent, Header
+
+_encoder = msgspec.json.Encoder()
+_header_decoder = msgspec.json.Decoder(Header)
+_event_decoder = msgspec.json.Decoder(AnyEvent)
+
+
+class RecordingError(Exception):
+    """A file that cannot be read as a recording; the message is one line for the user."""
+
+
+class Recorder:
+    FLUSH_EVERY = 0.5  # seconds; the bar is at least once a second
+
+    def __init__(self, path: Path, header: Header):
+        self.path = path
+        self.error: str | None = None
+        self._pending: list[bytes] = []
+        self._last_flush = time.monotonic()
+        self._file = open(path, "xb")  # never clobber an earlier run
+        self._file.write(_encoder.encode(header) + b"\n")
+        self._file.flush()
+
+    @staticmethod
+    def check_path(path: Path) -> str | None:
+        """Why `path` cannot take a new recording, or None."""
+        if path.is_dir():
+            return f"recording path is a directory: {path}"
+        if path.exists():
+            return f"recording already exists (choose another --record path): {path}"
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            return f"recording folder does not exist: {parent}"
+        if not os.access(parent, os.W_OK):
+            return f"recording folder is not writable: {parent}"
+        return None
+
+    def write(self, event: AnyEvent) -> None:
+        self._pending.append(_encoder.encode(event))
+        if time.monotonic() - self._last_flush >= self.FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        self._last_flush = time.monotonic()
+        if self.error is not None or not self._pending:
+            return
+        data = b"\n".join(self._pending) + b"\n"
+        try:
+            self._file.write(data)
+            self._file.flush()
+        except OSError as e:
+            # Keep the pending lines: the events stay in memory with the run.
+            self.error = f"recording stopped: {e.strerror or e} ({self.path})"
+            return
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+        try:
+            self._file.close()
+        except OSError as e:
+            self.error = self.error or f"recording not closed cleanly: {e.strerror or e}"
+
+
+class Recording(msgspec.Struct):
+    header: Header
+    events: list[AnyEvent]
+    truncated_tail: bool = False  # the last line was cut off (a killed run)
+    skipped_lines: list[int] = []
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    last = len(lines) - 1
+    for i, line in enumerate(lines):
+        if line.strip():
+            yield i + 1, line, i == last  # the final piece has no newline after it
+
+
+def read_recording(path: str | Path, skip_bad_lines: bool = False) -> Recording:
+    path = Path(path)
+    if not path.exists():
+        raise RecordingError(f"no such recording: {path}")
+    if path.is_dir():
+        raise RecordingError(f"not a recording (a directory): {path}")
+    try:
+        lines = _lines(path)
+        first = next(lines, None)
+    except OSError as e:
+        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
+    if first is None:
+        raise RecordingError(f"empty file, not a recording: {path}")
+    try:
+        raw = msgspec.json.decode(first[1])
+    except msgspec.DecodeError:
+        raw = None
+    if not isinstance(raw, dict) or raw.get("type") != "header":
+        raise RecordingError(f"not a rampwatch recording: {path}")
+    schema = raw.get("schema")
+    if not isinstance(schema, int) or schema > SCHEMA:
+        raise RecordingError(
+            f"{path} is a recording of schema {schema}; this rampwatch reads schema {SCHEMA} (upgrade rampwatch)"
+        )
+    try:
+        header = _header_decoder.decode(first[1])
+    except msgspec.DecodeError as e:
+        raise RecordingError(f"{path}:1: bad header: {e}") from None
+    events: list[AnyEvent] = []
+    skipped: list[int] = []
+    truncated = False
+    for number, line, is_last in lines:
+        try:
+            events.append(_event_decoder.decode(line))
+        except msgspec.DecodeError as e:
+            if is_last:
+                truncated = True  # a run killed mid-write: keep all complete lines
+            elif skip_bad_lines:
+                skipped.append(number)
+            else:
+                raise RecordingError(f"{path}:{number}: corrupt line ({e}); use --skip-bad-lines to read past it") from None
+    return Recording(header=header, events=events, truncated_tail=truncated, skipped_lines=skipped)

@@ -1,0 +1,295 @@
+"""A whole run: probe the server, plan the ramps, drive the sessions and the
+samplers, and close the recording, whatever happens."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import secrets
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+import drivers
+from drivers import events as ev
+from drivers.chat import monotonic_clock
+from drivers.gpu import GpuSampler
+from drivers.hub import EventHub
+from drivers.metrics import MetricsScraper, redact_url
+from drivers.ramp import DEFAULT_CHARS_PER_TOKEN, Conversation, Filler
+from drivers.recording import Recorder
+from drivers.session import SessionRunner, TurnOptions
+from drivers.state import RunState
+
+
+class BadInput(Exception):
+    """Something the user asked for cannot work; one line, exit code 2."""
+
+
+@dataclass
+class RunConfig:
+    url: str
+    mode: str = "run"  # run | watch | demo
+    model: str | None = None
+    sessions: int = 1
+    stagger: float = 0.0
+    schedule: list[int] = field(default_factory=list)
+    output_tokens: int = 128
+    ignore_eos: bool = False
+    metrics_urls: list[str] = field(default_factory=list)
+    gpu: str = "auto"
+    scrape_interval: float = 0.5
+    record: Path | None = None
+    api_key: str | None = None
+    retries: int = 0
+    request_timeout: float = 3600.0
+    reconnect_timeout: float = 180.0
+    command: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return self.url.rstrip("/").removesuffix("/v1")
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+@dataclass
+class ServerInfo:
+    model: str
+    max_model_len: int | None
+    engine: str
+    engine_version: str | None
+
+
+async def probe(client: httpx.AsyncClient, cfg: RunConfig) -> ServerInfo:
+    """Who is serving, and which model: bad input is found before any traffic."""
+    base = cfg.base_url
+    where = redact_url(base)
+    try:
+        r = await client.get(base + "/v1/models", headers=cfg.headers(), timeout=10.0)
+    except httpx.HTTPError as e:
+        raise BadInput(f"cannot reach {where}: {type(e).__name__} (is the server up?)") from None
+    if r.status_code in (401, 403):
+        raise BadInput(f"{where} refused the API key (HTTP {r.status_code}); set --api-key-env")
+    try:
+        data = r.json()["data"]
+        models = [m["id"] for m in data]
+    except (ValueError, KeyError, TypeError):
+        raise BadInput(f"{where} is not an OpenAI-compatible server (GET /v1/models gave HTTP {r.status_code})") from None
+    if not models:
+        raise BadInput(f"{where} serves no models")
+    model = cfg.model or models[0]
+    if model not in models:
+        raise BadInput(f"model {model!r} is not served by {where} (it serves: {', '.join(models)})")
+    entry = data[models.index(model)]
+    max_len = entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx_train")
+    owned = str(entry.get("owned_by", ""))
+    version = None
+    try:
+        v = await client.get(base + "/version", headers=cfg.headers(), timeout=5.0)
+        if v.status_code == 200:
+            version = v.json().get("version")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    engine = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp"}.get(owned, owned or "unknown")
+    return ServerInfo(model=model, max_model_len=max_len, engine=engine, engine_version=version)
+
+
+def check_schedule(cfg: RunConfig, info: ServerInfo) -> None:
+    if info.max_model_len and cfg.schedule[-1] + cfg.output_tokens > info.max_model_len:
+        raise BadInput(
+            f"the ramp's last turn ({cfg.schedule[-1]:,} tokens + {cfg.output_tokens} output) exceeds the server's "
+            f"max_model_len {info.max_model_len:,}; try --scale-to {_suggest(info.max_model_len - cfg.output_tokens)}"
+        )
+
+
+def _suggest(limit: int) -> str:
+    k = int(limit * 0.95) // 1024
+    return f"{k}k" if k else str(int(limit * 0.95))
+
+
+async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str) -> float:
+    """Characters per token of the filler, measured once through /tokenize."""
+    import random
+
+    sample = Filler(random.Random(7)).text(20_000)
+    for path, body in (("/tokenize", {"model": model, "prompt": sample}), ("/tokenize", {"content": sample})):
+        try:
+            r = await client.post(cfg.base_url + path, json=body, headers=cfg.headers(), timeout=30.0)
+            if r.status_code != 200:
+                continue
+            data = r.json()
+            count = data.get("count") or len(data.get("tokens") or [])
+            if count:
+                return len(sample) / count
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+    return DEFAULT_CHARS_PER_TOKEN
+
+
+def new_salt() -> str:
+    return secrets.token_hex(6)
+
+
+def default_record_path(model: str, folder: Path = Path("recordings")) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.split("/")[-1])[:40]
+    return folder / f"{stamp}-{safe}.jsonl"
+
+
+class Run:
+    """Owns one run's hub, clock and tasks. `prepare` validates (BadInput),
+    `drive` runs to the end or until cancelled, always closing the recording."""
+
+    def __init__(self, cfg: RunConfig, record: bool = True):
+        self.cfg = cfg
+        self.record = record
+        self.clock = monotonic_clock()
+        self.state = RunState()
+        self.hub = EventHub(self.state)
+        self.info: ServerInfo | None = None
+        self.salt = new_salt()
+        self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
+        self.exit_code = 0
+        self.interrupted_by: int | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    def _client_for(self) -> httpx.AsyncClient:
+        if self._client is None:
+            n = max(1, self.cfg.sessions) + 4
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
+                limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
+            )
+        return self._client
+
+    async def prepare(self) -> None:
+        cfg = self.cfg
+        client = self._client_for()
+        if cfg.mode == "watch":
+            info = ServerInfo(model=cfg.model or "", max_model_len=None, engine="unknown", engine_version=None)
+            try:
+                info = await probe(client, cfg)
+            except BadInput:
+                pass  # watching needs only /metrics; a server without /v1/models is fine
+        else:
+            info = await probe(client, cfg)
+            check_schedule(cfg, info)
+            self.chars_per_token = await calibrate(client, cfg, info.model)
+        self.info = info
+        if self.record:
+            path = cfg.record or default_record_path(info.model or "watch")
+            if cfg.record is None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            problem = Recorder.check_path(path)
+            if problem:
+                raise BadInput(problem + " (or pass --no-record)")
+            try:
+                self.hub.recorder = Recorder(path, self.header())
+            except OSError as e:
+                raise BadInput(f"cannot create recording {path}: {e.strerror or e} (or pass --no-record)") from None
+        self.state.header = self.header()
+
+    def header(self) -> ev.Header:
+        info = self.info
+        return ev.Header(
+            rampwatch_version=drivers.__version__,
+            command=self.cfg.command,
+            mode=self.cfg.mode,
+            server=redact_url(self.cfg.base_url),
+            model=info.model if info else None,
+            engine=info.engine if info else None,
+            engine_version=info.engine_version if info else None,
+            max_model_len=info.max_model_len if info else None,
+            host=platform.node(),
+            started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            sessions=self.cfg.sessions if self.cfg.mode != "watch" else 0,
+            output_tokens=self.cfg.output_tokens,
+            salt=self.salt,
+        )
+
+    @property
+    def recording_path(self) -> Path | None:
+        return self.hub.recorder.path if self.hub.recorder else None
+
+    async def drive(self) -> int:
+        """Run to the end. Returns the exit code (0 ok, 1 failed turns, 130/143 interrupted)."""
+        cfg, emit, clock = self.cfg, self.hub.emit, self.clock
+        samplers = [MetricsScraper(u, cfg.scrape_interval, emit, clock, headers=cfg.headers()) for u in cfg.metrics_urls]
+        background = [asyncio.create_task(s.run()) for s in samplers]
+        background.append(asyncio.create_task(GpuSampler(cfg.gpu, max(cfg.scrape_interval, 1.0), emit, clock).run()))
+        background.append(asyncio.create_task(self._flush_loop()))
+        runners: list[SessionRunner] = []
+        status = "done"
+        try:
+            if cfg.mode == "watch":
+                await asyncio.Event().wait()  # until interrupted
+            assert self.info is not None
+            opts = TurnOptions(model=self.info.model, output_tokens=cfg.output_tokens, ignore_eos=cfg.ignore_eos,
+                               retries=cfg.retries, reconnect_timeout=cfg.reconnect_timeout)
+            for k in range(cfg.sessions):
+                conv = Conversation(f"{self.salt}-s{k + 1}", cfg.schedule, self.chars_per_token)
+                r = SessionRunner(f"s{k + 1}", conv, self._client_for(), cfg.base_url, cfg.headers(), opts, emit, clock)
+                runners.append(r)
+                emit(r.plan_event())
+            tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger)) for k, r in enumerate(runners)]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            self.exit_code = 1 if any(r.failed for r in runners) else 0
+            status = "failed" if self.exit_code else "done"
+        except asyncio.CancelledError:
+            status = "interrupted"
+            self.exit_code = 143 if self.interrupted_by == signal.SIGTERM else 130
+        finally:
+            for t in background:
+                t.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            emit(ev.RunEnded(t=clock(), status=status, exit_code=self.exit_code))
+            self.close()
+            if self._client is not None:
+                await self._client.aclose()
+        return self.exit_code
+
+    async def _staggered(self, runner: SessionRunner, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await runner.run()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(Recorder.FLUSH_EVERY)
+            self.hub.flush()
+
+    def close(self) -> None:
+        rec = self.hub.recorder
+        if rec is not None:
+            rec.close()
+
+    async def aclose(self) -> None:
+        """Release what prepare() opened when the run never starts."""
+        self.close()
+        if self._client is not None:
+            await self._client.aclose()
+
+    def mark(self, note: str) -> None:
+        self.hub.emit(ev.Mark(t=self.clock(), note=note))
+
+
+def api_key_from_env(var: str | None) -> str | None:
+    if var:
+        key = os.environ.get(var)
+        if not key:
+            raise BadInput(f"--api-key-env {var}: the variable is not set")
+        return key
+    return os.environ.get("OPENAI_API_KEY") or None
+

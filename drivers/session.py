@@ -1,0 +1,142 @@
+"""One conversation against the server: its turns, each emitting events."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+import msgspec
+
+from drivers import events as ev
+from drivers.chat import StreamError, chat_body, encode_message, stream_chat
+from drivers.ramp import Conversation
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    model: str
+    output_tokens: int = 128
+    ignore_eos: bool = False
+    retries: int = 0
+    reconnect_timeout: float = 180.0
+
+
+class SessionRunner:
+    def __init__(self, sid: str, conv: Conversation, client: httpx.AsyncClient, base_url: str,
+                 headers: dict[str, str], opts: TurnOptions,
+                 emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float]):
+        self.sid, self.conv, self.client = sid, conv, client
+        self.headers = {**headers, "Content-Type": "application/json"}
+        self.url = base_url.rstrip("/") + "/v1/chat/completions"
+        self.base_url = base_url.rstrip("/")
+        self.opts, self.emit, self.clock = opts, emit, clock
+        self.history: list[bytes] = []  # encoded messages, re-sent every turn
+        self.failed = False
+
+    def plan_event(self) -> ev.SessionPlanned:
+        c = self.conv
+        return ev.SessionPlanned(t=self.clock(), session=self.sid, schedule=c.schedule, salt=c.salt,
+                                 needle_key=c.needle.key, needle_sha=c.needle.sha256)
+
+    async def run(self) -> bool:
+        """All turns in order; stops at a turn that fails after its retries."""
+        for turn in range(1, len(self.conv.schedule) + 1):
+            if not await self.run_turn(turn):
+                self.failed = True
+                return False
+        return True
+
+    async def _user_message(self, turn: int) -> bytes:
+        filler_chars, _ = self.conv.plan(turn)
+        pieces = []
+        for piece in self.conv.user_message(turn, filler_chars):
+            pieces.append(piece)
+            await asyncio.sleep(0)  # a 1M-token turn is built without stalling other sessions
+        return encode_message("user", pieces)
+
+    async def run_turn(self, turn: int) -> bool:
+        _, new_est = self.conv.plan(turn)
+        user = await self._user_message(turn)
+        body = chat_body(self.opts.model, [*self.history, user], self.opts.output_tokens, self.opts.ignore_eos)
+        target = self.conv.schedule[turn - 1]
+        attempt = 0
+        while True:
+            attempt += 1
+            self.emit(ev.RequestSent(t=self.clock(), session=self.sid, turn=turn, target_tokens=target,
+                                     new_tokens_est=new_est, body_bytes=len(body), attempt=attempt))
+            try:
+                res = await stream_chat(self.client, self.url, body, self.headers, self.clock,
+                                        self._on_first(turn), self._on_times(turn))
+            except asyncio.CancelledError:
+                self.emit(ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="cancelled", error="cancelled"))
+                raise
+            except (StreamError, httpx.HTTPError, msgspec.DecodeError, UnicodeDecodeError) as e:
+                reason = _describe(e)
+                self.emit(ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="failed", error=reason))
+                if isinstance(e, (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)) and await self._await_server():
+                    attempt -= 1  # an outage does not use up a retry
+                    continue
+                if attempt <= self.opts.retries:
+                    self.emit(ev.Notice(t=self.clock(), level="warn", session=self.sid,
+                                        message=f"{self.sid} turn {turn}: retry {attempt}/{self.opts.retries} after: {reason}"))
+                    await asyncio.sleep(min(30.0, 2.0 ** attempt))
+                    continue
+                return False
+            needle = self.conv.needle.found_in(res.text)
+            completion = res.completion_tokens if res.completion_tokens is not None else res.chunks
+            self.emit(ev.TurnDone(
+                t=self.clock(), session=self.sid, turn=turn, status="ok", prompt_tokens=res.prompt_tokens,
+                cached_tokens=res.cached_tokens, completion_tokens=completion, chunks=res.chunks,
+                needle=needle, reply_chars=len(res.text),
+            ))
+            self.conv.add_reply(res.prompt_tokens, completion)
+            self.history += [user, encode_message("assistant", [res.text])]
+            return True
+
+    async def _await_server(self) -> bool:
+        """After a dropped connection: wait for /health to answer again, up to
+        --reconnect-timeout. True when the server is back."""
+        if self.opts.reconnect_timeout <= 0:
+            return False
+        start = self.clock()
+        try:
+            r = await self.client.get(self.base_url + "/health", headers=self.headers, timeout=5.0)
+            if r.status_code == 200:
+                return False  # the server is up: this was not an outage, count the failure
+        except httpx.HTTPError:
+            pass
+        self.emit(ev.Notice(t=start, level="warn", session=self.sid, message=f"{self.sid}: server unreachable, waiting up to {self.opts.reconnect_timeout:.0f}s"))
+        while self.clock() - start < self.opts.reconnect_timeout:
+            await asyncio.sleep(2.0)
+            try:
+                r = await self.client.get(self.base_url + "/health", headers=self.headers, timeout=5.0)
+                if r.status_code == 200:
+                    self.emit(ev.Notice(t=self.clock(), level="info", session=self.sid,
+                                        message=f"{self.sid}: server back after {self.clock() - start:.0f}s outage"))
+                    return True
+            except httpx.HTTPError:
+                pass
+        self.emit(ev.Notice(t=self.clock(), level="error", session=self.sid, message=f"{self.sid}: server still gone after {self.opts.reconnect_timeout:.0f}s"))
+        return False
+
+    def _on_first(self, turn: int) -> Callable[[float], None]:
+        return lambda t: self.emit(ev.FirstToken(t=t, session=self.sid, turn=turn))
+
+    def _on_times(self, turn: int) -> Callable[[list[float]], None]:
+        return lambda times: self.emit(ev.TokenTimes(t=times[-1], session=self.sid, turn=turn, times=times))
+
+
+def _describe(e: Exception) -> str:
+    if isinstance(e, StreamError):
+        return str(e)
+    if isinstance(e, httpx.ConnectError):
+        return "cannot connect to the server"
+    if isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return "connection dropped mid-stream"
+    if isinstance(e, httpx.TimeoutException):
+        return "request timed out (--request-timeout)"
+    if isinstance(e, msgspec.DecodeError):
+        return f"malformed stream chunk: {e}"
+    return f"{type(e).__name__}: {e}"

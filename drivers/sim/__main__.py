@@ -1,0 +1,5 @@
+import sys
+
+from drivers.sim.serve import main
+
+sys.exit(main())

@@ -1,0 +1,292 @@
+"""The simulated engine: a step-based scheduler like vLLM V1 over a KV pool.
+
+Each step has a token budget: running decodes go first (one token each),
+prefill chunks fill the rest, waiting requests are admitted while blocks and
+sequence slots last. The step then takes the profile's modelled time, so a
+long prefill sharing steps with a decode slows that decode just as on a GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import random
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from drivers.sim.kvcache import KVPool
+from drivers.sim.profiles import SimProfile
+
+_ASK = b"access code of "
+_REPLY_WORDS = (
+    "the of and to in is that it for on as with was by at this be from or an are not which but have has all "
+    "their were one can we more will there so some these would into what when out up about other than then"
+).split()
+
+
+def count_tokens(data: bytes, chars_per_token: int) -> int:
+    """The deterministic tokenizer: every `chars_per_token` bytes are a token."""
+    return -(-len(data) // chars_per_token)
+
+
+def render_chat(messages: list[dict[str, object]]) -> bytes:
+    """The chat template: a role line before each message, then the assistant's turn."""
+    parts = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):  # OpenAI content parts
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        parts.append(f"<|{m.get('role', 'user')}|>\n{content or ''}\n")
+    parts.append("<|assistant|>\n")
+    return "".join(parts).encode()
+
+
+def reply_words(prompt: bytes, seed: int) -> tuple[list[str], bool]:
+    """(reply tokens, ends by itself): the planted fact when the last question
+    asks for it and the prompt holds it, otherwise filler words."""
+    tail = prompt[-2048:]
+    at = tail.rfind(_ASK)
+    end = tail.find(b"?", at)
+    if at >= 0 and 0 < end - at - len(_ASK) <= 80:
+        who = tail[at + len(_ASK):end]
+        m = re.search(rb"access code of " + re.escape(who) + rb" is ([A-Za-z0-9-]+)", prompt)
+        if m:
+            answer = f"The access code of {who.decode(errors='replace')} is {m.group(1).decode()}."
+            return [(" " if i else "") + w for i, w in enumerate(answer.split())], True
+    rng = random.Random(seed)
+    return [" " + rng.choice(_REPLY_WORDS) for _ in range(64)], False
+
+
+@dataclass(eq=False)
+class SimRequest:
+    prompt: bytes
+    prompt_tokens: int
+    max_tokens: int
+    ignore_eos: bool
+    hashes: list[bytes]
+    words: list[str]
+    ends_itself: bool
+    arrival: float = field(default_factory=time.monotonic)
+    id: int = field(default_factory=itertools.count().__next__)
+    computed: int = 0  # tokens whose KV is in the pool (cached + computed)
+    cached_tokens: int = 0
+    generated: int = 0
+    blocks: list[int] = field(default_factory=list)
+    scheduled_t: float | None = None
+    first_t: float | None = None
+    last_t: float | None = None
+    out: list[str] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    preemptions: int = 0
+
+    @property
+    def target_len(self) -> int:
+        """Tokens that must be in the pool before the next token can be sampled."""
+        return self.prompt_tokens + max(0, self.generated - 1) if self.first_t else self.prompt_tokens
+
+    def next_word(self) -> str:
+        return self.words[self.generated % len(self.words)]
+
+    def wants_more(self) -> bool:
+        if self.generated >= self.max_tokens:
+            return False
+        return self.ignore_eos or not (self.ends_itself and self.generated >= len(self.words))
+
+
+@dataclass
+class StepStats:
+    """What the metrics layer needs to know about finished work."""
+
+    on_admit: Callable[[SimRequest], None] = lambda r: None
+    on_first: Callable[[SimRequest], None] = lambda r: None
+    on_token: Callable[[SimRequest, float], None] = lambda r, dt: None
+    on_finish: Callable[[SimRequest], None] = lambda r: None
+    on_step: Callable[[int], None] = lambda n: None
+    on_preempt: Callable[[SimRequest], None] = lambda r: None
+
+
+class SimEngine:
+    def __init__(self, profile: SimProfile, stats: StepStats | None = None):
+        self.profile = profile
+        self.pool = KVPool(profile.kv_tokens // profile.block_size, profile.block_size)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.stats = stats or StepStats()
+        self._work = asyncio.Event()
+        self.steps = 0
+
+    # -- requests ------------------------------------------------------------
+
+    def make_request(self, prompt: bytes, max_tokens: int, ignore_eos: bool) -> SimRequest:
+        p = self.profile
+        n = count_tokens(prompt, p.chars_per_token)
+        block_bytes = p.block_size * p.chars_per_token
+        h = hashlib.blake2b(digest_size=16)
+        hashes = []
+        for i in range(n // p.block_size):
+            h.update(prompt[i * block_bytes:(i + 1) * block_bytes])
+            hashes.append(h.copy().digest())
+        words, ends = reply_words(prompt, seed=len(prompt))
+        return SimRequest(prompt=prompt, prompt_tokens=n, max_tokens=max_tokens, ignore_eos=ignore_eos,
+                          hashes=hashes, words=words, ends_itself=ends)
+
+    def submit(self, req: SimRequest) -> None:
+        self.waiting.append(req)
+        self._work.set()
+
+    def abort(self, req: SimRequest) -> None:
+        """The client went away: free its slot and blocks."""
+        if req.finished:
+            return
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+            self.pool.release(req.blocks)
+            req.blocks = []
+        req.finished, req.finish_reason = True, "abort"
+        self.stats.on_finish(req)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    # -- scheduling ----------------------------------------------------------
+
+    def _blocks_for(self, req: SimRequest, upto: int) -> bool:
+        need = -(-upto // self.profile.block_size) - len(req.blocks)
+        if need <= 0:
+            return True
+        got = self.pool.allocate(need)
+        if got is None:
+            return False
+        req.blocks += got
+        return True
+
+    def _preempt(self, victim: SimRequest) -> None:
+        self.running.remove(victim)
+        self.pool.release(victim.blocks)
+        victim.blocks, victim.computed, victim.cached_tokens = [], 0, 0
+        victim.preemptions += 1
+        self.waiting.appendleft(victim)
+        self.stats.on_preempt(victim)
+
+    def _admit(self, req: SimRequest) -> None:
+        bs = self.profile.block_size
+        blocks = self.pool.match(req.hashes)
+        req.blocks = blocks
+        # The last prompt token is always recomputed, as in vLLM.
+        req.computed = req.cached_tokens = min(len(blocks) * bs, req.prompt_tokens - 1)
+
+    def schedule(self) -> tuple[list[tuple[SimRequest, int]], list[SimRequest]]:
+        """One step's work: (prefill chunks, decoding requests)."""
+        budget = self.profile.max_num_batched_tokens
+        decodes: list[SimRequest] = []
+        prefills: list[tuple[SimRequest, int]] = []
+        for req in list(self.running):
+            if req not in self.running:
+                continue  # preempted while making room for an earlier one
+            remaining = req.target_len - req.computed
+            if remaining <= 0:
+                if budget < 1:
+                    continue
+                need = req.prompt_tokens + req.generated + 1
+                while not self._blocks_for(req, need):
+                    victim = self.running[-1]
+                    self._preempt(victim)
+                    if victim is req:
+                        break
+                else:
+                    decodes.append(req)
+                    budget -= 1
+                continue
+            chunk = min(budget, remaining)
+            if chunk <= 0:
+                continue
+            while not self._blocks_for(req, req.computed + chunk):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is req:
+                    break
+            else:
+                prefills.append((req, chunk))
+                budget -= chunk
+        while self.waiting and budget > 0 and len(self.running) < self.profile.max_num_seqs:
+            req = self.waiting[0]
+            self._admit(req)
+            chunk = min(budget, req.target_len - req.computed)
+            if not self._blocks_for(req, req.computed + chunk):
+                self.pool.release(req.blocks)  # no room yet: wait for blocks to free up
+                req.blocks = []
+                break
+            self.waiting.popleft()
+            self.running.append(req)
+            if req.scheduled_t is None:
+                req.scheduled_t = time.monotonic()
+                self.stats.on_admit(req)
+            prefills.append((req, chunk))
+            budget -= chunk
+        return prefills, decodes
+
+    def _emit(self, req: SimRequest, now: float) -> None:
+        if req.first_t is None:
+            req.first_t = now
+            self.stats.on_first(req)
+        else:
+            self.stats.on_token(req, now - (req.last_t or now))
+        req.out.append(req.next_word())
+        req.generated += 1
+        req.last_t = now
+        if not req.wants_more():
+            req.finished = True
+            req.finish_reason = "length" if req.generated >= req.max_tokens else "stop"
+            self.running.remove(req)
+            self.pool.release(req.blocks)
+            req.blocks = []
+            self.stats.on_finish(req)
+        req.wake.set()
+
+    def _complete(self, prefills: list[tuple[SimRequest, int]], decodes: list[SimRequest]) -> None:
+        now = time.monotonic()
+        bs = self.profile.block_size
+        for req, chunk in prefills:
+            if req.finished:
+                continue
+            before = req.computed
+            req.computed += chunk
+            full_before, full_now = before // bs, min(req.computed, req.prompt_tokens) // bs
+            for i in range(full_before, min(full_now, len(req.hashes))):
+                self.pool.register(req.blocks[i], req.hashes[i])
+            if req.computed >= req.target_len:
+                self._emit(req, now)
+        for req in decodes:
+            if not req.finished:
+                req.computed = req.prompt_tokens + req.generated
+                self._emit(req, now)
+        self.stats.on_step(sum(c for _, c in prefills) + len(decodes))
+
+    async def run(self) -> None:
+        """The engine loop: step while there is work, sleep the modelled step time."""
+        p = self.profile
+        while True:
+            if not self.running and not self.waiting:
+                self._work.clear()
+                await self._work.wait()
+            prefills, decodes = self.schedule()
+            if not prefills and not decodes:
+                await asyncio.sleep(0.001)  # waiting for blocks another request will free
+                continue
+            dt = p.step_time([(r.computed, c) for r, c in prefills], [r.prompt_tokens + r.generated for r in decodes])
+            await asyncio.sleep(dt)
+            self.steps += 1
+            self._complete(prefills, decodes)

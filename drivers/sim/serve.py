@@ -1,0 +1,126 @@
+"""Serving the simulated engine: in the foreground (`rampwatch sim`), or as a
+child process on a socket the parent already bound (`rampwatch demo`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from drivers.sim.profiles import PROFILES
+from drivers.sim.server import SimFaults, SimServer, loopback_socket, make_profile, uvicorn_server
+
+
+def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> None:
+    p.add_argument("--profile", choices=sorted(PROFILES), default=default_profile,
+                   help=f"engine profile (default {default_profile})")
+    p.add_argument("--time-scale", type=float, default=None, metavar="X",
+                   help="run the modelled engine X times faster than real time")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N", help="token budget per step")
+    p.add_argument("--kv-tokens", type=int, default=None, metavar="N", help="KV pool size in tokens")
+    p.add_argument("--block-size", type=int, default=None, metavar="N", help="KV block size in tokens")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="N", help="longest prompt + output accepted")
+
+
+def add_fault_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("fault knobs (for reliability tests; also settable at run time with POST /sim/faults)")
+    g.add_argument("--fail-status", type=int, default=500, metavar="CODE", help="status for --fail-requests (500 or 503)")
+    g.add_argument("--fail-requests", type=int, default=0, metavar="N", help="answer the next N requests with --fail-status (-1: all)")
+    g.add_argument("--drop-after-tokens", type=int, default=0, metavar="N", help="drop the connection after N tokens ...")
+    g.add_argument("--drop-requests", type=int, default=0, metavar="N", help="... on the next N streams (-1: all)")
+    g.add_argument("--error-after-tokens", type=int, default=0, metavar="N", help="send an error chunk after N tokens ...")
+    g.add_argument("--error-requests", type=int, default=0, metavar="N", help="... on the next N streams (-1: all)")
+    g.add_argument("--stall", type=float, default=0.0, metavar="S", help="stall S seconds before the first byte ...")
+    g.add_argument("--stall-requests", type=int, default=0, metavar="N", help="... of the next N requests (-1: all)")
+    g.add_argument("--metrics-fault", choices=("ok", "404", "malformed", "slow"), default="ok", help="how /metrics misbehaves")
+
+
+def profile_from(args: argparse.Namespace) -> Any:
+    return make_profile(args.profile, time_scale=args.time_scale, max_num_batched_tokens=args.max_num_batched_tokens,
+                        kv_tokens=args.kv_tokens, block_size=args.block_size, max_model_len=args.max_model_len)
+
+
+def faults_from(args: argparse.Namespace) -> SimFaults:
+    return SimFaults(
+        fail_status=args.fail_status, fail_requests=args.fail_requests, drop_after_tokens=args.drop_after_tokens,
+        drop_requests=args.drop_requests, error_after_tokens=args.error_after_tokens, error_requests=args.error_requests,
+        stall_s=args.stall, stall_requests=args.stall_requests, metrics=args.metrics_fault,
+    )
+
+
+def serve(args: argparse.Namespace, sock: socket.socket, announce: bool = True) -> None:
+    profile = profile_from(args)
+    sim = SimServer(profile, faults=faults_from(args))
+    host, port = sock.getsockname()[:2]
+    if announce:
+        print(f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g}) "
+              f"serving model {sim.model} on http://{host}:{port}  (Ctrl-C to stop)", flush=True)
+    server = uvicorn_server(sim.app)
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    except KeyboardInterrupt:
+        pass
+
+
+def child_argv(args: argparse.Namespace, fd: int) -> list[str]:
+    argv = [sys.executable, "-m", "drivers.sim", "--fd", str(fd), "--profile", args.profile]
+    for name in ("time_scale", "max_num_batched_tokens", "kv_tokens", "block_size", "max_model_len"):
+        v = getattr(args, name, None)
+        if v is not None:
+            argv += ["--" + name.replace("_", "-"), str(v)]
+    return argv
+
+
+class ChildSim:
+    """The simulated engine in a child process on a free loopback port, so
+    its CPU never stalls the client's token timestamps; killed on exit."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.sock = loopback_socket()
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        fd = self.sock.fileno()
+        self.proc = subprocess.Popen(child_argv(args, fd), pass_fds=(fd,), stdin=subprocess.DEVNULL,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"simulated engine exited with code {self.proc.returncode}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("simulated engine did not start")
+
+    def __enter__(self) -> ChildSim:
+        self.wait_ready()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.sock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m drivers.sim", description="the simulated engine (child mode)")
+    p.add_argument("--fd", type=int, required=True, help="listening socket inherited from the parent")
+    add_sim_args(p)
+    add_fault_args(p)
+    args = p.parse_args(argv)
+    sock = socket.socket(fileno=args.fd)
+    serve(args, sock, announce=False)
+    return 0

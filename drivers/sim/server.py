@@ -1,0 +1,395 @@
+"""The simulated engine's HTTP surface: vLLM's shapes on starlette + uvicorn.
+
+Everything it serves says it is simulated: /v1/models owned_by, /version,
+and the engine name rampwatch records. Fault knobs (for the reliability
+tests) are set at start or at run time through POST /sim/faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import uvicorn
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+import drivers
+from drivers.sim.engine import SimEngine, SimRequest, StepStats, count_tokens, render_chat
+from drivers.sim.profiles import PROFILES, SimProfile
+
+OWNED_BY = "rampwatch-sim"
+MODEL = "sim-model"
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+REQ_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
+
+
+@dataclass
+class SimFaults:
+    """Fault knobs. A count says how many of the next requests it hits; -1 means every one."""
+
+    fail_status: int = 500
+    fail_requests: int = 0
+    drop_after_tokens: int = 0
+    drop_requests: int = 0
+    error_after_tokens: int = 0
+    error_requests: int = 0
+    stall_s: float = 0.0
+    stall_requests: int = 0
+    metrics: str = "ok"  # ok | 404 | malformed | slow
+
+    def take(self, name: str) -> bool:
+        n = getattr(self, name)
+        if n == 0:
+            return False
+        if n > 0:
+            setattr(self, name, n - 1)
+        return True
+
+    def update(self, data: dict[str, Any]) -> None:
+        known = {f.name: f.type for f in fields(self)}
+        for k, v in data.items():
+            if k not in known:
+                raise ValueError(f"unknown fault knob: {k}")
+            setattr(self, k, v)
+
+
+class SimMetrics:
+    """vLLM's metric names and labels, in a registry of this server's own."""
+
+    def __init__(self, profile: SimProfile, model: str):
+        self.registry = r = CollectorRegistry()
+        lab = {"model_name": model, "engine": "0"}
+        names = list(lab)
+
+        def g(name: str, doc: str, extra: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(name, doc, names + list(extra), registry=r)
+
+        def c(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, doc, names + list(extra), registry=r)
+
+        def h(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, names, buckets=buckets, registry=r)
+
+        self.running = g("vllm:num_requests_running", "Number of requests in model execution batches.").labels(**lab)
+        self.waiting = g("vllm:num_requests_waiting", "Number of requests waiting to be processed.").labels(**lab)
+        self.kv = g("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.").labels(**lab)
+        self.queries = c("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.").labels(**lab)
+        self.hits = c("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.").labels(**lab)
+        self.prompt = c("vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**lab)
+        by_source = c("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", ("source",))
+        self.computed = by_source.labels(**lab, source="local_compute")
+        self.cache_hit = by_source.labels(**lab, source="local_cache_hit")
+        by_source.labels(**lab, source="external_kv_transfer")
+        self.generation = c("vllm:generation_tokens", "Number of generation tokens processed.").labels(**lab)
+        self.preemptions = c("vllm:num_preemptions", "Cumulative number of preemption from the engine.").labels(**lab)
+        success = c("vllm:request_success", "Count of successfully processed requests.", ("finished_reason",))
+        self.success = {reason: success.labels(**lab, finished_reason=reason) for reason in ("stop", "length", "abort", "error", "repetition")}
+        self.ttft = h("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS).labels(**lab)
+        self.itl = h("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS).labels(**lab)
+        self.e2e = h("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQ_BUCKETS).labels(**lab)
+        self.queue = h("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", REQ_BUCKETS).labels(**lab)
+        self.prefill = h("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", REQ_BUCKETS).labels(**lab)
+        self.decode = h("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", REQ_BUCKETS).labels(**lab)
+        self.iteration = Histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", names,
+                                   buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384), registry=r).labels(**lab)
+        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                     ["block_size", "enable_prefix_caching", "engine", "kv_cache_size_tokens", "num_gpu_blocks", "simulated"], registry=r)
+        info.labels(block_size=str(profile.block_size), enable_prefix_caching="True", engine="0",
+                    kv_cache_size_tokens=str(profile.kv_tokens), num_gpu_blocks=str(profile.kv_tokens // profile.block_size),
+                    simulated="True").set(1.0)
+
+    def stats(self) -> StepStats:
+        def admit(r: SimRequest) -> None:
+            self.queries.inc(r.prompt_tokens)
+            self.hits.inc(r.cached_tokens)
+            self.prompt.inc(r.prompt_tokens)
+            self.computed.inc(r.prompt_tokens - r.cached_tokens)
+            self.cache_hit.inc(r.cached_tokens)
+            self.queue.observe((r.scheduled_t or r.arrival) - r.arrival)
+
+        def first(r: SimRequest) -> None:
+            self.ttft.observe(r.first_t - r.arrival)  # type: ignore[operator]
+            self.prefill.observe(r.first_t - (r.scheduled_t or r.arrival))  # type: ignore[operator]
+            self.generation.inc()
+
+        def token(r: SimRequest, dt: float) -> None:
+            self.itl.observe(dt)
+            self.generation.inc()
+
+        def finish(r: SimRequest) -> None:
+            self.success[r.finish_reason or "stop"].inc()
+            now = time.monotonic()
+            self.e2e.observe(now - r.arrival)
+            if r.first_t is not None:
+                self.decode.observe((r.last_t or now) - r.first_t)
+
+        return StepStats(on_admit=admit, on_first=first, on_token=token, on_finish=finish,
+                         on_step=self.iteration.observe, on_preempt=lambda r: self.preemptions.inc())
+
+
+class ChatBody(msgspec.Struct):
+    model: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+
+def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status)
+
+
+_enc = msgspec.json.encode
+
+
+class SimServer:
+    """One simulated vLLM server: engine, metrics and routes."""
+
+    def __init__(self, profile: SimProfile, model: str = MODEL, faults: SimFaults | None = None):
+        self.profile, self.model = profile, model
+        self.faults = faults or SimFaults()
+        self.metrics = SimMetrics(profile, model)
+        self.engine = SimEngine(profile, self.metrics.stats())
+        self.created = int(time.time())
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/tokenize", self.tokenize, methods=["POST"]),
+                Route("/v1/models", self.models),
+                Route("/health", self.health),
+                Route("/version", self.version),
+                Route("/metrics", self.metrics_endpoint),
+                Route("/sim/faults", self.set_faults, methods=["POST", "GET"]),
+            ],
+            lifespan=self._lifespan,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(self.engine.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    # -- endpoints -----------------------------------------------------------
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": self.model, "object": "model", "created": self.created, "owned_by": OWNED_BY, "root": self.model,
+            "parent": None, "max_model_len": self.profile.max_model_len, "permission": [],
+        }]})
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": f"{drivers.__version__}-simulated", "simulated": True, "profile": self.profile.name})
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        mode = self.faults.metrics
+        if mode == "404":
+            return Response("Not Found", status_code=404)
+        if mode == "malformed":
+            return Response("vllm:num_requests_running{engine=\"0\" 1 2 3\n<html>oops</html>\n", media_type="text/plain")
+        if mode == "slow":
+            await asyncio.sleep(10.0)
+        m, e = self.metrics, self.engine
+        m.running.set(e.num_running)
+        m.waiting.set(e.num_waiting)
+        m.kv.set(e.pool.usage())
+        return Response(generate_latest(m.registry), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def set_faults(self, request: Request) -> Response:
+        if request.method == "POST":
+            try:
+                self.faults.update(msgspec.json.decode(await request.body()))
+            except (msgspec.DecodeError, ValueError, TypeError) as e:
+                return _error(400, str(e))
+        return JSONResponse(asdict(self.faults))
+
+    async def tokenize(self, request: Request) -> Response:
+        try:
+            body = msgspec.json.decode(await request.body(), type=ChatBody)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            return _error(400, f"invalid request: {e}")
+        if body.messages is not None:
+            data = render_chat(body.messages)
+        elif body.prompt is not None:
+            data = body.prompt.encode()
+        else:
+            return _error(400, "either 'prompt' or 'messages' is required")
+        n = count_tokens(data, self.profile.chars_per_token)
+        return JSONResponse({"count": n, "max_model_len": self.profile.max_model_len, "tokens": [], "token_strs": None})
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    async def _generate(self, request: Request, chat: bool) -> Response:
+        f = self.faults
+        if f.take("stall_requests"):
+            await asyncio.sleep(f.stall_s)
+        if f.take("fail_requests"):
+            return _error(f.fail_status, "simulated server error", "InternalServerError" if f.fail_status >= 500 else "BadRequestError")
+        try:
+            body = msgspec.json.decode(await request.body(), type=ChatBody)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            return _error(400, f"invalid request: {e}")
+        if body.model not in (None, self.model):
+            return _error(404, f"The model `{body.model}` does not exist.", "NotFoundError")
+        if chat:
+            if not body.messages:
+                return _error(400, "'messages' must be a non-empty list")
+            prompt = render_chat(body.messages)
+        else:
+            if body.prompt is None:
+                return _error(400, "'prompt' is required")
+            prompt = body.prompt.encode()
+        max_tokens = body.max_completion_tokens or body.max_tokens or 16
+        if max_tokens < 1:
+            return _error(400, "max_tokens must be at least 1")
+        n = count_tokens(prompt, self.profile.chars_per_token)
+        limit = self.profile.max_model_len
+        if n + max_tokens > limit:
+            return _error(400, f"This model's maximum context length is {limit} tokens. However, you requested "
+                               f"{n + max_tokens} tokens ({n} in the messages, {max_tokens} in the completion). "
+                               "Please reduce the length of the messages or completion.")
+        req = self.engine.make_request(prompt, max_tokens, body.ignore_eos or body.min_tokens >= max_tokens)
+        self.engine.submit(req)
+        if body.stream:
+            usage = bool((body.stream_options or {}).get("include_usage"))
+            return StreamingResponse(self._stream(req, chat, usage), media_type="text/event-stream")
+        try:
+            while not req.finished:
+                await req.wake.wait()
+                req.wake.clear()
+        except asyncio.CancelledError:
+            self.engine.abort(req)
+            raise
+        text = "".join(req.out)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": req.finish_reason}
+                  if chat else {"index": 0, "text": text, "finish_reason": req.finish_reason})
+        return JSONResponse({
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-sim{req.id}", "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": self.model, "choices": [choice], "usage": self._usage(req),
+        })
+
+    def _usage(self, req: SimRequest) -> dict[str, Any]:
+        return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.generated,
+                "completion_tokens": req.generated, "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
+
+    async def _stream(self, req: SimRequest, chat: bool, include_usage: bool):  # type: ignore[no-untyped-def]
+        f = self.faults
+        drop_after = f.drop_after_tokens if f.take("drop_requests") else 0
+        error_after = f.error_after_tokens if f.take("error_requests") else 0
+        created = int(time.time())
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        head = (b'data: {"id":"chatcmpl-sim%d","object":"%s","created":%d,"model":%s,"choices":['
+                % (req.id, kind.encode(), created, _enc(self.model)))
+        if chat:
+            pre, post = b'{"index":0,"delta":{"content":', b'},"logprobs":null,"finish_reason":null}]}\n\n'
+        else:
+            pre, post = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":null}]}\n\n'
+        sent = 0
+        try:
+            if chat:
+                yield head + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+            while True:
+                await req.wake.wait()
+                req.wake.clear()
+                words, req.out = req.out, []
+                if words:
+                    out = []
+                    for w in words:
+                        sent += 1
+                        if error_after and sent > error_after:
+                            err = {"error": {"message": "simulated error inside the stream", "type": "InternalServerError", "param": None, "code": 500}}
+                            yield b"".join(out) + b"data: " + _enc(err) + b"\n\ndata: [DONE]\n\n"
+                            self.engine.abort(req)
+                            return
+                        if drop_after and sent > drop_after:
+                            if out:
+                                yield b"".join(out)
+                            self.engine.abort(req)
+                            raise ConnectionAbortedError("simulated connection drop")
+                        out.append(head + pre + _enc(w) + post)
+                    yield b"".join(out)
+                if req.finished:
+                    break
+            final = b'{"index":0,"delta":{},"logprobs":null,"finish_reason":%s}]}\n\n' if chat else b'{"index":0,"text":"","logprobs":null,"finish_reason":%s}]}\n\n'
+            tail = [head + final % _enc(req.finish_reason)]
+            if include_usage:
+                tail.append(head + b'],"usage":' + _enc(self._usage(req)) + b"}\n\n")
+            tail.append(b"data: [DONE]\n\n")
+            yield b"".join(tail)
+        finally:
+            if not req.finished:
+                self.engine.abort(req)  # the client went away mid-stream
+
+
+def make_profile(name: str, **overrides: Any) -> SimProfile:
+    base = PROFILES[name]
+    return base.scaled(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def loopback_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_server(app: Any) -> uvicorn.Server:
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=3600)
+    return uvicorn.Server(config)
+
+
+class ThreadedSim:
+    """A simulated server on a loopback port, in a thread of its own (tests)."""
+
+    def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0):
+        self.sim = SimServer(profile, faults=faults)
+        self.sock = loopback_socket(port=port)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn_server(self.sim.app)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])), daemon=True)
+
+    def __enter__(self) -> ThreadedSim:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("simulated server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()

@@ -1,0 +1,339 @@
+"""RunState: folds events into the live picture. Pure: no I/O, no Textual.
+
+`apply` is O(1) per event (O(tokens) for a batch of token times, O(sessions)
+per batch for the interference split), so the driver can call it inline.
+Widgets and reports read it; they never compute statistics of their own.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from drivers import events as ev
+
+DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
+TIMELINE_BUCKET_S = 1.0
+TIMELINE_LEN = 1800  # buckets kept per session for the chart; the recording keeps all
+LOG_LEN = 500
+HISTORY_LEN = 1800
+
+# Normalized counters (drivers/metrics.py) that analysis takes deltas of.
+COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed", "generation_tokens", "preemptions")
+
+
+@dataclass(slots=True)
+class TurnRecord:
+    session: str
+    turn: int
+    target: int
+    new_tokens_est: int
+    sent_t: float
+    attempt: int = 1
+    first_t: float | None = None
+    last_t: float | None = None
+    chunks: int = 0
+    status: str = "running"  # running | ok | failed | cancelled
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int = 0
+    needle: bool | None = None
+    error: str | None = None
+    done_t: float | None = None
+    kv_peak: float | None = None
+    counters_at_sent: dict[str, float] = field(default_factory=dict)
+    counters_at_done: dict[str, float] = field(default_factory=dict)
+    # Decode intervals split by whether another session was prefilling.
+    alone_n: int = 0
+    alone_dt: float = 0.0
+    during_n: int = 0
+    during_dt: float = 0.0
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_t is None else self.first_t - self.sent_t
+
+
+@dataclass(slots=True)
+class SessionView:
+    id: str
+    schedule: list[int]
+    state: str = "queued"  # queued | prefilling | decoding | idle | failed | done | cancelled
+    turn: int = 0
+    current: TurnRecord | None = None
+    last_done: TurnRecord | None = None
+    needles: list[bool | None] = field(default_factory=list)
+    recent: deque[float] = field(default_factory=deque)  # arrival times inside the decode window
+    timeline: deque[list[float]] = field(default_factory=lambda: deque(maxlen=TIMELINE_LEN))  # [bucket_start, tokens]
+    prefill_spans: deque[list[float | None]] = field(default_factory=lambda: deque(maxlen=64))  # [sent, first|None]
+    failed_turns: int = 0
+
+    @property
+    def context_tokens(self) -> int | None:
+        rec = self.current or self.last_done
+        if rec is None:
+            return None
+        return rec.prompt_tokens if rec.prompt_tokens is not None else rec.target
+
+    def decode_rate_now(self) -> float | None:
+        r = self.recent
+        if len(r) < 2 or r[-1] <= r[0]:
+            return None
+        return (len(r) - 1) / (r[-1] - r[0])
+
+
+@dataclass(slots=True)
+class ServerView:
+    values: dict[str, float] = field(default_factory=dict)  # latest, summed/maxed over sources
+    missing: dict[str, str] = field(default_factory=dict)
+    engine: str | None = None
+    errors: dict[str, str] = field(default_factory=dict)  # source -> last error (cleared on success)
+    kv_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
+    kv_peak: float | None = None
+    first_counters: dict[str, float] = field(default_factory=dict)
+    rates: dict[str, float] = field(default_factory=dict)  # tokens/s between the last two samples
+    last_sample_t: float | None = None
+
+
+class RunState:
+    def __init__(self, header: ev.Header | None = None):
+        self.header = header
+        self.t = 0.0  # time of the newest event
+        self.sessions: dict[str, SessionView] = {}
+        self.turns: list[TurnRecord] = []  # every finished attempt, in finishing order
+        self.server = ServerView()
+        self.gpus: list[ev.GpuReading] = []
+        self.gpu_source: str | None = None
+        self.gpu_reason: str | None = None
+        self.log: deque[tuple[float, str, str]] = deque(maxlen=LOG_LEN)
+        self.log_total = 0  # entries ever logged, so a reader can tell which are new
+        self.marks: list[ev.Mark] = []
+        self.ended: ev.RunEnded | None = None
+        self.recording_error: str | None = None
+        self.events_applied = 0
+        # Per-source counters made monotonic across server restarts.
+        self._src_raw: dict[str, dict[str, float]] = {}
+        self._src_offset: dict[str, dict[str, float]] = {}
+        self._src_values: dict[str, dict[str, float]] = {}
+        self._prev_counters: tuple[float, dict[str, float]] | None = None
+        self._prefilling: dict[str, TurnRecord] = {}
+
+    # -- folding -------------------------------------------------------------
+
+    def apply(self, e: ev.AnyEvent) -> None:
+        self.events_applied += 1
+        if e.t > self.t:
+            self.t = e.t
+        handler = _HANDLERS.get(type(e))
+        if handler is not None:
+            handler(self, e)
+
+    def _on_planned(self, e: ev.SessionPlanned) -> None:
+        self.sessions[e.session] = SessionView(id=e.session, schedule=list(e.schedule))
+
+    def _session(self, sid: str) -> SessionView:
+        s = self.sessions.get(sid)
+        if s is None:
+            s = self.sessions[sid] = SessionView(id=sid, schedule=[])
+        return s
+
+    def _on_sent(self, e: ev.RequestSent) -> None:
+        s = self._session(e.session)
+        rec = TurnRecord(
+            session=e.session, turn=e.turn, target=e.target_tokens, new_tokens_est=e.new_tokens_est,
+            sent_t=e.t, attempt=e.attempt, counters_at_sent=self.counters(),
+        )
+        kv = self.server.values.get("kv_usage")
+        rec.kv_peak = kv
+        s.current, s.turn, s.state = rec, e.turn, "prefilling"
+        s.recent.clear()
+        s.prefill_spans.append([e.t, None])
+        self._prefilling[e.session] = rec
+
+    def _on_first(self, e: ev.FirstToken) -> None:
+        s = self._session(e.session)
+        rec = s.current
+        if rec is None or rec.turn != e.turn:
+            return
+        rec.first_t = e.t
+        s.state = "decoding"
+        if s.prefill_spans and s.prefill_spans[-1][1] is None:
+            s.prefill_spans[-1][1] = e.t
+        self._prefilling.pop(e.session, None)
+
+    def _on_times(self, e: ev.TokenTimes) -> None:
+        s = self._session(e.session)
+        rec = s.current
+        if rec is None or rec.turn != e.turn or not e.times:
+            return
+        times = e.times
+        # Foreign prefill spans that overlap this batch; usually none, so the
+        # per-token check below runs only while another session prefills.
+        lo, hi = (rec.last_t if rec.last_t is not None else times[0]), times[-1]
+        spans = [
+            (sp[0], sp[1]) for sid, o in self.sessions.items() if sid != e.session
+            for sp in o.prefill_spans if sp[0] <= hi and (sp[1] is None or sp[1] > lo)
+        ]
+        prev = rec.last_t
+        for t in times:
+            if prev is not None:
+                dt = t - prev
+                if spans and any(a <= t and (b is None or t < b) for a, b in spans):
+                    rec.during_n += 1
+                    rec.during_dt += dt
+                else:
+                    rec.alone_n += 1
+                    rec.alone_dt += dt
+            prev = t
+        rec.last_t = prev
+        rec.chunks += len(times)
+        recent = s.recent
+        recent.extend(times)
+        while recent and recent[0] < prev - DECODE_WINDOW_S:
+            recent.popleft()
+        tl = s.timeline
+        for t in times:
+            start = t - (t % TIMELINE_BUCKET_S)
+            if tl and tl[-1][0] == start:
+                tl[-1][1] += 1
+            else:
+                tl.append([start, 1])
+
+    def _on_done(self, e: ev.TurnDone) -> None:
+        s = self._session(e.session)
+        rec = s.current
+        if rec is None or rec.turn != e.turn:
+            return
+        rec.status, rec.done_t = e.status, e.t
+        rec.prompt_tokens, rec.cached_tokens = e.prompt_tokens, e.cached_tokens
+        rec.completion_tokens, rec.needle, rec.error = e.completion_tokens, e.needle, e.error
+        rec.counters_at_done = self.counters()
+        if rec.chunks == 0:
+            rec.chunks = e.chunks
+        self.turns.append(rec)
+        self._prefilling.pop(e.session, None)
+        if s.prefill_spans and s.prefill_spans[-1][1] is None:
+            s.prefill_spans[-1][1] = e.t
+        s.current, s.last_done = None, rec
+        s.recent.clear()
+        if e.status == "ok":
+            s.state = "done" if e.turn >= len(s.schedule) else "idle"
+            s.needles.append(e.needle)
+            self._log((e.t, "info", _turn_line(rec)))
+        else:
+            s.state = "failed" if e.status == "failed" else "cancelled"
+            s.failed_turns += e.status == "failed"
+            self._log((e.t, "error" if e.status == "failed" else "warn",
+                             f"{e.session} turn {e.turn} {e.status}: {e.error or ''}".rstrip(": ")))
+
+    def _on_metrics(self, e: ev.MetricsSample) -> None:
+        srv = self.server
+        srv.engine = e.engine
+        srv.errors.pop(e.source, None)
+        raw_prev = self._src_raw.setdefault(e.source, {})
+        offset = self._src_offset.setdefault(e.source, {})
+        adjusted: dict[str, float] = {}
+        for k, v in e.values.items():
+            if k in COUNTERS:
+                before = raw_prev.get(k)
+                if before is not None and v < before:  # counter reset: skip this interval
+                    offset[k] = offset.get(k, 0.0) + before - v
+                raw_prev[k] = v
+                v = v + offset.get(k, 0.0)
+            adjusted[k] = v
+        self._src_values[e.source] = adjusted
+        merged: dict[str, float] = {}
+        for vals in self._src_values.values():
+            for k, v in vals.items():
+                if k in ("kv_usage",):
+                    merged[k] = max(merged.get(k, 0.0), v)  # fractions are never summed
+                else:
+                    merged[k] = merged.get(k, 0.0) + v
+        srv.values, srv.missing = merged, dict(e.missing)
+        kv = merged.get("kv_usage")
+        if kv is not None:
+            srv.kv_history.append((e.t, kv))
+            srv.kv_peak = kv if srv.kv_peak is None else max(srv.kv_peak, kv)
+            for s in self.sessions.values():
+                rec = s.current
+                if rec is not None:
+                    rec.kv_peak = kv if rec.kv_peak is None else max(rec.kv_peak, kv)
+        counters = {k: merged[k] for k in COUNTERS if k in merged}
+        if not srv.first_counters:
+            srv.first_counters = dict(counters)
+        if self._prev_counters is not None and e.t > self._prev_counters[0]:
+            t0, c0 = self._prev_counters
+            srv.rates = {k: (counters[k] - c0[k]) / (e.t - t0) for k in counters if k in c0}
+        self._prev_counters = (e.t, counters)
+        srv.last_sample_t = e.t
+
+    def _on_metrics_error(self, e: ev.MetricsError) -> None:
+        if self.server.errors.get(e.source) != e.error:
+            self._log((e.t, "warn", f"metrics {e.source}: {e.error}"))
+        self.server.errors[e.source] = e.error
+
+    def _on_gpu(self, e: ev.GpuSample) -> None:
+        self.gpus, self.gpu_source, self.gpu_reason = list(e.gpus), e.source, None
+
+    def _on_gpu_missing(self, e: ev.GpuUnavailable) -> None:
+        if self.gpu_reason != e.reason:
+            self._log((e.t, "warn", f"GPU: {e.reason}"))
+        self.gpus, self.gpu_source, self.gpu_reason = [], e.source, e.reason
+
+    def _on_mark(self, e: ev.Mark) -> None:
+        self.marks.append(e)
+        self._log((e.t, "mark", f"mark: {e.note}"))
+
+    def _on_notice(self, e: ev.Notice) -> None:
+        self._log((e.t, e.level, e.message))
+
+    def _on_ended(self, e: ev.RunEnded) -> None:
+        self.ended = e
+        self._log((e.t, "info", f"run {e.status} (exit {e.exit_code})"))
+
+    def _log(self, entry: tuple[float, str, str]) -> None:
+        self.log.append(entry)
+        self.log_total += 1
+
+    def new_log_entries(self, seen: int) -> list[tuple[float, str, str]]:
+        """Entries logged after the first `seen` (those still kept)."""
+        n = min(self.log_total - seen, len(self.log))
+        return list(self.log)[len(self.log) - n:] if n > 0 else []
+
+    # -- reading -------------------------------------------------------------
+
+    def counters(self) -> dict[str, float]:
+        v = self.server.values
+        return {k: v[k] for k in COUNTERS if k in v}
+
+    def prefilling(self) -> list[TurnRecord]:
+        return list(self._prefilling.values())
+
+    def hit_rate_since_start(self) -> float | None:
+        first, now = self.server.first_counters, self.counters()
+        if "prefix_queries" not in now or "prefix_hits" not in now or not first:
+            return None
+        dq = now["prefix_queries"] - first.get("prefix_queries", 0.0)
+        return (now["prefix_hits"] - first.get("prefix_hits", 0.0)) / dq if dq > 0 else None
+
+
+def _turn_line(rec: TurnRecord) -> str:
+    from drivers.analysis import turn_line  # one place computes the figures
+
+    return turn_line(rec)
+
+
+_HANDLERS = {
+    ev.SessionPlanned: RunState._on_planned,
+    ev.RequestSent: RunState._on_sent,
+    ev.FirstToken: RunState._on_first,
+    ev.TokenTimes: RunState._on_times,
+    ev.TurnDone: RunState._on_done,
+    ev.MetricsSample: RunState._on_metrics,
+    ev.MetricsError: RunState._on_metrics_error,
+    ev.GpuSample: RunState._on_gpu,
+    ev.GpuUnavailable: RunState._on_gpu_missing,
+    ev.Mark: RunState._on_mark,
+    ev.Notice: RunState._on_notice,
+    ev.RunEnded: RunState._on_ended,
+}

@@ -1,0 +1,333 @@
+"""The `rampwatch` command: run, watch, replay, report, demo, sim.
+
+Exit codes: 0 done, 1 done with failed turns, 2 bad input, 130/143 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from drivers.analysis import build_report
+from drivers.ramp import ScheduleError, parse_schedule, parse_tokens, scale_schedule
+from drivers.recording import RecordingError, read_recording
+from drivers.report import FORMATS, render
+from drivers.runner import BadInput, Run, RunConfig, api_key_from_env
+from drivers.state import RunState
+from drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
+from drivers.sim.server import loopback_socket
+from tui.headless import HeadlessPrinter
+
+EXIT_BAD_INPUT = 2
+# The glm-like profile at 10x: a full two-session 1M ramp in about two minutes.
+DEMO_TIME_SCALE = 10.0
+
+
+def fail(message: str) -> int:
+    print(f"rampwatch: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return v
+
+
+def add_record_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--record", type=Path, metavar="PATH",
+                   help="write the recording here (default: recordings/<time>-<model>.jsonl)")
+    g.add_argument("--no-record", action="store_true", help="do not write a recording")
+
+
+def add_server_watch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics-url", action="append", default=None, metavar="URL",
+                   help="Prometheus endpoint to scrape (repeatable; default URL/metrics)")
+    p.add_argument("--gpu", default="auto", metavar="auto|none|URL",
+                   help="GPU source: auto = NVML when present, none, or a dcgm-exporter /metrics URL (default auto)")
+    p.add_argument("--scrape-interval", type=_positive_float, default=0.5, metavar="S",
+                   help="seconds between /metrics scrapes (default 0.5)")
+    p.add_argument("--api-key-env", metavar="VAR",
+                   help="read the API key from this environment variable (default: OPENAI_API_KEY when set)")
+    p.add_argument("--headless", action="store_true", help="line output instead of the UI (for scripts and CI)")
+    add_record_args(p)
+
+
+def add_ramp_args(p: argparse.ArgumentParser, sessions_default: int = 1) -> None:
+    p.add_argument("--model", help="model to ask for (default: the first of /v1/models)")
+    p.add_argument("--sessions", type=_positive_int, default=sessions_default, metavar="N",
+                   help=f"conversations to run at once (default {sessions_default})")
+    p.add_argument("--stagger", type=_positive_float, default=0.0, metavar="S",
+                   help="seconds between the starts of consecutive sessions (default 0)")
+    p.add_argument("--schedule", default="seed", metavar="seed|LIST",
+                   help="context tokens per turn: 'seed' (32k,64k,128k,+128k…,1m) or a list like 32k,64k,128k")
+    p.add_argument("--scale-to", metavar="TOKENS",
+                   help="same shape, last turn at TOKENS (for servers with a shorter max context), e.g. 32k")
+    p.add_argument("--output-tokens", type=_positive_int, default=128, metavar="N",
+                   help="tokens to ask for each turn (default 128)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="ask the server to generate exactly --output-tokens (ignore_eos / min_tokens)")
+    p.add_argument("--retries", type=int, default=0, metavar="N", help="retry a failed turn N times (default 0)")
+    p.add_argument("--request-timeout", type=_positive_float, default=3600.0, metavar="S",
+                   help="longest wait for a turn, prefill included (default 3600)")
+    p.add_argument("--reconnect-timeout", type=_positive_float, default=180.0, metavar="S",
+                   help="how long sessions wait for a vanished server to come back (default 180)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rampwatch",
+        description="Drive growing long-context conversations against an OpenAI-compatible server and watch them.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="drive ramps against a server and watch them live")
+    p.add_argument("url", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8000")
+    add_ramp_args(p)
+    add_server_watch_args(p)
+
+    p = sub.add_parser("watch", help="watch a server's metrics and GPUs without sending traffic")
+    p.add_argument("url", metavar="URL", help="server base URL")
+    add_server_watch_args(p)
+
+    p = sub.add_parser("demo", help="run a ramp against the built-in simulated engine (no GPU, no network)")
+    add_ramp_args(p, sessions_default=2)
+    add_sim_args(p, default_profile="glm-like")
+    # Exactly --output-tokens a turn, so decode (and its interference) stays visible.
+    p.set_defaults(time_scale=DEMO_TIME_SCALE, ignore_eos=True)
+    p.add_argument("--headless", action="store_true", help="line output instead of the UI")
+    add_record_args(p)
+
+    p = sub.add_parser("sim", help="serve the simulated engine (vLLM's HTTP surface) for any client")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    add_sim_args(p)
+    add_fault_args(p)
+
+    p = sub.add_parser("replay", help="replay a recording in the UI")
+    p.add_argument("path", type=Path, metavar="PATH")
+    p.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed, 0.25 to 64 (default 1)")
+    p.add_argument("--headless", action="store_true", help="print the run's turn lines instead of the UI")
+    p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
+
+    p = sub.add_parser("report", help="per-turn tables of a recording")
+    p.add_argument("path", type=Path, metavar="PATH")
+    p.add_argument("--format", choices=FORMATS, default="table", help="table (default), md, csv or json")
+    p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
+    return parser
+
+
+def schedule_from(args: argparse.Namespace) -> list[int]:
+    schedule = parse_schedule(args.schedule)
+    if args.scale_to:
+        schedule = scale_schedule(schedule, parse_tokens(args.scale_to))
+    return schedule
+
+
+def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConfig:
+    url = args.url
+    if "://" not in url:
+        raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
+    base = url.rstrip("/").removesuffix("/v1")
+    cfg = RunConfig(
+        url=base,
+        mode=mode,
+        metrics_urls=args.metrics_url or [base + "/metrics"],
+        gpu=args.gpu,
+        scrape_interval=max(0.05, args.scrape_interval),
+        record=args.record,
+        api_key=api_key_from_env(args.api_key_env),
+        command=scrub_argv(argv),
+    )
+    if mode != "watch":
+        cfg.model = args.model
+        cfg.sessions = args.sessions
+        cfg.stagger = args.stagger
+        cfg.schedule = schedule_from(args)
+        cfg.output_tokens = args.output_tokens
+        cfg.ignore_eos = args.ignore_eos
+        cfg.retries = max(0, args.retries)
+        cfg.request_timeout = args.request_timeout
+        cfg.reconnect_timeout = args.reconnect_timeout
+    return cfg
+
+
+def scrub_argv(argv: list[str]) -> list[str]:
+    """The command line as recorded: credentials in URLs removed."""
+    from drivers.metrics import redact_url
+
+    return ["rampwatch", *(redact_url(a) if "://" in a else a for a in argv)]
+
+
+async def _drive_headless(run: Run) -> int:
+    printer = HeadlessPrinter(run.state)
+    run.hub.listeners.append(printer)
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def interrupt(sig: int) -> None:
+        run.interrupted_by = sig
+        task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt, sig)
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            printer.progress(run.clock())
+
+    ticker = asyncio.create_task(progress())
+    try:
+        drive = asyncio.create_task(run.drive())
+        try:
+            return await asyncio.shield(drive)
+        except asyncio.CancelledError:
+            drive.cancel()
+            return await drive
+    finally:
+        ticker.cancel()
+        printer()
+
+
+def execute_run(cfg: RunConfig, record: bool, headless: bool, show_report: bool = True) -> int:
+    run = Run(cfg, record=record)
+
+    async def main() -> int:
+        try:
+            await run.prepare()
+        except BadInput:
+            await run.aclose()
+            raise
+        path = run.recording_path
+        where = f", recording to {path}" if path else ""
+        if headless:
+            info = run.info
+            print(f"rampwatch {cfg.mode}: {cfg.base_url} model {info.model if info else '?'} "
+                  f"({info.engine if info else '?'}){where}", flush=True)
+            return await _drive_headless(run)
+        from tui.app import run_app_live
+
+        return await run_app_live(run)
+
+    try:
+        code = asyncio.run(main())
+    except BadInput as e:
+        return fail(str(e))
+    if headless and show_report and cfg.mode != "watch":
+        print(render(build_report(run.state), "table"))
+    if run.recording_path:
+        print(f"recording: {run.recording_path}", file=sys.stderr)
+    if run.hub.recorder is not None and run.hub.recorder.error:
+        print(f"rampwatch: {run.hub.recorder.error}", file=sys.stderr)
+    return code
+
+
+def load_state(path: Path, skip_bad_lines: bool) -> tuple[RunState, list[str]]:
+    rec = read_recording(path, skip_bad_lines=skip_bad_lines)
+    state = RunState(rec.header)
+    for e in rec.events:
+        state.apply(e)
+    notes = []
+    if rec.truncated_tail:
+        notes.append("the last line was cut off (the run was killed); read up to the last complete event")
+    if rec.skipped_lines:
+        notes.append(f"skipped corrupt lines: {', '.join(map(str, rec.skipped_lines[:10]))}")
+    return state, notes
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    state, notes = load_state(args.path, args.skip_bad_lines)
+    for n in notes:
+        print(f"rampwatch: note: {n}", file=sys.stderr)
+    sys.stdout.write(render(build_report(state), args.format))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if not 0.25 <= args.speed <= 64:
+        return fail("--speed must be between 0.25 and 64")
+    rec = read_recording(args.path, skip_bad_lines=args.skip_bad_lines)
+    if args.headless:
+        state = RunState(rec.header)
+        printer = HeadlessPrinter(state)
+        for e in rec.events:
+            state.apply(e)
+            printer(e)
+        if rec.header.mode != "watch":
+            print(render(build_report(state), "table"))
+        return 0
+    from tui.app import run_app_replay
+
+    return run_app_replay(rec, speed=args.speed)
+
+
+def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
+    args.url = "http://127.0.0.1"  # replaced by the child's address below
+    args.metrics_url, args.gpu, args.scrape_interval, args.api_key_env = None, "auto", 0.5, None
+    cfg = config_from(args, "demo", argv)  # validate before starting anything
+    try:
+        child = ChildSim(args)
+        child.wait_ready()
+    except (OSError, RuntimeError) as e:
+        return fail(f"cannot start the simulated engine: {e}")
+    try:
+        cfg.url = child.url
+        cfg.metrics_urls = [child.url + "/metrics"]
+        return execute_run(cfg, record=not args.no_record, headless=args.headless)
+    finally:
+        child.__exit__()
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    try:
+        sock = loopback_socket(args.host, args.port)
+    except OSError as e:
+        return fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
+    serve(args, sock)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command in ("run", "watch"):
+            cfg = config_from(args, args.command, argv)
+            return execute_run(cfg, record=not args.no_record, headless=args.headless)
+        if args.command == "demo":
+            return cmd_demo(args, argv)
+        if args.command == "sim":
+            return cmd_sim(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "replay":
+            return cmd_replay(args)
+    except (BadInput, ScheduleError, RecordingError) as e:
+        return fail(str(e))
+    except KeyboardInterrupt:
+        return 130
+    return fail(f"unknown command {args.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
