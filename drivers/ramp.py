@@ -12,7 +12,7 @@ import random
 import re
 import string
 from collections.abc import Iterator
-from itertools import chain
+from dataclasses import dataclass
 
 # 32K, 64K, 128K, then +128K a turn to 896K, then 1M: ten turns.
 SEED_SCHEDULE: list[int] = [32_768, 65_536] + [131_072 * k for k in range(1, 8)] + [1_000_000]
@@ -22,10 +22,9 @@ SEED_SCHEDULE: list[int] = [32_768, 65_536] + [131_072 * k for k in range(1, 8)]
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 _UNITS = {"": 1, "k": 1024, "m": 1_000_000}
 
-# Rough ratio until the server's tokenizer has been asked (English-ish filler).
+# Rough figures until the server's tokenizer has been asked (see Calibration).
 DEFAULT_CHARS_PER_TOKEN = 4.0
-# Chat-template tokens each new user message adds around its text.
-TEMPLATE_OVERHEAD_TOKENS = 8
+DEFAULT_TEMPLATE_TOKENS = 8
 
 
 class ScheduleError(ValueError):
@@ -138,6 +137,15 @@ class Filler:
         return out[: cut if cut > 0 else chars]
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """What one round of /tokenize calls told us about the server's tokenizer."""
+
+    chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
+    template_tokens: int = DEFAULT_TEMPLATE_TOKENS  # chat-template tokens around one user message
+    fixed_tokens: tuple[int, int] | None = None  # tokens of (turn 1's, later turns') fixed text
+
+
 class Conversation:
     """One growing conversation: what to send each turn so the server's
     prompt_tokens lands on the schedule, from usage feedback alone.
@@ -147,16 +155,29 @@ class Conversation:
 
     PIECE_CHARS = 65_536  # one slice of filler; the event loop breathes between slices
 
-    def __init__(self, salt: str, schedule: list[int], chars_per_token: float = DEFAULT_CHARS_PER_TOKEN):
+    def __init__(self, salt: str, schedule: list[int], calibration: Calibration | None = None):
         rng = random.Random(salt)
+        cal = calibration or Calibration()
         self.salt = salt
         self.schedule = schedule
-        self.chars_per_token = chars_per_token
+        self.chars_per_token = cal.chars_per_token
+        self.template_tokens = cal.template_tokens
+        self._fixed_measured = cal.fixed_tokens
         self.needle = Needle(rng)
         self.filler = Filler(rng)
         self.last_prompt_tokens: int | None = None  # the previous turn's reported prompt
         self.last_reply_tokens = 0
-        self._pending_user_chars = 0
+        self._pending: tuple[int, int] | None = None  # (turn, filler chars) awaiting usage
+
+    def fixed_text(self, turn: int) -> str:
+        """The non-filler text of a turn's message: salt and fact (turn 1), and the question."""
+        lead = f"[{self.salt}] \n{self.needle.fact()}\n" if turn == 1 else ""
+        return lead + f"\n\n{self.needle.question()}"
+
+    def _fixed_tokens(self, turn: int) -> int:
+        if self._fixed_measured is not None:
+            return self._fixed_measured[0 if turn == 1 else 1]
+        return round(len(self.fixed_text(turn)) / self.chars_per_token)
 
     def plan(self, turn: int) -> tuple[int, int]:
         """(filler characters, tokens the new message adds) for turn `turn`."""
@@ -165,42 +186,45 @@ class Conversation:
             new_tokens = target  # first turn: everything is new
         else:
             new_tokens = target - self.last_prompt_tokens - self.last_reply_tokens
-        new_tokens = max(16, new_tokens - TEMPLATE_OVERHEAD_TOKENS)
-        fixed = len(self.needle.question()) + 2 + (len(self.needle.fact()) + 2 + len(self.salt) + 3 if turn == 1 else 0)
-        return max(0, int(new_tokens * self.chars_per_token) - fixed), new_tokens + TEMPLATE_OVERHEAD_TOKENS
+        filler_tokens = new_tokens - self.template_tokens - self._fixed_tokens(turn)
+        return max(0, int(filler_tokens * self.chars_per_token)), max(1, new_tokens)
 
     def user_message(self, turn: int, filler_chars: int) -> Iterator[str]:
         """The user message of `turn` in slices: filler (with the needle's fact
         in the middle of turn 1), then the question."""
-        total = 0
+        written = 0
 
         def filler(chars: int) -> Iterator[str]:
+            nonlocal written
             while chars > 0:
                 piece = self.filler.text(min(chars, self.PIECE_CHARS))
                 if not piece:
                     return
                 chars -= len(piece) + 1
+                written += len(piece) + 1
                 yield piece + " "
 
         if turn == 1:
             half = filler_chars // 2
             # The salt leads, so no two runs or sessions share a prefix.
-            parts: Iterator[str] = chain([f"[{self.salt}] "], filler(half), [f"\n{self.needle.fact()}\n"], filler(filler_chars - half))
+            yield f"[{self.salt}] "
+            yield from filler(half)
+            yield f"\n{self.needle.fact()}\n"
+            yield from filler(filler_chars - half)
         else:
-            parts = filler(filler_chars)
-        for piece in chain(parts, [f"\n\n{self.needle.question()}"]):
-            total += len(piece)
-            yield piece
-        self._pending_user_chars = total
+            yield from filler(filler_chars)
+        yield f"\n\n{self.needle.question()}"
+        self._pending = (turn, written)
 
     def add_reply(self, prompt_tokens: int | None, completion_tokens: int) -> None:
         """Fold the server's usage for the turn just finished into the budget."""
-        if prompt_tokens is not None and self._pending_user_chars:
+        if prompt_tokens is not None and self._pending is not None:
+            turn, filler_chars = self._pending
             before = 0 if self.last_prompt_tokens is None else self.last_prompt_tokens + self.last_reply_tokens
-            added = prompt_tokens - before - TEMPLATE_OVERHEAD_TOKENS
-            if added > 64:
-                self.chars_per_token = self._pending_user_chars / added
+            added = prompt_tokens - before - self.template_tokens - self._fixed_tokens(turn)
+            if added > 64 and filler_chars > 256:
+                self.chars_per_token = filler_chars / added
         if prompt_tokens is not None:
             self.last_prompt_tokens = prompt_tokens
         self.last_reply_tokens = completion_tokens
-        self._pending_user_chars = 0
+        self._pending = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
+import random
 import secrets
 import signal
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from drivers.chat import monotonic_clock
 from drivers.gpu import GpuSampler
 from drivers.hub import EventHub
 from drivers.metrics import MetricsScraper, redact_url
-from drivers.ramp import DEFAULT_CHARS_PER_TOKEN, Conversation, Filler
+from drivers.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler
 from drivers.recording import Recorder
 from drivers.session import SessionRunner, TurnOptions
 from drivers.state import RunState
@@ -114,23 +115,38 @@ def _suggest(limit: int) -> str:
     return f"{k}k" if k else str(int(limit * 0.95))
 
 
-async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str) -> float:
-    """Characters per token of the filler, measured once through /tokenize."""
-    import random
-
+async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str, probe_conv: Conversation) -> Calibration:
+    """Measure the server's tokenizer once: filler chars per token, chat-template
+    tokens around a message, and the needle's fixed text. Falls back to rough
+    figures where /tokenize is missing (usage then corrects from turn 2)."""
     sample = Filler(random.Random(7)).text(20_000)
-    for path, body in (("/tokenize", {"model": model, "prompt": sample}), ("/tokenize", {"content": sample})):
-        try:
-            r = await client.post(cfg.base_url + path, json=body, headers=cfg.headers(), timeout=30.0)
-            if r.status_code != 200:
+
+    async def count(body: dict[str, object]) -> int | None:
+        for form in (body, {"content": body.get("prompt")} if "prompt" in body else None):
+            if form is None:
                 continue
-            data = r.json()
-            count = data.get("count") or len(data.get("tokens") or [])
-            if count:
-                return len(sample) / count
-        except (httpx.HTTPError, ValueError, AttributeError):
-            continue
-    return DEFAULT_CHARS_PER_TOKEN
+            try:
+                r = await client.post(cfg.base_url + "/tokenize", json={"model": model, **form}, headers=cfg.headers(), timeout=30.0)
+                if r.status_code == 200:
+                    data = r.json()
+                    n = data.get("count")
+                    return int(n) if n is not None else len(data.get("tokens") or [])
+            except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+                pass
+        return None
+
+    plain = await count({"prompt": sample})
+    if not plain:
+        return Calibration()
+    specials = await count({"prompt": ""}) or 0
+    chars_per_token = len(sample) / max(1, plain - specials)
+    chat = await count({"messages": [{"role": "user", "content": sample}]})
+    template = chat - plain + specials if chat is not None else DEFAULT_TEMPLATE_TOKENS
+    fixed = []
+    for turn in (1, 2):
+        n = await count({"prompt": probe_conv.fixed_text(turn)})
+        fixed.append(n - specials if n is not None else round(len(probe_conv.fixed_text(turn)) / chars_per_token))
+    return Calibration(chars_per_token=chars_per_token, template_tokens=max(0, template), fixed_tokens=(fixed[0], fixed[1]))
 
 
 def new_salt() -> str:
@@ -155,7 +171,7 @@ class Run:
         self.hub = EventHub(self.state)
         self.info: ServerInfo | None = None
         self.salt = new_salt()
-        self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
+        self.calibration = Calibration()
         self.exit_code = 0
         self.interrupted_by: int | None = None
         self._client: httpx.AsyncClient | None = None
@@ -181,7 +197,7 @@ class Run:
         else:
             info = await probe(client, cfg)
             check_schedule(cfg, info)
-            self.chars_per_token = await calibrate(client, cfg, info.model)
+            self.calibration = await calibrate(client, cfg, info.model, self.conversation(1))
         self.info = info
         if self.record:
             path = cfg.record or default_record_path(info.model or "watch")
@@ -195,6 +211,10 @@ class Run:
             except OSError as e:
                 raise BadInput(f"cannot create recording {path}: {e.strerror or e} (or pass --no-record)") from None
         self.state.header = self.header()
+
+    def conversation(self, k: int) -> Conversation:
+        """Session k's conversation (1-based): its own salt, so sessions share no prefix."""
+        return Conversation(f"{self.salt}-s{k}", self.cfg.schedule, self.calibration)
 
     def header(self) -> ev.Header:
         info = self.info
@@ -234,7 +254,7 @@ class Run:
             opts = TurnOptions(model=self.info.model, output_tokens=cfg.output_tokens, ignore_eos=cfg.ignore_eos,
                                retries=cfg.retries, reconnect_timeout=cfg.reconnect_timeout)
             for k in range(cfg.sessions):
-                conv = Conversation(f"{self.salt}-s{k + 1}", cfg.schedule, self.chars_per_token)
+                conv = self.conversation(k + 1)
                 r = SessionRunner(f"s{k + 1}", conv, self._client_for(), cfg.base_url, cfg.headers(), opts, emit, clock)
                 runners.append(r)
                 emit(r.plan_event())

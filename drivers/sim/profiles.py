@@ -60,7 +60,7 @@ PROFILES: dict[str, SimProfile] = {
     # A large model on one 8-GPU node, in real time (use time_scale to speed up).
     "glm-like": SimProfile(
         name="glm-like", max_model_len=1_048_576, kv_tokens=2_400_000, block_size=64, max_num_batched_tokens=2048,
-        max_num_seqs=256, step_overhead_s=0.018, prefill_token_s=570e-6, prefill_attn_s=1.1e-10,
+        max_num_seqs=256, step_overhead_s=0.018, prefill_token_s=573e-6, prefill_attn_s=1.1e-10,
         decode_token_s=0.0005, decode_attn_s=1.03e-8, time_scale=1.0,
     ),
 }

@@ -1,0 +1,110 @@
+"""Shared fixtures: an in-process simulated engine, and a real vLLM CPU server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from drivers.sim.server import SimFaults, ThreadedSim, make_profile
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+VLLM_VENV = Path(os.environ.get("RAMPWATCH_VLLM_VENV", Path.home() / ".cache/rampwatch/vllm-venv"))
+
+
+@pytest.fixture
+def sim():
+    """A 'tiny' simulated engine on a loopback port, with fault knobs."""
+    with ThreadedSim(make_profile("tiny"), faults=SimFaults()) as s:
+        yield s
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _vllm_python() -> Path | None:
+    py = VLLM_VENV / "bin" / "python"
+    return py if py.exists() else None
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """A real vLLM CPU server with a tiny random-weight Llama generated here.
+
+    Skips loudly without the vLLM virtualenv (.ci/setup_vllm.sh builds it);
+    under CI (RAMPWATCH_REQUIRE_VLLM=1) a missing server fails instead."""
+    py = _vllm_python()
+    if py is None:
+        msg = f"no vLLM virtualenv at {VLLM_VENV}: run .ci/setup_vllm.sh"
+        if os.environ.get("RAMPWATCH_REQUIRE_VLLM") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    model = tmp_path_factory.mktemp("tiny-llama")
+    subprocess.run([str(py), str(HERE / "make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=300)
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("vllm-log") / "server.log", "w")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(
+        [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "tiny",
+         "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "40000", "--dtype", "bfloat16",
+         "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-batched-tokens", "512"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    try:
+        while True:
+            if proc.poll() is not None:
+                log.flush()
+                pytest.fail(f"vLLM server exited with {proc.returncode}; log: {log.name}\n" + Path(log.name).read_text()[-3000:])
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM server did not start in 600 s; log: {log.name}")
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def rampwatch_cmd() -> list[str]:
+    exe = shutil.which("rampwatch", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "tui.cli"]
+
+
+def drive(url: str, **overrides) -> "Run":
+    """Run a ramp headless against `url` in this process; returns the finished Run."""
+    import asyncio
+
+    from drivers.runner import Run, RunConfig
+
+    record = overrides.pop("record", None)
+    cfg = RunConfig(url=url, metrics_urls=[url + "/metrics"], gpu="none", scrape_interval=0.2, record=record, **overrides)
+    run = Run(cfg, record=record is not None)
+
+    async def main() -> int:
+        await run.prepare()
+        return await run.drive()
+
+    run.exit_code = asyncio.run(main())
+    return run

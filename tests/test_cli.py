@@ -1,0 +1,166 @@
+"""The command line as a user runs it: subprocesses, exit codes, files."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import rampwatch_cmd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rw(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*rampwatch_cmd(), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def test_drivers_never_import_textual():
+    for path in (ROOT / "drivers").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n == "textual" or n.startswith("textual.") or n.startswith("tui") for n in names), path
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One headless two-session run against the simulated engine, recorded."""
+    from drivers.sim.server import ThreadedSim, make_profile
+
+    out = tmp_path_factory.mktemp("rec") / "two.jsonl"
+    with ThreadedSim(make_profile("tiny")) as s:
+        p = rw("run", s.url, "--sessions", "2", "--scale-to", "16k", "--output-tokens", "16", "--ignore-eos",
+               "--headless", "--gpu", "none", "--record", str(out))
+    return p, out
+
+
+def test_headless_run_prints_turn_lines_and_a_report(recorded):
+    p, out = recorded
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count(" turn ") >= 20 and "needle ✓" in p.stdout
+    assert "session s1" in p.stdout and "session s2" in p.stdout
+    assert out.exists() and f"recording: {out}" in p.stderr
+
+
+def test_report_reproduces_the_live_numbers(recorded):
+    p, out = recorded
+    table = rw("report", str(out))
+    assert table.returncode == 0
+    live_table = p.stdout[p.stdout.index("rampwatch report:"):]
+    assert table.stdout.strip() == live_table.strip()
+
+
+def test_report_json_schema(recorded):
+    _, out = recorded
+    rep = json.loads(rw("report", str(out), "--format", "json").stdout)
+    assert set(rep) == {"run", "sessions", "interference", "server"}
+    assert set(rep["run"]) == {"schema", "rampwatch_version", "server", "model", "engine", "started_at", "sessions"}
+    assert rep["run"]["schema"] == 1 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    turn_keys = {"turn", "context_tokens", "new_tokens", "cached_tokens", "ttft_s", "prefill_tok_s", "decode_tok_s",
+                 "output_tokens", "hit_rate", "kv_peak", "needle", "error"}
+    for s in rep["sessions"]:
+        assert set(s) == {"id", "turns", "summary"}
+        assert set(s["summary"]) == {"ttft_sum_s", "ttft_max_s", "decode_tok_s_median", "needle_found", "turns"}
+        assert len(s["turns"]) == 10
+        for t in s["turns"]:
+            assert set(t) == turn_keys
+            assert 0 <= t["hit_rate"] <= 1 and 0 <= t["kv_peak"] <= 1
+    assert set(rep["interference"]) == {"decode_tok_s_alone_median", "decode_tok_s_during_foreign_prefill_median", "overlapping_turns"}
+    assert set(rep["server"]) == {"kv_peak", "hit_rate_last_turn"}
+
+
+def test_report_md_and_csv(recorded):
+    _, out = recorded
+    md = rw("report", str(out), "--format", "md").stdout
+    assert md.startswith("## rampwatch report") and "| turn | context |" in md
+    csv = rw("report", str(out), "--format", "csv").stdout.splitlines()
+    assert csv[0].startswith("session,turn,context_tokens") and len(csv) == 21
+
+
+def test_replay_headless_prints_the_same_turn_lines(recorded):
+    p, out = recorded
+    replay = rw("replay", str(out), "--headless")
+    assert replay.returncode == 0
+    turn_lines = lambda text: [line for line in text.splitlines() if " turn " in line and "ctx" in line]  # noqa: E731
+    assert turn_lines(replay.stdout) == turn_lines(p.stdout)
+
+
+def test_schedule_over_max_model_len_is_refused_before_sending(sim):
+    p = rw("run", sim.url, "--headless", "--no-record", "--gpu", "none")  # the seed ramp needs 1M; tiny takes 40K
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "max_model_len" in p.stderr and "--scale-to" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "http://127.0.0.1:9", "--headless", "--no-record"], "cannot reach"),
+    (["run", "not-a-url", "--headless", "--no-record"], "not a URL"),
+    (["run", "http://127.0.0.1:9", "--schedule", "64k,32k", "--headless"], "grow"),
+    (["run", "http://127.0.0.1:9", "--scale-to", "lots", "--headless"], "not a token count"),
+    (["report", "/nonexistent/x.jsonl"], "no such recording"),
+    (["replay", "/nonexistent/x.jsonl", "--headless"], "no such recording"),
+    (["replay", "x.jsonl", "--speed", "100"], "--speed"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    p = rw(*args)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_unknown_model_and_non_openai_server(sim):
+    p = rw("run", sim.url, "--model", "nope", "--scale-to", "8k", "--headless", "--no-record")
+    assert p.returncode == 2 and "not served" in p.stderr and "sim-model" in p.stderr
+    p = rw("run", sim.url + "/health", "--scale-to", "8k", "--headless", "--no-record")
+    assert p.returncode == 2 and "not an OpenAI-compatible server" in p.stderr
+
+
+def test_recording_path_problems(sim, tmp_path):
+    p = rw("run", sim.url, "--scale-to", "8k", "--headless", "--record", str(tmp_path))
+    assert p.returncode == 2 and "is a directory" in p.stderr and "--no-record" in p.stderr
+    (tmp_path / "old.jsonl").write_text("x")
+    p = rw("run", sim.url, "--scale-to", "8k", "--headless", "--record", str(tmp_path / "old.jsonl"))
+    assert p.returncode == 2 and "already exists" in p.stderr
+    assert (tmp_path / "old.jsonl").read_text() == "x"
+
+
+def test_sim_command_binds_loopback_and_serves(tmp_path):
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([*rampwatch_cmd(), "sim", "--port", str(port), "--profile", "tiny"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()
+        assert models["data"][0]["owned_by"] == "rampwatch-sim"
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert "SIMULATED" in out and "127.0.0.1" in out
+
+
+def test_demo_headless_scaled_down(tmp_path):
+    rec = tmp_path / "demo.jsonl"
+    p = rw("demo", "--headless", "--profile", "tiny", "--scale-to", "16k", "--output-tokens", "16", "--record", str(rec))
+    assert p.returncode == 0, p.stderr
+    assert "needle ✓" in p.stdout and rec.exists()
+    header = json.loads(rec.read_text().splitlines()[0])
+    assert header["mode"] == "demo" and header["engine"] == "rampwatch-sim"

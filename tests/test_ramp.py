@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import pytest
+
+from drivers.ramp import (
+    SEED_SCHEDULE, Calibration, Conversation, Filler, ScheduleError, format_tokens, parse_schedule, parse_tokens, scale_schedule,
+)
+
+
+def test_seed_schedule_is_the_ten_turn_ramp():
+    assert SEED_SCHEDULE == [32768, 65536, 131072, 262144, 393216, 524288, 655360, 786432, 917504, 1_000_000]
+    assert parse_schedule("seed") == SEED_SCHEDULE
+
+
+@pytest.mark.parametrize("text,value", [("32k", 32768), ("128K", 131072), ("1m", 1_000_000), ("5000", 5000), (" 2k ", 2048)])
+def test_parse_tokens(text, value):
+    assert parse_tokens(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "abc", "32x", "-5", "0", "1.5.5k"])
+def test_parse_tokens_rejects(text):
+    with pytest.raises(ScheduleError):
+        parse_tokens(text)
+
+
+def test_parse_schedule_list_and_errors():
+    assert parse_schedule("32k,64k,128k,1m") == [32768, 65536, 131072, 1_000_000]
+    with pytest.raises(ScheduleError, match="grow"):
+        parse_schedule("64k,32k")
+    with pytest.raises(ScheduleError):
+        parse_schedule(",")
+
+
+def test_scale_keeps_shape_and_ends_on_target():
+    scaled = scale_schedule(SEED_SCHEDULE, 32768)
+    assert scaled[-1] == 32768 and len(scaled) == 10
+    for a, b in zip(SEED_SCHEDULE, scaled):
+        assert b == pytest.approx(a * 32768 / 1_000_000, abs=1)
+    with pytest.raises(ScheduleError, match="too small"):
+        scale_schedule(SEED_SCHEDULE, 5)
+
+
+def test_format_tokens():
+    assert format_tokens(1_000_000) == "1M"
+    assert format_tokens(131072) == "131K"
+    assert format_tokens(2100) == "2.1K"
+    assert format_tokens(None) == "-"
+
+
+def test_filler_never_repeats_a_block_and_is_salted():
+    import random
+
+    a = Filler(random.Random("run-a")).text(200_000)
+    b = Filler(random.Random("run-b")).text(200_000)
+    assert abs(len(a) - 200_000) < 50
+    assert a[:1000] != b[:1000]
+    # No 200-char block of the text appears twice.
+    blocks = {a[i:i + 200] for i in range(0, len(a) - 200, 200)}
+    assert len(blocks) == len(range(0, len(a) - 200, 200))
+
+
+def _message(conv: Conversation, turn: int) -> str:
+    chars, _ = conv.plan(turn)
+    return "".join(conv.user_message(turn, chars))
+
+
+def test_needle_planted_in_turn_one_and_asked_every_turn():
+    conv = Conversation("salt1", [1000, 2000, 3000])
+    first = _message(conv, 1)
+    assert first.startswith("[salt1] ")
+    assert conv.needle.fact() in first and first.endswith(conv.needle.question())
+    conv.add_reply(prompt_tokens=1000, completion_tokens=10)
+    second = _message(conv, 2)
+    assert conv.needle.fact() not in second and second.endswith(conv.needle.question())
+    assert conv.needle.found_in(f"it is {conv.needle.value.lower()}.")
+    assert not conv.needle.found_in("no idea")
+
+
+def test_needles_differ_between_sessions():
+    a, b = Conversation("r-s1", [100]), Conversation("r-s2", [100])
+    assert (a.needle.key, a.needle.value) != (b.needle.key, b.needle.value)
+
+
+def test_budget_corrects_the_ratio_from_usage():
+    cal = Calibration(chars_per_token=4.0, template_tokens=8, fixed_tokens=(50, 20))
+    conv = Conversation("x", [10_000, 20_000], cal)
+    chars1, new1 = conv.plan(1)
+    assert new1 == 10_000 and chars1 == (10_000 - 8 - 50) * 4
+    _message(conv, 1)
+    # The server saw 3 filler chars a token: turn 2 must be budgeted with that ratio.
+    reported = round(chars1 / 3.0) + 8 + 50
+    conv.add_reply(prompt_tokens=reported, completion_tokens=100)
+    assert conv.chars_per_token == pytest.approx(3.0, rel=0.01)
+    chars2, new2 = conv.plan(2)
+    assert new2 == 20_000 - reported - 100
+    assert chars2 == pytest.approx((new2 - 8 - 20) * 3.0, rel=0.01)
+
+
+def test_million_token_turn_comes_in_slices():
+    # Build time is measured by tests/bench_client.py; here: size and slicing.
+    conv = Conversation("big", [1_000_000])
+    chars, _ = conv.plan(1)
+    pieces = list(conv.user_message(1, chars))
+    assert sum(map(len, pieces)) == pytest.approx(4_000_000, rel=0.01)
+    assert max(map(len, pieces)) <= Conversation.PIECE_CHARS + 1

@@ -1,0 +1,192 @@
+"""The simulated engine: scheduler, prefix cache, HTTP surface, and its
+calibrated phenomena checked end to end through rampwatch's own driver."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from drivers.analysis import build_report
+from drivers.metrics import normalize
+from drivers.ramp import SEED_SCHEDULE
+from drivers.sim.engine import SimEngine, reply_words
+from drivers.sim.kvcache import KVPool
+from drivers.sim.profiles import PROFILES
+from drivers.sim.server import ThreadedSim, make_profile
+from tests.conftest import drive
+
+
+def test_step_time_grows_with_context_and_tokens():
+    p = PROFILES["glm-like"]
+    shallow = p.step_time([(0, 2048)], [])
+    deep = p.step_time([(800_000, 2048)], [])
+    assert deep > shallow > 0
+    # A decode step that carries a prefill chunk takes as long as the chunk.
+    assert p.step_time([(300_000, 2047)], [300_000]) > 20 * p.step_time([], [300_000])
+
+
+def test_glm_like_calibration_figures():
+    p = PROFILES["glm-like"]
+
+    def prefill(start: int, n: int) -> float:
+        t, pos = 0.0, start
+        while pos < start + n:
+            c = min(p.max_num_batched_tokens, start + n - pos)
+            t, pos = t + p.step_time([(pos, c)], []), pos + c
+        return t
+
+    assert 79 <= prefill(131_072, 131_072) <= 88 * 1.02
+    assert 79 <= prefill(786_432, 131_072) <= 88 * 1.02
+    assert prefill(0, 1_000_000) == pytest.approx(628, rel=0.02)
+    assert 1 / p.step_time([], [1_000_000]) == pytest.approx(34.7, rel=0.02)
+
+
+def test_kv_pool_prefix_cache_and_lru():
+    pool = KVPool(num_blocks=4, block_size=16)
+    a = pool.allocate(2)
+    pool.register(a[0], b"h0")
+    pool.register(a[1], b"h1")
+    pool.release(a)
+    assert pool.used == 0 and pool.free == 4
+    assert pool.match([b"h0", b"h1", b"h2"]) == a  # found again, now held
+    pool.release(a)
+    got = pool.allocate(3)  # two never-used blocks, then the oldest cached one is evicted
+    assert got is not None and pool.match([b"h0"]) == []
+    assert pool.allocate(2) is None  # full
+
+
+async def _finish(engine: SimEngine, req):
+    task = asyncio.create_task(engine.run())
+    engine.submit(req)
+    while not req.finished:
+        await asyncio.sleep(0.001)
+    task.cancel()
+    return req
+
+
+async def test_growing_conversation_reuses_its_blocks():
+    engine = SimEngine(PROFILES["tiny"].scaled(step_overhead_s=0.0, decode_token_s=0.0, prefill_token_s=0.0))
+    first = b"x" * 4000
+    r1 = await _finish(engine, engine.make_request(first, 4, ignore_eos=True))
+    assert r1.cached_tokens == 0 and r1.generated == 4
+    r2 = await _finish(engine, engine.make_request(first + b"y" * 400, 4, ignore_eos=True))
+    assert r2.cached_tokens == (1000 // 16) * 16
+    assert engine.pool.used == 0
+
+
+async def test_preemption_when_the_pool_runs_out():
+    p = PROFILES["tiny"].scaled(kv_tokens=2048, block_size=16, step_overhead_s=0.0005, decode_token_s=0.0, prefill_token_s=0.0)
+    engine = SimEngine(p)
+    preempted = []
+    engine.stats.on_preempt = preempted.append
+    task = asyncio.create_task(engine.run())
+    reqs = [engine.make_request(bytes([65 + i]) * 4000, 200, ignore_eos=True) for i in range(2)]
+    for r in reqs:
+        engine.submit(r)
+    while not all(r.finished for r in reqs):
+        await asyncio.sleep(0.001)
+    task.cancel()
+    assert preempted and all(r.generated == 200 for r in reqs)
+
+
+def test_schedule_puts_decodes_first_and_chunks_prefill():
+    engine = SimEngine(PROFILES["tiny"])
+    dec = engine.make_request(b"d" * 400, 10, ignore_eos=True)
+    engine.running.append(dec)
+    dec.computed, dec.generated, dec.first_t = dec.prompt_tokens, 1, 1.0
+    dec.blocks = engine.pool.allocate(8)
+    long = engine.make_request(b"p" * 40_000, 10, ignore_eos=True)
+    engine.submit(long)
+    prefills, decodes = engine.schedule()
+    assert decodes == [dec]
+    assert prefills == [(long, PROFILES["tiny"].max_num_batched_tokens - 1)]
+
+
+def test_reply_answers_the_needle_only_when_the_fact_is_there():
+    prompt = b"<|user|>\nblah Remember this fact: the access code of Ilsa Ko is AB12-CD34.\nmore\n\nQuestion: what is the access code of Ilsa Ko? Answer with the code only.\n<|assistant|>\n"
+    words, ends = reply_words(prompt, 0)
+    assert "".join(words).endswith("AB12-CD34.") and ends
+    words, ends = reply_words(prompt.replace(b"AB12-CD34", b""), 0)
+    assert "AB12" not in "".join(words) and not ends
+
+
+def test_http_surface(sim):
+    url = sim.url
+    models = httpx.get(url + "/v1/models").json()["data"][0]
+    assert models["owned_by"] == "rampwatch-sim" and models["max_model_len"] == PROFILES["tiny"].max_model_len
+    assert "simulated" in httpx.get(url + "/version").json()["version"]
+    assert httpx.get(url + "/health").status_code == 200
+    assert httpx.post(url + "/tokenize", json={"prompt": "abcdefgh"}).json()["count"] == 2
+    assert httpx.post(url + "/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}).json()["count"] > 1
+    too_long = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 200_000}], "max_tokens": 8})
+    assert too_long.status_code == 400 and "maximum context length" in too_long.json()["error"]["message"]
+    assert httpx.post(url + "/v1/chat/completions", content=b"{nope").status_code == 400
+    assert httpx.post(url + "/v1/chat/completions", json={"model": "other", "messages": [{"role": "user", "content": "x"}]}).status_code == 404
+    plain = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5, "ignore_eos": True}).json()
+    assert plain["usage"]["completion_tokens"] == 5 and plain["choices"][0]["message"]["content"]
+    comp = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": 3, "ignore_eos": True}).json()
+    assert comp["usage"]["completion_tokens"] == 3
+    engine, values, missing = normalize(httpx.get(url + "/metrics").text)
+    assert engine == "vllm" and not missing and values["kv_capacity_tokens"] == PROFILES["tiny"].kv_tokens
+    assert values["generation_tokens"] == 8
+    text = httpx.get(url + "/metrics").text
+    for name in ("vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+                 "vllm:request_prefill_time_seconds_bucket", "vllm:request_decode_time_seconds_bucket",
+                 "vllm:request_queue_time_seconds_bucket", 'simulated="True"'):
+        assert name in text
+
+
+def test_faults_endpoint(sim):
+    r = httpx.post(sim.url + "/sim/faults", json={"fail_requests": 1, "fail_status": 503})
+    assert r.json()["fail_requests"] == 1
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    assert httpx.post(sim.url + "/v1/chat/completions", json=body).status_code == 503
+    assert httpx.post(sim.url + "/v1/chat/completions", json=body).status_code == 200
+    assert httpx.post(sim.url + "/sim/faults", json={"bogus": 1}).status_code == 400
+
+
+# -- the phenomena, through rampwatch's own driver --------------------------------
+
+SCALE = 200.0  # glm-like, 200x faster than real time
+
+
+def test_one_session_seed_ramp_matches_the_model():
+    with ThreadedSim(make_profile("glm-like", time_scale=SCALE)) as s:
+        run = drive(s.url, schedule=list(SEED_SCHEDULE), output_tokens=32, ignore_eos=True)
+        rep = build_report(run.state)
+        oneshot = drive(s.url, schedule=[1_000_000], output_tokens=8, ignore_eos=True)
+        kv_at_1m = run.state.server.kv_peak
+    assert run.exit_code == 0 and oneshot.exit_code == 0
+    rows = rep.sessions[0].turns
+    assert [r.needle for r in rows] == [True] * 10
+    ttfts = [r.ttft_s for r in rows]
+    per_new = [r.ttft_s / r.new_tokens for r in rows[3:9]]  # turns 4-9 add 131,072 tokens each
+    assert max(ttfts[3:9]) / min(ttfts[3:9]) < 1.25, ttfts
+    assert max(per_new) / min(per_new) < 1.25
+    total = sum(ttfts)
+    one = build_report(oneshot.state).sessions[0].turns[0].ttft_s
+    assert total == pytest.approx(one, rel=0.15), (total, one)
+    assert rows[0].hit_rate == 0.0 and rows[-1].hit_rate > 0.9
+    # At 1M the live sequence holds ~1M of the pool's 2.4M tokens (block rounding aside).
+    assert kv_at_1m == pytest.approx(1_000_000 / PROFILES["glm-like"].kv_tokens, rel=0.1)
+
+
+def test_two_sessions_interfere():
+    with ThreadedSim(make_profile("glm-like", time_scale=SCALE)) as s:
+        run = drive(s.url, sessions=2, schedule=[131_072, 262_144, 393_216], output_tokens=64, ignore_eos=True)
+        server_metrics = httpx.get(s.url + "/metrics").text
+    assert run.exit_code == 0
+    rep = build_report(run.state)
+    a, b = (sess.turns[0].ttft_s for sess in rep.sessions)  # turn 1: both sent together, both prefill
+    assert 1.6 <= max(a, b) / min(a, b) <= 2.4, (a, b)
+    i = rep.interference
+    assert i.overlapping_turns > 0
+    assert i.decode_tok_s_during_foreign_prefill_median < i.decode_tok_s_alone_median / 3
+    # The client's TTFTs agree with the engine's own histogram (same requests, same order).
+    _, values, _ = normalize(server_metrics)
+    client_sum = sum(r.ttft for r in run.state.turns)
+    assert values["ttft_count"] == 6
+    assert client_sum >= values["ttft_sum"]
+    assert client_sum - values["ttft_sum"] < 0.05 * values["ttft_sum"] + 0.05 * 6

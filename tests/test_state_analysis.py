@@ -1,0 +1,137 @@
+"""RunState and analysis on hand-built event lists."""
+
+from __future__ import annotations
+
+import pytest
+
+from drivers import events as ev
+from drivers.analysis import build_report, turn_hit_rate
+from drivers.state import RunState
+
+
+def header() -> ev.Header:
+    return ev.Header(rampwatch_version="t", command=["rampwatch"], mode="run", server="http://s", model="m", engine="vllm", sessions=2)
+
+
+def fold(events: list[ev.AnyEvent]) -> RunState:
+    s = RunState(header())
+    for e in events:
+        s.apply(e)
+    return s
+
+
+def metrics(t: float, **values: float) -> ev.MetricsSample:
+    return ev.MetricsSample(t=t, source="m", engine="vllm", values=values)
+
+
+def two_session_run() -> list[ev.AnyEvent]:
+    """s1 decodes 1 token/s alone, then at 0.25 tokens/s while s2 prefills; s2 then decodes."""
+    e: list[ev.AnyEvent] = [
+        ev.SessionPlanned(t=0, session="s1", schedule=[1000, 2000], salt="a"),
+        ev.SessionPlanned(t=0, session="s2", schedule=[1000, 2000], salt="b"),
+        metrics(0.0, kv_usage=0.0, prefix_queries=0, prefix_hits=0),
+        ev.RequestSent(t=0.0, session="s1", turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=4000),
+        ev.FirstToken(t=2.0, session="s1", turn=1),
+        ev.TokenTimes(t=6.0, session="s1", turn=1, times=[2.0, 3.0, 4.0, 5.0, 6.0]),  # alone: 1/s
+        ev.RequestSent(t=6.5, session="s2", turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=4000),
+        metrics(7.0, kv_usage=0.4, prefix_queries=2000, prefix_hits=0),
+        ev.TokenTimes(t=22.0, session="s1", turn=1, times=[10.0, 14.0, 18.0, 22.0]),  # during s2's prefill: 0.25/s
+        ev.TurnDone(t=22.0, session="s1", turn=1, status="ok", prompt_tokens=1010, cached_tokens=0,
+                    completion_tokens=9, chunks=9, needle=True),
+        ev.FirstToken(t=23.0, session="s2", turn=1),
+        ev.TokenTimes(t=26.0, session="s2", turn=1, times=[23.0, 24.0, 25.0, 26.0]),
+        ev.TurnDone(t=26.0, session="s2", turn=1, status="ok", prompt_tokens=990, cached_tokens=None,
+                    completion_tokens=4, chunks=4, needle=False),
+    ]
+    return e
+
+
+def test_states_follow_the_turn():
+    events = two_session_run()
+    s = fold(events[:5])
+    assert s.sessions["s1"].state == "decoding" and s.sessions["s2"].state == "queued"
+    s = fold(events[:7])
+    assert s.sessions["s2"].state == "prefilling"
+    assert [r.session for r in s.prefilling()] == ["s2"]
+    s = fold(events)
+    assert s.sessions["s1"].state == "idle" and s.sessions["s2"].state == "idle"
+    assert s.sessions["s1"].needles == [True] and s.sessions["s2"].needles == [False]
+    assert s.sessions["s1"].context_tokens == 1010
+
+
+def test_turn_rows_follow_the_measurement_rules():
+    rep = build_report(fold(two_session_run()))
+    s1 = rep.sessions[0].turns[0]
+    assert s1.ttft_s == 2.0
+    assert s1.decode_tok_s == pytest.approx((9 - 1) / (22.0 - 2.0))
+    assert s1.prefill_tok_s == pytest.approx(1010 / 2.0)
+    assert s1.hit_rate == 0.0 and s1.kv_peak == 0.4 and s1.needle is True
+    s2 = rep.sessions[1].turns[0]
+    assert s2.ttft_s == pytest.approx(16.5)
+    assert s2.cached_tokens is None and s2.new_tokens == 990
+    assert rep.sessions[0].summary.needle_found == 1 and rep.sessions[1].summary.needle_found == 0
+
+
+def test_interference_split():
+    rep = build_report(fold(two_session_run()))
+    i = rep.interference
+    # s1: intervals 2->6 alone (4 of 1 s), 6->10 ends after s2's send at 6.5: foreign; 10->22 foreign (3 of 4 s).
+    assert i.overlapping_turns == 1
+    assert i.decode_tok_s_during_foreign_prefill_median == pytest.approx(4 / 16.0)
+    # alone: s1's four 1-s intervals and s2's three (s1 was not prefilling then).
+    assert i.decode_tok_s_alone_median == pytest.approx(1.0)
+
+
+def test_hit_rate_from_counter_deltas_without_usage():
+    s = fold([
+        ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"),
+        metrics(0.0, prefix_queries=1000, prefix_hits=100),
+        ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
+        metrics(0.5, prefix_queries=1400, prefix_hits=400),
+        ev.TurnDone(t=1.0, session="s1", turn=1, status="ok", prompt_tokens=400, completion_tokens=1),
+    ])
+    assert turn_hit_rate(s.turns[0]) == pytest.approx(300 / 400)
+
+
+def test_counter_reset_skips_the_interval():
+    s = fold([metrics(0, prefix_queries=1000, prefix_hits=500), metrics(1, prefix_queries=10, prefix_hits=5),
+              metrics(2, prefix_queries=110, prefix_hits=55)])
+    # The restart interval adds nothing; afterwards deltas resume.
+    assert s.counters()["prefix_queries"] == 1100
+    assert s.hit_rate_since_start() == pytest.approx(50 / 100)
+
+
+def test_unavailable_metric_stays_unavailable():
+    s = fold([ev.MetricsSample(t=0, source="m", engine="llama.cpp", values={"running": 1.0},
+                               missing={"kv_usage": "llama.cpp exposes no KV-cache occupancy"})])
+    assert "kv_usage" not in s.server.values
+    assert "llama.cpp" in s.server.missing["kv_usage"]
+    assert s.hit_rate_since_start() is None
+
+
+def test_failed_turn_and_log():
+    s = fold([
+        ev.SessionPlanned(t=0, session="s1", schedule=[100, 200], salt="a"),
+        ev.RequestSent(t=0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
+        ev.TurnDone(t=1, session="s1", turn=1, status="failed", error="HTTP 500: boom"),
+    ])
+    assert s.sessions["s1"].state == "failed" and s.sessions["s1"].failed_turns == 1
+    assert s.log[-1][1] == "error" and "HTTP 500: boom" in s.log[-1][2]
+    assert build_report(s).sessions[0].turns[0].error == "HTTP 500: boom"
+
+
+def test_decode_rate_now_uses_a_window():
+    s = fold([
+        ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"),
+        ev.RequestSent(t=0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
+        ev.FirstToken(t=1, session="s1", turn=1),
+        ev.TokenTimes(t=10, session="s1", turn=1, times=[1.0, 2.0] + [9.0 + k * 0.1 for k in range(11)]),
+    ])
+    assert s.sessions["s1"].decode_rate_now() == pytest.approx(10.0)
+
+
+def test_new_log_entries():
+    s = fold(two_session_run())
+    total = s.log_total
+    assert s.new_log_entries(total) == []
+    assert len(s.new_log_entries(total - 2)) == 2

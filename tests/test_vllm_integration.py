@@ -1,0 +1,87 @@
+"""Against a real vLLM CPU server (tiny random-weight Llama made by the fixture).
+
+A random model cannot find a needle, so the needle path is tested against the
+simulated engine (test_sim.py); everything else is checked here."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from drivers.analysis import build_report
+from drivers.metrics import _LINE, _labels, normalize
+from drivers.ramp import SEED_SCHEDULE, scale_schedule
+from drivers.recording import read_recording
+from drivers.state import RunState
+from tests.conftest import drive
+
+pytestmark = pytest.mark.vllm
+
+
+def ttft_histogram(text: str) -> tuple[float, float, dict[float, float]]:
+    """(sum, count, {le: cumulative count}) of vllm:time_to_first_token_seconds."""
+    total = count = 0.0
+    buckets: dict[float, float] = {}
+    for m in _LINE.finditer(text):
+        name = m.group(1)
+        if name == "vllm:time_to_first_token_seconds_sum":
+            total += float(m.group(3))
+        elif name == "vllm:time_to_first_token_seconds_count":
+            count += float(m.group(3))
+        elif name == "vllm:time_to_first_token_seconds_bucket":
+            le = float(_labels(m.group(2))["le"])
+            buckets[le] = buckets.get(le, 0.0) + float(m.group(3))
+    return total, count, buckets
+
+
+def test_two_session_ramp_against_vllm(vllm_server, tmp_path):
+    url = vllm_server
+    before = ttft_histogram(httpx.get(url + "/metrics").text)
+    schedule = scale_schedule(SEED_SCHEDULE, 32_768)
+    rec = tmp_path / "vllm.jsonl"
+    run = drive(url, sessions=2, schedule=schedule, output_tokens=64, ignore_eos=True, record=rec)
+    after_text = httpx.get(url + "/metrics").text
+    after = ttft_histogram(after_text)
+    assert run.exit_code == 0
+    rep = build_report(run.state)
+    assert rep.run.engine == "vllm" and rep.run.model == "tiny"
+
+    for sess in rep.sessions:
+        rows = sess.turns
+        assert [r.turn for r in rows] == list(range(1, 11)) and not any(r.error for r in rows)
+        for r, target in zip(rows, schedule):
+            assert r.context_tokens == pytest.approx(target, rel=0.02), (sess.id, r.turn, r.context_tokens, target)
+            assert r.output_tokens == 64
+        assert all(r.cached_tokens and r.cached_tokens > 0 for r in rows[1:])
+        hits = [r.hit_rate for r in rows]
+        assert hits[0] == 0.0 and hits[-1] > hits[1] and hits[-1] > 0.85
+        # Turns 2-4 double the context (about half cached); from turn 4 on each adds the same, so the share rises.
+        assert all(0.35 < h < 0.65 for h in hits[1:4]), hits
+        assert all(b > a for a, b in zip(hits[3:], hits[4:])), hits
+
+    # The client's clock starts before the server's and ends after it.
+    client = sorted(r.ttft for r in run.state.turns)
+    server_sum = after[0] - before[0]
+    assert after[1] - before[1] == len(client) == 20
+    for le, cum in after[2].items():
+        server_le = cum - before[2].get(le, 0.0)
+        # Every client TTFT >= its server TTFT, so no more client than server observations under any bound.
+        assert server_le >= sum(1 for t in client if t <= le), le
+    assert sum(client) >= server_sum
+    assert sum(client) - server_sum < 0.05 * server_sum + 0.050 * len(client), (sum(client), server_sum)
+
+    i = rep.interference
+    assert i.overlapping_turns > 0
+    assert i.decode_tok_s_during_foreign_prefill_median < i.decode_tok_s_alone_median
+
+    # The server panel's figures came from the real exposition.
+    _, values, missing = normalize(after_text)
+    assert not missing and run.state.server.values["kv_capacity_tokens"] == values["kv_capacity_tokens"]
+    assert rep.server.kv_peak is not None and rep.server.kv_peak > 0
+
+    # The recording reports the same numbers as the live run.
+    back = read_recording(rec)
+    state = RunState(back.header)
+    for e in back.events:
+        state.apply(e)
+    assert build_report(state) == rep
