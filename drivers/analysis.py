@@ -126,15 +126,16 @@ def turn_row(rec: TurnRecord, prev_prompt: int | None = None) -> TurnRow:
 def turn_line(rec: TurnRecord) -> str:
     """The one-line summary of a finished turn (headless output, events panel)."""
     row = turn_row(rec)
-    parts = [f"{rec.session} turn {rec.turn}", f"ctx {row.context_tokens:,}"]
-    if row.cached_tokens is not None:
-        parts.append(f"cached {row.cached_tokens:,}")
+    parts = [f"{rec.session} turn {rec.turn}"]
     if row.ttft_s is not None:
         parts.append(f"TTFT {row.ttft_s:.2f}s")
     if row.decode_tok_s is not None:
         parts.append(f"decode {row.decode_tok_s:.1f} tok/s")
     if row.needle is not None:
         parts.append("needle ✓" if row.needle else "needle ✗")
+    parts.append(f"ctx {row.context_tokens:,}")
+    if row.cached_tokens is not None:
+        parts.append(f"cached {row.cached_tokens:,}")
     return "  ".join(parts)
 
 

@@ -167,6 +167,7 @@ class Run:
         self.cfg = cfg
         self.record = record
         self.clock = monotonic_clock()
+        self.started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")  # wall time of t = 0
         self.state = RunState()
         self.hub = EventHub(self.state)
         self.info: ServerInfo | None = None
@@ -199,6 +200,7 @@ class Run:
             check_schedule(cfg, info)
             self.calibration = await calibrate(client, cfg, info.model, self.conversation(1))
         self.info = info
+        header = self.header()
         if self.record:
             path = cfg.record or default_record_path(info.model or "watch")
             if cfg.record is None:
@@ -207,10 +209,10 @@ class Run:
             if problem:
                 raise BadInput(problem + " (or pass --no-record)")
             try:
-                self.hub.recorder = Recorder(path, self.header())
+                self.hub.recorder = Recorder(path, header)
             except OSError as e:
                 raise BadInput(f"cannot create recording {path}: {e.strerror or e} (or pass --no-record)") from None
-        self.state.header = self.header()
+        self.state.header = header
 
     def conversation(self, k: int) -> Conversation:
         """Session k's conversation (1-based): its own salt, so sessions share no prefix."""
@@ -228,7 +230,7 @@ class Run:
             engine_version=info.engine_version if info else None,
             max_model_len=info.max_model_len if info else None,
             host=platform.node(),
-            started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            started_at=self.started_at,
             sessions=self.cfg.sessions if self.cfg.mode != "watch" else 0,
             output_tokens=self.cfg.output_tokens,
             salt=self.salt,

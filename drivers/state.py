@@ -11,12 +11,14 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from drivers import events as ev
+from drivers.analysis import turn_line, turn_row
 
 DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
 TIMELINE_BUCKET_S = 1.0
 TIMELINE_LEN = 1800  # buckets kept per session for the chart; the recording keeps all
 LOG_LEN = 500
 HISTORY_LEN = 1800
+RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
 
 # Normalized counters (drivers/metrics.py) that analysis takes deltas of.
 COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed", "generation_tokens", "preemptions")
@@ -52,6 +54,19 @@ class TurnRecord:
     @property
     def ttft(self) -> float | None:
         return None if self.first_t is None else self.first_t - self.sent_t
+
+
+@dataclass(slots=True)
+class PrefillProgress:
+    session: str
+    turn: int
+    new_tokens: int
+    elapsed: float
+    expected: float | None  # seconds, from the last prefill rate seen
+
+    @property
+    def fraction(self) -> float | None:
+        return min(0.99, self.elapsed / self.expected) if self.expected else None
 
 
 @dataclass(slots=True)
@@ -91,7 +106,7 @@ class ServerView:
     kv_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
     kv_peak: float | None = None
     first_counters: dict[str, float] = field(default_factory=dict)
-    rates: dict[str, float] = field(default_factory=dict)  # tokens/s between the last two samples
+    rates: dict[str, float] = field(default_factory=dict)  # tokens/s over the last RATE_WINDOW_S
     last_sample_t: float | None = None
 
 
@@ -115,8 +130,9 @@ class RunState:
         self._src_raw: dict[str, dict[str, float]] = {}
         self._src_offset: dict[str, dict[str, float]] = {}
         self._src_values: dict[str, dict[str, float]] = {}
-        self._prev_counters: tuple[float, dict[str, float]] | None = None
+        self._rate_window: deque[tuple[float, dict[str, float]]] = deque()
         self._prefilling: dict[str, TurnRecord] = {}
+        self._last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
 
     # -- folding -------------------------------------------------------------
 
@@ -212,6 +228,9 @@ class RunState:
             rec.chunks = e.chunks
         self.turns.append(rec)
         self._prefilling.pop(e.session, None)
+        rate = turn_row(rec).prefill_tok_s if e.status == "ok" else None
+        if rate:
+            self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = rate
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = e.t
         s.current, s.last_done = None, rec
@@ -219,7 +238,7 @@ class RunState:
         if e.status == "ok":
             s.state = "done" if e.turn >= len(s.schedule) else "idle"
             s.needles.append(e.needle)
-            self._log((e.t, "info", _turn_line(rec)))
+            self._log((e.t, "info", turn_line(rec)))
         else:
             s.state = "failed" if e.status == "failed" else "cancelled"
             s.failed_turns += e.status == "failed"
@@ -261,10 +280,14 @@ class RunState:
         counters = {k: merged[k] for k in COUNTERS if k in merged}
         if not srv.first_counters:
             srv.first_counters = dict(counters)
-        if self._prev_counters is not None and e.t > self._prev_counters[0]:
-            t0, c0 = self._prev_counters
+        # Rates over a window: engines bump prompt counters per request, not per chunk.
+        window = self._rate_window
+        window.append((e.t, counters))
+        while len(window) > 2 and window[1][0] <= e.t - RATE_WINDOW_S:
+            window.popleft()
+        t0, c0 = window[0]
+        if e.t > t0:
             srv.rates = {k: (counters[k] - c0[k]) / (e.t - t0) for k in counters if k in c0}
-        self._prev_counters = (e.t, counters)
         srv.last_sample_t = e.t
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
@@ -309,18 +332,39 @@ class RunState:
     def prefilling(self) -> list[TurnRecord]:
         return list(self._prefilling.values())
 
+    def prefill_progress(self, now: float) -> list[PrefillProgress]:
+        """Each waiting prefill: elapsed time and, from the session's (or else
+        the run's) last prefill rate, the expected total wait."""
+        out = []
+        for rec in self._prefilling.values():
+            rate = self._last_prefill_rate.get(rec.session) or self._last_prefill_rate.get("")
+            expected = rec.new_tokens_est / rate if rate else None
+            out.append(PrefillProgress(session=rec.session, turn=rec.turn, new_tokens=rec.new_tokens_est,
+                                       elapsed=max(0.0, now - rec.sent_t), expected=expected))
+        return out
+
+    def kv_fits_sequences(self) -> int | None:
+        """How many sequences as long as the longest session fit in the engine's KV pool."""
+        cap = self.server.values.get("kv_capacity_tokens")
+        longest = max((s.context_tokens or 0 for s in self.sessions.values()), default=0)
+        return int(cap // longest) if cap and longest else None
+
+    def foreign_prefill(self, session: str, t0: float, t1: float, now: float) -> bool:
+        """Whether another session had a prefill in flight at some point in [t0, t1)."""
+        for sid, o in self.sessions.items():
+            if sid == session:
+                continue
+            for a, b in o.prefill_spans:
+                if a < t1 and (now if b is None else b) > t0:
+                    return True
+        return False
+
     def hit_rate_since_start(self) -> float | None:
         first, now = self.server.first_counters, self.counters()
         if "prefix_queries" not in now or "prefix_hits" not in now or not first:
             return None
         dq = now["prefix_queries"] - first.get("prefix_queries", 0.0)
         return (now["prefix_hits"] - first.get("prefix_hits", 0.0)) / dq if dq > 0 else None
-
-
-def _turn_line(rec: TurnRecord) -> str:
-    from drivers.analysis import turn_line  # one place computes the figures
-
-    return turn_line(rec)
 
 
 _HANDLERS = {

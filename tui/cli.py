@@ -220,17 +220,18 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool, show_report: bool 
             raise
         path = run.recording_path
         where = f", recording to {path}" if path else ""
-        if headless:
-            info = run.info
-            print(f"rampwatch {cfg.mode}: {cfg.base_url} model {info.model if info else '?'} "
-                  f"({info.engine if info else '?'}){where}", flush=True)
-            return await _drive_headless(run)
-        from tui.app import run_app_live
-
-        return await run_app_live(run)
+        info = run.info
+        print(f"rampwatch {cfg.mode}: {cfg.base_url} model {info.model if info else '?'} "
+              f"({info.engine if info else '?'}){where}", flush=True)
+        return await _drive_headless(run)
 
     try:
-        code = asyncio.run(main())
+        if headless:
+            code = asyncio.run(main())
+        else:
+            from tui.app import run_app_live
+
+            code = run_app_live(run)
     except BadInput as e:
         return fail(str(e))
     if headless and show_report and cfg.mode != "watch":

@@ -5,7 +5,8 @@ A step's time is: overhead + per prefill token (a + b * its context position)
 `glm-like` is calibrated to published single-node figures of a large model
 on 8 GPUs: ~1,650 tokens/s prefill at depth (131K new tokens in 79-88 s at
 262K-917K context), a fresh 1M prompt in ~628 s, and 34.7 tokens/s decode
-for one session at 1M context.
+for one session at 1M context. Its step budget is 512 tokens, so a session
+decoding beside another's long prefill gets ~3 tokens/s (one per step).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ PROFILES: dict[str, SimProfile] = {
     ),
     # A large model on one 8-GPU node, in real time (use time_scale to speed up).
     "glm-like": SimProfile(
-        name="glm-like", max_model_len=1_048_576, kv_tokens=2_400_000, block_size=64, max_num_batched_tokens=2048,
-        max_num_seqs=256, step_overhead_s=0.018, prefill_token_s=573e-6, prefill_attn_s=1.1e-10,
+        name="glm-like", max_model_len=1_048_576, kv_tokens=2_400_000, block_size=64, max_num_batched_tokens=512,
+        max_num_seqs=256, step_overhead_s=0.018, prefill_token_s=546.6e-6, prefill_attn_s=1.1e-10,
         decode_token_s=0.0005, decode_attn_s=1.03e-8, time_scale=1.0,
     ),
 }

@@ -1,0 +1,157 @@
+"""The Textual UI, driven by Pilot: replay stepped deterministically, a live
+run quit midway, and SVG snapshots of the main screen."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from drivers import events as ev
+from drivers.recording import Recording, read_recording
+from drivers.runner import Run, RunConfig
+from drivers.sim.server import ThreadedSim, make_profile
+from tests.test_state_analysis import header, two_session_run
+from tui.app import RampwatchApp
+from tui.sources import LiveSource, ReplaySource
+from tui.widgets.panels import EventsPanel, GpuPanel, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
+
+
+def replay_app(events: list[ev.AnyEvent]) -> tuple[RampwatchApp, ReplaySource]:
+    src = ReplaySource(Recording(header=header(), events=events))
+    src.paused = True  # the test moves the position itself
+    return RampwatchApp(src, autostart=False), src
+
+
+async def test_prefilling_session_shows_as_prefilling_with_elapsed_time():
+    app, src = replay_app(two_session_run())
+    async with app.run_test(size=(120, 40)) as pilot:
+        src.seek(10.0)  # s2 sent at 6.5 and has no first token yet
+        app.refresh_panels()
+        await pilot.pause()
+        sessions = app.query_one(SessionsPanel).plain_text()
+        s2 = next(line for line in sessions.splitlines() if line.strip().startswith("s2"))
+        assert "prefilling 3.50s" in s2
+        prefill = app.query_one(PrefillPanel).plain_text()
+        assert "s2 turn 1" in prefill and "3.50s" in prefill
+        assert "decoding" in next(line for line in sessions.splitlines() if line.strip().startswith("s1"))
+
+
+async def test_needle_miss_shows_a_cross_and_report_screen_opens():
+    app, src = replay_app(two_session_run())
+    async with app.run_test(size=(120, 40)) as pilot:
+        src.seek(src.end_t)
+        app.refresh_panels()
+        await pilot.pause()
+        sessions = app.query_one(SessionsPanel).plain_text()
+        assert "✓" in next(line for line in sessions.splitlines() if line.strip().startswith("s1"))
+        assert "✗" in next(line for line in sessions.splitlines() if line.strip().startswith("s2"))
+        assert "needle ✗" in app.query_one(EventsPanel).plain_text()
+        await pilot.press("r")
+        await pilot.pause()
+        assert app.screen.__class__.__name__ == "ReportScreen"
+        await pilot.press("escape")
+
+
+async def test_unavailable_metric_shows_its_reason():
+    events = [ev.MetricsSample(t=0.5, source="http://x/metrics", engine="llama.cpp", values={"running": 1.0, "waiting": 0.0},
+                               missing={"kv_usage": "llama.cpp exposes no KV-cache occupancy (see /slots)",
+                                        "preemptions": "llama.cpp does not preempt"}),
+              ev.GpuUnavailable(t=0.5, source="nvml", reason="no GPU source: NVML unavailable (NVML Shared Library Not Found)")]
+    app, src = replay_app(events)
+    async with app.run_test(size=(120, 40)) as pilot:
+        src.seek(1.0)
+        app.refresh_panels()
+        await pilot.pause()
+        server = " ".join(app.query_one(ServerPanel).plain_text().split())  # the panel wraps long reasons
+        assert "unavailable: llama.cpp exposes no KV-cache occupancy" in server
+        assert "llama.cpp does not preempt" in server
+        assert "running 1" in server
+        assert "no GPU source" in app.query_one(GpuPanel).plain_text()
+
+
+async def test_timeline_marks_foreign_prefill_and_replay_keys():
+    app, src = replay_app(two_session_run())
+    async with app.run_test(size=(120, 40)) as pilot:
+        src.seek(22.0)
+        app.refresh_panels()
+        await pilot.pause()
+        assert "another session prefilling" in app.query_one(TimelinePanel).plain_text()
+        await pilot.press("home")
+        assert src.position == 0.0
+        await pilot.press("right_square_bracket")
+        assert src.position == 6.5  # the next turn's request
+        await pilot.press("right_square_bracket")
+        assert src.position == src.end_t
+        await pilot.press("left_square_bracket")
+        assert src.position == 6.5
+        await pilot.press("left")
+        assert src.position == 0.0
+        await pilot.press("space")
+        assert not src.paused
+        await pilot.press("space")
+        assert src.paused
+        await pilot.press("plus")
+        assert src.speed == 2.0
+        await pilot.press("full_stop")
+        assert src.position == 2.0 and src.paused  # the next event: s1's first token
+        src.seek(6.5)
+        await pilot.press("full_stop")
+        assert src.position == 7.0
+
+
+def test_replay_seek_back_rebuilds_the_same_state():
+    src = ReplaySource(Recording(header=header(), events=two_session_run()))
+    src.seek(src.end_t)
+    ended = [r.ttft for r in src.state.turns]
+    src.seek(3.0)
+    assert src.state.turns == [] and src.state.sessions["s1"].state == "decoding"
+    src.seek(src.end_t)
+    assert [r.ttft for r in src.state.turns] == ended
+
+
+async def test_quitting_mid_run_leaves_a_complete_recording(tmp_path):
+    rec = tmp_path / "quit.jsonl"
+    with ThreadedSim(make_profile("tiny", time_scale=0.05)) as s:  # slow enough to quit mid-turn
+        cfg = RunConfig(url=s.url, metrics_urls=[s.url + "/metrics"], gpu="none", record=rec,
+                        schedule=[2000, 4000, 8000], output_tokens=64, ignore_eos=True, sessions=2)
+        source = LiveSource(Run(cfg))
+        source.start()
+        app = RampwatchApp(source)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                if source.state.sessions and any(x.state == "decoding" for x in source.state.sessions.values()):
+                    break
+            await pilot.press("m")
+            await pilot.pause()
+            await pilot.press("q")
+        code = await asyncio.to_thread(source.stop)
+    assert code == 130
+    back = read_recording(rec)
+    assert not back.truncated_tail
+    assert isinstance(back.events[-1], ev.RunEnded) and back.events[-1].status == "interrupted"
+    done = [e for e in back.events if isinstance(e, ev.TurnDone)]
+    assert done and all(e.status == "cancelled" for e in done)
+    assert any(isinstance(e, ev.Mark) for e in back.events)
+
+
+# -- snapshots of the main screen from the shipped glm-like recording -------------
+
+
+def _shipped_app() -> RampwatchApp:
+    if not SHIPPED.exists():
+        pytest.fail(f"shipped recording missing: {SHIPPED}")
+    src = ReplaySource(read_recording(SHIPPED))
+    src.seek(src.turn_marks[len(src.turn_marks) * 2 // 3] + 3.0)  # mid-ramp: one session prefilling
+    src.paused = True
+    return RampwatchApp(src, autostart=False)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+def test_main_screen_snapshot(snap_compare, size):
+    assert snap_compare(_shipped_app(), terminal_size=size)

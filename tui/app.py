@@ -1,0 +1,267 @@
+"""The Textual app: one main screen of panels, fed by a live run or a replay.
+
+The app reads the source's RunState on a timer (REFRESH_HZ), never per
+token, and only renders: figures come from drivers/state.py and analysis.py.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from typing import Protocol
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from drivers.analysis import build_report
+from drivers.recording import Recording
+from drivers.report import render
+from drivers.runner import Run
+from drivers.state import RunState
+from tui.fmt import clock
+from tui.sources import LiveSource, ReplaySource
+from tui.widgets.panels import EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
+
+REFRESH_HZ = 5.0
+COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
+
+
+class Source(Protocol):
+    state: RunState
+    controllable: bool
+
+    @property
+    def lock(self): ...  # noqa: ANN201
+    @property
+    def finished(self) -> bool: ...
+    def now(self) -> float: ...
+    def mode(self) -> str: ...
+    def recording(self) -> str | None: ...
+    def tick(self, dt: float) -> None: ...
+    def mark(self, note: str) -> bool: ...
+
+
+class PositionBar(Static):
+    """Replay position: time, a bar with turn marks, speed and state."""
+
+    def show(self, src: ReplaySource) -> None:
+        width = max(10, self.size.width - 40)
+        end = src.end_t or 1.0
+        cells = ["─"] * width
+        for t in src.turn_marks:
+            cells[min(width - 1, int(t / end * (width - 1)))] = "┬"
+        head = min(width - 1, int(src.position / end * (width - 1)))
+        t = Text(f" {'⏸' if src.paused else '▶'} {clock(src.position)} / {clock(src.end_t)} ", style="bold")
+        t.append("".join(cells[:head]), style="green")
+        t.append("●", style="bold yellow")
+        t.append("".join(cells[head + 1:]), style="dim")
+        t.append(f"  {src.speed:g}x", style="bold")
+        self.update(t)
+
+
+class ReportScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,r,q", "dismiss", "close")]
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="report-box"):
+            yield Static(self.text, id="report-text")
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)
+
+
+HELP = """[b]rampwatch keys[/b]
+
+  q            quit (a live run: sessions stop cleanly, the recording is closed)
+  r            report: the per-turn table of the run so far
+  m            mark this moment (recorded as an event)
+  ?            this help
+  ctrl+p       command palette
+
+[b]replay[/b]
+  space        pause / resume
+  + / -        speed up / down (0.25x to 64x)
+  ← / →        seek 10 s back / forward
+  [ / ]        previous / next turn
+  home / end   go to start / end
+  .            step to the next event
+
+[b]panels[/b]
+  Sessions: turn k/N, context, state (prefilling shows how long), last TTFT,
+    current decode tok/s, cached share of the last prompt, needle per turn.
+  Token rate: decode tok/s per session; red cells: another session was prefilling.
+  Prefill in flight: elapsed wait, expected total from the last prefill rate.
+  Server: KV occupancy, prefix hit rate, requests, throughput, preemptions;
+    a metric the server does not expose says why.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(HELP)
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)
+
+
+class RampwatchApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "rampwatch"
+    BINDINGS = [
+        Binding("q,ctrl+c", "quit", "quit", priority=True),
+        Binding("r", "report", "report"),
+        Binding("m", "mark", "mark"),
+        Binding("question_mark", "help", "help"),
+        Binding("space", "pause", "pause", show=False),
+        Binding("plus,equals_sign", "speed(1)", "faster", show=False),
+        Binding("minus", "speed(-1)", "slower", show=False),
+        Binding("left", "seek(-10)", "-10s", show=False),
+        Binding("right", "seek(10)", "+10s", show=False),
+        Binding("left_square_bracket", "turn(-1)", "prev turn", show=False),
+        Binding("right_square_bracket", "turn(1)", "next turn", show=False),
+        Binding("home", "seek_to(0)", "start", show=False),
+        Binding("end", "seek_to(-1)", "end", show=False),
+        Binding("full_stop", "step", "step", show=False),
+    ]
+
+    def __init__(self, source: Source, refresh_hz: float = REFRESH_HZ, autostart: bool = True):
+        super().__init__()
+        self.source = source
+        self.refresh_hz = refresh_hz
+        self.autostart = autostart
+        self.ticks = 0
+        self.stop_signal: int | None = None
+        self._last_tick = time.monotonic()
+        self._marks = 0
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield SessionsPanel("Sessions", id="sessions")
+                yield PrefillPanel("Prefill in flight", id="prefill")
+                yield TimelinePanel("Decode tokens/s", id="timeline")
+            with Vertical(id="right"):
+                yield ServerPanel("Server", id="server")
+                yield GpuPanel("GPUs", id="gpus")
+        yield EventsPanel("Events", id="events")
+        if isinstance(self.source, ReplaySource):
+            yield PositionBar(id="position")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._apply_size(self.size.width, self.size.height)
+        if self.autostart:
+            self.set_interval(1.0 / self.refresh_hz, self.refresh_panels)
+        self.refresh_panels()
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread (tests): the keys still work
+
+    def _on_signal(self, sig: int) -> None:
+        self.stop_signal = sig
+        self.exit()
+
+    def on_resize(self, event) -> None:  # noqa: ANN001
+        self._apply_size(event.size.width, event.size.height)
+
+    def _apply_size(self, width: int, height: int) -> None:
+        self.screen.set_class(width < COMPACT_WIDTH or height < COMPACT_HEIGHT, "-compact")
+
+    def refresh_panels(self) -> None:
+        """One UI tick: advance a replay, then redraw every panel from the state."""
+        now_wall = time.monotonic()
+        dt, self._last_tick = now_wall - self._last_tick, now_wall
+        src = self.source
+        src.tick(dt)
+        with src.lock:
+            state, now = src.state, src.now()
+            self.query_one(HeaderBar).show(state, now, src.mode(), src.recording())
+            for panel in (SessionsPanel, TimelinePanel, PrefillPanel, ServerPanel, GpuPanel, EventsPanel):
+                self.query_one(panel).show(state, now)
+        if isinstance(src, ReplaySource):
+            self.query_one(PositionBar).show(src)
+        self.ticks += 1
+
+    # -- actions -----------------------------------------------------------------
+
+    def action_report(self) -> None:
+        with self.source.lock:
+            text = render(build_report(self.source.state), "table", width=max(100, self.size.width - 6))
+        self.push_screen(ReportScreen(text))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_mark(self) -> None:
+        self._marks += 1
+        if self.source.mark(f"mark {self._marks}"):
+            self.notify(f"mark {self._marks} recorded")
+        else:
+            self.notify("marks are recorded in live runs only", severity="warning")
+
+    def _replay(self) -> ReplaySource | None:
+        return self.source if isinstance(self.source, ReplaySource) else None
+
+    def action_pause(self) -> None:
+        if (r := self._replay()) is not None:
+            r.paused = not r.paused
+            self.refresh_panels()
+
+    def action_speed(self, direction: int) -> None:
+        if (r := self._replay()) is not None:
+            r.change_speed(direction)
+            self.refresh_panels()
+
+    def action_seek(self, seconds: float) -> None:
+        if (r := self._replay()) is not None:
+            r.seek(r.position + seconds)
+            self.refresh_panels()
+
+    def action_seek_to(self, where: float) -> None:
+        if (r := self._replay()) is not None:
+            r.seek(r.end_t if where < 0 else where)
+            self.refresh_panels()
+
+    def action_turn(self, direction: int) -> None:
+        if (r := self._replay()) is not None:
+            r.seek_turn(direction)
+            self.refresh_panels()
+
+    def action_step(self) -> None:
+        if (r := self._replay()) is not None:
+            r.step()
+            self.refresh_panels()
+
+
+def run_app_live(run: Run) -> int:
+    """Drive `run` on its own thread and show it; returns the exit code.
+    Raises BadInput before the UI opens when the run cannot start."""
+    source = LiveSource(run)
+    source.start()
+    sys.setswitchinterval(0.001)  # the driver thread gets the GIL back within 1 ms of a redraw
+    app = RampwatchApp(source)
+    app.run()
+    return source.stop(app.stop_signal or signal.SIGINT)
+
+
+def run_app_replay(recording: Recording, speed: float = 1.0) -> int:
+    RampwatchApp(ReplaySource(recording, speed=speed)).run()
+    return 0

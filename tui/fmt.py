@@ -1,0 +1,65 @@
+"""Small text helpers shared by the panels: durations, bars, sparklines."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from drivers.ramp import format_tokens
+
+SPARK = " ▁▂▃▄▅▆▇█"
+
+__all__ = ["SPARK", "bar", "duration", "format_tokens", "pct", "sparkline"]
+
+
+def duration(s: float | None) -> str:
+    """1m12s, 45.2s, 0.31s, 1h03m."""
+    if s is None:
+        return "-"
+    if s < 10:
+        return f"{s:.2f}s"
+    if s < 60:
+        return f"{s:.1f}s"
+    m, sec = divmod(int(s), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m"
+
+
+def clock(s: float) -> str:
+    m, sec = divmod(int(max(0.0, s)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{sec:02d}"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.0f}%"
+
+
+def bar(fraction: float | None, width: int, style: str = "green") -> Text:
+    """A horizontal gauge; an unknown fraction draws an empty frame."""
+    width = max(1, width)
+    if fraction is None:
+        return Text("·" * width, style="dim")
+    f = min(1.0, max(0.0, fraction))
+    full = int(f * width)
+    partial = " ▏▎▍▌▋▊▉"[int((f * width - full) * 8)] if full < width else ""
+    t = Text("█" * full + partial, style=style)
+    t.append("░" * (width - full - len(partial)), style="dim")
+    return t
+
+
+def sparkline(values: list[float], top: float, marks: list[bool] | None = None, rows: int = 1,
+              style: str = "cyan", mark_style: str = "on #5f0000") -> list[Text]:
+    """A bar chart `rows` lines tall, one column per value, scaled to `top`;
+    columns flagged in `marks` get `mark_style` as background."""
+    levels = [0 if top <= 0 or v <= 0 else max(1, min(rows * 8, int(round(v / top * rows * 8)))) for v in values]
+    lines = []
+    for r in range(rows - 1, -1, -1):  # top line first
+        t = Text()
+        for i, level in enumerate(levels):
+            cell = min(8, max(0, level - r * 8))
+            bg = mark_style if marks and marks[i] else ""
+            t.append(SPARK[cell], style=f"{style} {bg}".strip())
+        lines.append(t)
+    return lines

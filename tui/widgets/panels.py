@@ -1,0 +1,280 @@
+"""The panels of the main screen. Each renders one part of a RunState it is
+handed; none computes statistics (drivers/state.py and analysis.py do)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from drivers.analysis import turn_hit_rate
+from drivers.state import TIMELINE_BUCKET_S, RunState
+from tui.fmt import bar, clock, duration, format_tokens, pct, sparkline
+
+STATE_STYLE = {
+    "queued": "dim", "prefilling": "bold yellow", "decoding": "bold green", "idle": "cyan",
+    "failed": "bold red", "done": "bold blue", "cancelled": "magenta",
+}
+LEVEL_STYLE = {"info": "", "warn": "yellow", "error": "bold red", "mark": "bold magenta"}
+
+
+class Panel(Static):
+    """A bordered panel that redraws from the state on the app's tick."""
+
+    def __init__(self, title: str, **kw: object):
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.border_title = title
+
+    def show(self, state: RunState, now: float) -> None:
+        self.shown = self.render_state(state, now)
+        self.update(self.shown)  # type: ignore[arg-type]
+
+    def plain_text(self) -> str:
+        """What the panel shows, as plain text (for tests and captures)."""
+        from rich.console import Console
+
+        console = Console(width=max(20, self.size.width), record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        console.print(getattr(self, "shown", ""))
+        return console.export_text()
+
+    def render_state(self, state: RunState, now: float) -> object:
+        raise NotImplementedError
+
+    @property
+    def compact(self) -> bool:
+        """Small terminals (80x24) get the short form of each panel."""
+        return self.screen.has_class("-compact")
+
+
+class HeaderBar(Static):
+    def show(self, state: RunState, now: float, mode: str, recording: str | None) -> None:
+        h = state.header
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(" rampwatch ", style="bold reverse")
+        t.append(f" {mode} ", style="bold black on yellow" if "replay" in mode else "bold black on green")
+        t.append(f" {clock(now)} ", style="bold")
+        if h is not None:
+            engine = (h.engine or "?") + (f" {h.engine_version}" if h.engine_version else "")
+            t.append(f" {h.model or '?'} · {engine} · {h.server}")
+        if recording:
+            t.append(f"  rec {recording}", style="dim")
+        if state.recording_error:
+            t.append(f"  {state.recording_error}", style="bold white on red")
+        self.update(t)
+
+
+class SessionsPanel(Panel):
+    def render_state(self, state: RunState, now: float) -> object:
+        if not state.sessions:
+            return Text("no sessions (watch mode)" if state.header and state.header.mode == "watch" else "starting…", style="dim")
+        table = Table(expand=True, box=None, pad_edge=False, header_style="bold")
+        for col, justify in (("", "left"), ("turn", "right"), ("ctx", "right"), ("state", "left"),
+                             ("TTFT", "right"), ("tok/s", "right"), ("hit", "right"), ("needle", "left")):
+            table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))
+        for s in state.sessions.values():
+            label = s.state
+            if s.state == "prefilling" and s.current is not None:
+                label = f"prefilling {duration(now - s.current.sent_t)}"
+            last = s.last_done
+            ttft = last.ttft if last is not None else None
+            rate = s.decode_rate_now() if s.state == "decoding" else None
+            cached = (last.cached_tokens / last.prompt_tokens) if last and last.cached_tokens is not None and last.prompt_tokens else None
+            needles = Text()
+            for n in s.needles:
+                needles.append("✓" if n else ("✗" if n is False else "·"), style="green" if n else "bold red")
+            table.add_row(
+                s.id, f"{s.turn}/{len(s.schedule)}", format_tokens(s.context_tokens),
+                Text(label, style=STATE_STYLE.get(s.state, "")), duration(ttft),
+                f"{rate:.1f}" if rate is not None else "-", pct(cached), needles,
+            )
+        return table
+
+
+class TimelinePanel(Panel):
+    """Decode tokens/s per session over time; red cells: another session was prefilling."""
+
+    LABEL = 13
+
+    def render_state(self, state: RunState, now: float) -> object:
+        if not state.sessions:
+            return Text("")
+        width = max(10, self.size.width - self.LABEL)
+        rows = 1 if self.compact else max(1, min(4, (self.size.height - 1) // max(1, len(state.sessions))))
+        step = TIMELINE_BUCKET_S
+        end = now - (now % step)
+        start = end - (width - 1) * step
+        out = []
+        for s in state.sessions.values():
+            counts = {round(b[0] / step): b[1] for b in s.timeline if b[0] >= start}
+            first = round(start / step)
+            values = [counts.get(first + i, 0) / step for i in range(width)]
+            marks = [state.foreign_prefill(s.id, start + i * step, start + (i + 1) * step, now) for i in range(width)]
+            top = max(values) or 1.0
+            for k, line in enumerate(sparkline(values, top, marks, rows=rows)):
+                label = f"{s.id:<5}{top:>6.0f}▕ " if k == 0 else f"{'':11}▕ "
+                out.append(Text(label, style="bold" if k == 0 else "dim") + line)
+        if not self.compact:
+            legend = Text(f"{'':5}peak tok/s, 1 cell = {step:g}s  ", style="dim")
+            legend.append("  ", style="on #5f0000")
+            legend.append(" another session prefilling", style="dim")
+            out.append(legend)
+        return Group(*out)
+
+
+class PrefillPanel(Panel):
+    def render_state(self, state: RunState, now: float) -> object:
+        progress = state.prefill_progress(now)
+        if not progress:
+            return Text("no prefill in flight", style="dim")
+        rows = []
+        width = max(8, self.size.width - 52)
+        for p in progress:
+            line = Text(f"{p.session} turn {p.turn}", style="bold yellow")
+            line.append(f"  ~{format_tokens(p.new_tokens)} new  {duration(p.elapsed)}")
+            if p.expected is not None:
+                line.append(f" / ~{duration(p.expected)}  ")
+                line.append_text(bar(p.fraction, width, "yellow"))
+                line.append(f" {pct(p.fraction)}")
+            else:
+                line.append("  (no earlier prefill rate to estimate from)", style="dim")
+            rows.append(line)
+        return Group(*rows)
+
+
+class ServerPanel(Panel):
+    def render_state(self, state: RunState, now: float) -> object:
+        srv = state.server
+        v, missing = srv.values, srv.missing
+        lines = []
+        if srv.errors:
+            for src, err in srv.errors.items():
+                lines.append(Text(f"metrics {src}: {err}", style="bold red"))
+        if srv.last_sample_t is None:
+            lines.append(Text("waiting for the first /metrics scrape…", style="dim"))
+            return Group(*lines)
+        width = max(8, self.size.width - 22)
+
+        def why(field: str) -> Text:
+            return Text(f"unavailable: {missing.get(field, 'not exposed')}", style="dim italic")
+
+        finished = [r for r in state.turns if r.status == "ok"]
+        last_hit = turn_hit_rate(finished[-1]) if finished else None
+        if self.compact:
+            return Group(*lines, *self._compact(state, last_hit))
+        kv = v.get("kv_usage")
+        line = Text("KV cache ", style="bold")
+        if kv is None:
+            line.append_text(why("kv_usage"))
+        else:
+            line.append_text(bar(kv, width, "red" if kv > 0.9 else "green"))
+            line.append(f" {pct(kv)} (peak {pct(srv.kv_peak)})")
+        lines.append(line)
+        history = [x for _, x in list(srv.kv_history)[-width:]]
+        if history:
+            lines.append(Text("  history ", style="dim") + sparkline(history, 1.0, style="green")[0])
+        cap = v.get("kv_capacity_tokens")
+        fits = state.kv_fits_sequences()
+        line = Text("capacity ", style="bold")
+        if cap is None:
+            line.append_text(why("kv_capacity_tokens"))
+        else:
+            line.append(f"{format_tokens(cap)} tokens")
+            if fits is not None:
+                line.append(f" · fits {fits}× longest")
+        lines.append(line)
+        line = Text("prefix hit ", style="bold")
+        if "prefix_hits" not in v and last_hit is None:
+            line.append_text(why("prefix_hits"))
+        else:
+            line.append(f"last turn {pct(last_hit)} · since start {pct(state.hit_rate_since_start())}")
+        lines.append(line)
+        if state.sessions and finished and all(r.cached_tokens is None for r in finished):
+            lines.append(Text("  per-request cached tokens unavailable (vLLM: --enable-prompt-tokens-details)", style="dim italic"))
+        line = Text("requests ", style="bold")
+        line.append(f"running {_int(v.get('running'))} · waiting {_int(v.get('waiting'))}")
+        lines.append(line)
+        r = srv.rates
+        line = Text("throughput ", style="bold")
+        prompt_rate = r.get("prompt_computed", r.get("prompt_tokens"))
+        line.append(f"prefill {_rate(prompt_rate)} · decode {_rate(r.get('generation_tokens'))} tok/s")
+        lines.append(line)
+        pre = v.get("preemptions")
+        first = srv.first_counters.get("preemptions")
+        line = Text("preemptions ", style="bold")
+        if pre is None:
+            line.append_text(why("preemptions"))
+        else:
+            line.append(f"{pre - (first or 0):.0f} this run", style="bold red" if pre - (first or 0) > 0 else "")
+        lines.append(line)
+        return Group(*lines)
+
+
+    def _compact(self, state: RunState, last_hit: float | None) -> list[Text]:
+        """Two lines: KV, capacity and hit rate; requests, throughput, preemptions."""
+        srv = state.server
+        v, r = srv.values, srv.rates
+        kv = v.get("kv_usage")
+        one = Text("KV ", style="bold")
+        if kv is None:
+            one.append("unavailable", style="dim italic")
+        else:
+            one.append_text(bar(kv, 12, "red" if kv > 0.9 else "green"))
+            one.append(f" {pct(kv)} peak {pct(srv.kv_peak)}")
+        fits = state.kv_fits_sequences()
+        if fits is not None:
+            one.append(f" · fits {fits}×")
+        one.append(" · hit ", style="bold")
+        one.append(f"{pct(last_hit)} last, {pct(state.hit_rate_since_start())} run")
+        two = Text("req ", style="bold")
+        two.append(f"{_int(v.get('running'))} run {_int(v.get('waiting'))} wait")
+        two.append(" · tok/s ", style="bold")
+        two.append(f"prefill {_rate(r.get('prompt_computed', r.get('prompt_tokens')))} decode {_rate(r.get('generation_tokens'))}")
+        pre, first = v.get("preemptions"), srv.first_counters.get("preemptions")
+        two.append(" · preempt ", style="bold")
+        two.append("-" if pre is None else f"{pre - (first or 0):.0f}")
+        return [one, two]
+
+
+def _int(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+class GpuPanel(Panel):
+    def render_state(self, state: RunState, now: float) -> object:
+        if not state.gpus:
+            reason = state.gpu_reason or "no GPU source yet"
+            return Text(reason if reason.startswith("no GPU") else f"no GPU source: {reason}", style="dim")
+        width = max(4, self.size.width - 58)
+        rows = []
+        for g in state.gpus[:8]:
+            line = Text(f"{g.index} ", style="bold")
+            line.append_text(bar(None if g.util is None else g.util / 100, width, "magenta"))
+            line.append(f" {_int(g.util):>3}%")
+            if g.mem_used is not None and g.mem_total:
+                line.append(f"  mem {g.mem_used / 2**30:.0f}/{g.mem_total / 2**30:.0f}G")
+            else:
+                line.append("  mem -")
+            if g.power is not None:
+                line.append(f"  {g.power:.0f}/{_int(g.power_limit)}W")
+            line.append(f"  {_int(g.sm_clock)}MHz  {_int(g.temp)}°C")
+            rows.append(line)
+        return Group(*rows)
+
+
+class EventsPanel(Panel):
+    def render_state(self, state: RunState, now: float) -> object:
+        height = max(1, self.size.height)  # size is the content box: borders excluded
+        entries = list(state.log)[-height:]
+        if not entries:
+            return Text("no events yet", style="dim")
+        lines = []
+        for t, level, text in entries:
+            line = Text(f"{clock(t)} ", style="dim", no_wrap=True, overflow="ellipsis")
+            line.append(text, style=LEVEL_STYLE.get(level, ""))
+            lines.append(line)
+        return Group(*lines)
