@@ -7,6 +7,7 @@ Widgets and reports read it; they never compute statistics of their own.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -349,15 +350,23 @@ class RunState:
         longest = max((s.context_tokens or 0 for s in self.sessions.values()), default=0)
         return int(cap // longest) if cap and longest else None
 
-    def foreign_prefill(self, session: str, t0: float, t1: float, now: float) -> bool:
-        """Whether another session had a prefill in flight at some point in [t0, t1)."""
+    def foreign_prefill_cells(self, session: str, start: float, step: float, n: int, now: float) -> list[bool]:
+        """For n time cells of `step` seconds from `start`: whether another
+        session had a prefill in flight during each one (for the chart's shading)."""
+        cells = [False] * n
+        end = start + n * step
         for sid, o in self.sessions.items():
             if sid == session:
                 continue
             for a, b in o.prefill_spans:
-                if a < t1 and (now if b is None else b) > t0:
-                    return True
-        return False
+                b = now if b is None else b
+                if b <= start or a >= end:
+                    continue
+                first = max(0, int((a - start) // step))
+                last = min(n - 1, math.ceil((b - start) / step) - 1)  # a span ending on a cell edge stops before it
+                for i in range(first, last + 1):
+                    cells[i] = True
+        return cells
 
     def hit_rate_since_start(self) -> float | None:
         first, now = self.server.first_counters, self.counters()

@@ -135,3 +135,12 @@ def test_new_log_entries():
     total = s.log_total
     assert s.new_log_entries(total) == []
     assert len(s.new_log_entries(total - 2)) == 2
+
+
+def test_foreign_prefill_cells_shade_other_sessions_only():
+    s = fold(two_session_run())
+    # s2 prefilled over [6.5, 23.0): for s1 the cells 6..22 are shaded; for s2 only s1's prefill [0, 2.0).
+    cells = s.foreign_prefill_cells("s1", 0.0, 1.0, 30, now=30.0)
+    assert [i for i, c in enumerate(cells) if c] == list(range(6, 23))
+    own = s.foreign_prefill_cells("s2", 0.0, 1.0, 30, now=30.0)
+    assert [i for i, c in enumerate(own) if c] == [0, 1]

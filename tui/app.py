@@ -27,7 +27,7 @@ from tui.fmt import clock
 from tui.sources import LiveSource, ReplaySource
 from tui.widgets.panels import EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
 
-REFRESH_HZ = 5.0
+REFRESH_HZ = 10.0
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 
 

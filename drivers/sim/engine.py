@@ -270,7 +270,10 @@ class SimEngine:
             if req.computed >= req.target_len:
                 self._emit(req, now)
         for req in decodes:
-            if not req.finished:
+            # `burst` > 1 (the 'fast' profile) emits several tokens a step, as speculative decoding can.
+            for _ in range(self.profile.burst):
+                if req.finished:
+                    break
                 req.computed = req.prompt_tokens + req.generated
                 self._emit(req, now)
         self.stats.on_step(sum(c for _, c in prefills) + len(decodes))

@@ -27,6 +27,8 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
     p.add_argument("--kv-tokens", type=int, default=None, metavar="N", help="KV pool size in tokens")
     p.add_argument("--block-size", type=int, default=None, metavar="N", help="KV block size in tokens")
     p.add_argument("--max-model-len", type=int, default=None, metavar="N", help="longest prompt + output accepted")
+    p.add_argument("--step-ms", type=float, default=None, metavar="MS",
+                   help="fixed time of every engine step, in modelled ms (paces the 'fast' profile)")
 
 
 def add_fault_args(p: argparse.ArgumentParser) -> None:
@@ -43,8 +45,10 @@ def add_fault_args(p: argparse.ArgumentParser) -> None:
 
 
 def profile_from(args: argparse.Namespace) -> Any:
+    step = getattr(args, "step_ms", None)
     return make_profile(args.profile, time_scale=args.time_scale, max_num_batched_tokens=args.max_num_batched_tokens,
-                        kv_tokens=args.kv_tokens, block_size=args.block_size, max_model_len=args.max_model_len)
+                        kv_tokens=args.kv_tokens, block_size=args.block_size, max_model_len=args.max_model_len,
+                        step_overhead_s=None if step is None else step / 1000)
 
 
 def faults_from(args: argparse.Namespace) -> SimFaults:
@@ -71,7 +75,7 @@ def serve(args: argparse.Namespace, sock: socket.socket, announce: bool = True) 
 
 def child_argv(args: argparse.Namespace, fd: int) -> list[str]:
     argv = [sys.executable, "-m", "drivers.sim", "--fd", str(fd), "--profile", args.profile]
-    for name in ("time_scale", "max_num_batched_tokens", "kv_tokens", "block_size", "max_model_len"):
+    for name in ("time_scale", "max_num_batched_tokens", "kv_tokens", "block_size", "max_model_len", "step_ms"):
         v = getattr(args, name, None)
         if v is not None:
             argv += ["--" + name.replace("_", "-"), str(v)]

@@ -109,7 +109,7 @@ class TimelinePanel(Panel):
             counts = {round(b[0] / step): b[1] for b in s.timeline if b[0] >= start}
             first = round(start / step)
             values = [counts.get(first + i, 0) / step for i in range(width)]
-            marks = [state.foreign_prefill(s.id, start + i * step, start + (i + 1) * step, now) for i in range(width)]
+            marks = state.foreign_prefill_cells(s.id, start, step, width, now)
             top = max(values) or 1.0
             for k, line in enumerate(sparkline(values, top, marks, rows=rows)):
                 label = f"{s.id:<5}{top:>6.0f}▕ " if k == 0 else f"{'':11}▕ "

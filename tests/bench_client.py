@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Client overhead benchmark: prints figures, asserts nothing.
+
+Against the simulated engine's 'fast' profile (a child process that streams
+as fast as it can), in one run:
+
+  1. bare      a plain httpx streaming loop that only counts chunks
+  2. headless  rampwatch's driver (32 sessions, recording on, metrics scraped)
+  3. the driver headless and with the Textual UI on (headless terminal),
+     against the same engine paced to one step every --step-ms
+
+and prints, per phase, client CPU per streamed chunk, chunks/s, and for the
+UI phase its refreshes/s and the decode tokens/s the driver measured.
+Bars: rampwatch CPU/chunk <= 1.5x bare; >= 10,000 chunks/s across 32
+sessions; UI >= 8 refreshes/s; UI-on decode tok/s within 5% of headless.
+
+usage: python tests/bench_client.py [--sessions 32] [--tokens 2000] [--turns 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+async def bare(url: str, sessions: int, tokens: int, turns: int) -> dict:
+    import httpx
+
+    body = {"model": "sim-model", "messages": [{"role": "user", "content": "x " * 500}], "max_tokens": tokens,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    chunks = 0
+    limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
+    async with httpx.AsyncClient(timeout=None, limits=limits) as client:
+        async def one() -> None:
+            nonlocal chunks
+            for _ in range(turns):
+                async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                    async for line in r.aiter_lines():
+                        if line.startswith("data:") and line[5:].strip() != "[DONE]":
+                            data = json.loads(line[5:])
+                            if data.get("choices") and (data["choices"][0].get("delta") or {}).get("content"):
+                                chunks += 1
+
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(sessions)))
+        return {"cpu": time.process_time() - cpu0, "wall": time.perf_counter() - t0, "chunks": chunks}
+
+
+def rampwatch(url: str, sessions: int, tokens: int, turns: int, ui: bool) -> dict:
+    from drivers.analysis import build_report
+    from drivers.runner import Run, RunConfig
+
+    record = Path(tempfile.mkdtemp()) / "bench.jsonl"
+    schedule = [2000 * (k + 1) for k in range(turns)]
+    cfg = RunConfig(url=url, metrics_urls=[url + "/metrics"], gpu="none", sessions=sessions, schedule=schedule,
+                    output_tokens=tokens, ignore_eos=True, record=record)
+    run = Run(cfg)
+    ticks, elapsed = 0, 0.0
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    if ui:
+        from tui.app import RampwatchApp
+        from tui.sources import LiveSource
+
+        sys.setswitchinterval(0.001)
+        source = LiveSource(run)
+        source.start()
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        app = RampwatchApp(source)
+
+        async def drive_ui() -> None:
+            nonlocal ticks, elapsed
+            async with app.run_test(size=(160, 50)):
+                start_ticks, start = app.ticks, time.perf_counter()
+                while not source.finished:
+                    await asyncio.sleep(0.05)
+                ticks, elapsed = app.ticks - start_ticks, time.perf_counter() - start
+
+        asyncio.run(drive_ui())
+        source.stop()
+    else:
+        async def main() -> None:
+            await run.prepare()
+            await run.drive()
+
+        asyncio.run(main())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    rep = build_report(run.state)
+    rates = [t.decode_tok_s for s in rep.sessions for t in s.turns if t.decode_tok_s]
+    chunks = sum(r.chunks for r in run.state.turns)
+    return {"cpu": cpu, "wall": wall, "chunks": chunks, "decode_tok_s_median": statistics.median(rates) if rates else None,
+            "failed": sum(r.status != "ok" for r in run.state.turns), "ui_refresh_per_s": ticks / elapsed if elapsed else None,
+            "recording_bytes": record.stat().st_size}
+
+
+def phase_main(args: argparse.Namespace) -> None:
+    if args.phase == "bare":
+        out = asyncio.run(bare(args.url, args.sessions, args.tokens, args.turns))
+    else:
+        out = rampwatch(args.url, args.sessions, args.tokens, args.turns, ui=args.phase == "ui")
+    print(json.dumps(out))
+
+
+def run_phase(phase: str, url: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--phase", phase, "--url", url, "--sessions", str(args.sessions),
+           "--tokens", str(args.tokens), "--turns", str(args.turns)]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if p.returncode != 0:
+        raise SystemExit(f"phase {phase} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def build_time() -> float:
+    """Seconds to build a 1M-token first turn's request body (filler, needle, JSON)."""
+    from drivers.chat import chat_body, encode_message
+    from drivers.ramp import Conversation
+
+    conv = Conversation("bench", [1_000_000])
+    t = time.perf_counter()
+    chars, _ = conv.plan(1)
+    body = chat_body("m", [encode_message("user", list(conv.user_message(1, chars)))], 128, True)
+    dt = time.perf_counter() - t
+    assert len(body) > 3_900_000
+    return dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=2000, help="output tokens per request")
+    ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("--step-ms", type=float, default=10.0, help="engine step time of the paced phases (default 10)")
+    ap.add_argument("--phase", choices=("bare", "headless", "ui"), help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.phase:
+        return phase_main(args)
+
+    from drivers.sim.serve import ChildSim
+
+    def sim(step_ms: float | None) -> ChildSim:
+        return ChildSim(argparse.Namespace(profile="fast", time_scale=None, max_num_batched_tokens=None, kv_tokens=None,
+                                           block_size=None, max_model_len=None, step_ms=step_ms))
+
+    print(f"1M-token turn body built in {build_time() * 1000:.0f} ms")
+    results = {}
+    with sim(None) as fast:  # as fast as the engine process can go: client CPU and throughput
+        results["bare"] = run_phase("bare", fast.url, args)
+        results["headless"] = run_phase("headless", fast.url, args)
+    with sim(args.step_ms) as paced:  # a paced engine: does the UI change what the driver measures?
+        results["headless, paced"] = run_phase("headless", paced.url, args)
+        results["ui, paced"] = run_phase("ui", paced.url, args)
+    print(f"\n{args.sessions} sessions x {args.turns} turns x {args.tokens} tokens from the simulated 'fast' engine "
+          f"(8 tokens a step; paced: one step every {args.step_ms:g} ms)\n")
+    print(f"{'phase':<16}{'chunks':>9}{'chunks/s':>11}{'CPU µs/chunk':>14}{'decode tok/s (median)':>24}{'UI refresh/s':>14}")
+    for phase, r in results.items():
+        per = r["cpu"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
+        dec = r.get("decode_tok_s_median")
+        ui = r.get("ui_refresh_per_s")
+        print(f"{phase:<16}{r['chunks']:>9}{r['chunks'] / r['wall']:>11,.0f}{per:>14.1f}"
+              f"{(f'{dec:,.0f}' if dec else '-'):>24}{(f'{ui:.1f}' if ui else '-'):>14}")
+    b, h, hp, u = results["bare"], results["headless"], results["headless, paced"], results["ui, paced"]
+    ratio = (h["cpu"] / h["chunks"]) / (b["cpu"] / b["chunks"])
+    ui_ratio = (u["cpu"] / u["chunks"]) / (hp["cpu"] / hp["chunks"]) * ratio
+    print(f"\nrampwatch driver (recording on) CPU per chunk vs bare httpx loop: {ratio:.2f}x  (bar <= 1.5)")
+    print(f"with the UI on (paced engine): {ui_ratio:.2f}x")
+    print(f"rampwatch headless throughput: {h['chunks'] / h['wall']:,.0f} chunks/s  (bar >= 10,000)")
+    print(f"UI refreshes: {u['ui_refresh_per_s']:.1f}/s  (bar >= 8)")
+    if hp["decode_tok_s_median"] and u["decode_tok_s_median"]:
+        diff = u["decode_tok_s_median"] / hp["decode_tok_s_median"] - 1
+        print(f"decode tok/s measured with the UI on vs headless: {diff * 100:+.1f}%  (bar within ±5%)")
+    print(f"failed turns: {sum(r['failed'] for r in (h, hp, u))}; recording {h['recording_bytes'] / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
