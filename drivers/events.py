@@ -34,7 +34,7 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     salt: str = ""
 
 
-class Event(msgspec.Struct, tag=True, kw_only=True):
+class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
     t: float
 
 
@@ -57,6 +57,7 @@ class RequestSent(Event):
     new_tokens_est: int  # tokens added since the previous turn's prompt (estimate)
     body_bytes: int
     attempt: int = 1
+    text: str | None = None  # the new user message, only with --record-text
 
 
 class FirstToken(Event):
@@ -84,6 +85,7 @@ class TurnDone(Event):
     needle: bool | None = None
     error: str | None = None
     reply_chars: int = 0
+    text: str | None = None  # the reply, only with --record-text
 
 
 class MetricsSample(Event):

@@ -109,8 +109,10 @@ def parse_dcgm(text: str) -> list[ev.GpuReading]:
 class GpuSampler:
     """Samples on an interval; `source` is 'auto' (NVML if present), 'none' or a DCGM URL."""
 
-    def __init__(self, source: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float]):
+    def __init__(self, source: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
+                 nvml: Any = None):
         self.source, self.interval, self.emit, self.clock = source, interval, emit, clock
+        self.nvml = nvml  # a pynvml stand-in for tests; None: the real nvidia-ml-py
 
     async def run(self) -> None:
         if self.source == "none":
@@ -123,7 +125,7 @@ class GpuSampler:
 
     async def _run_nvml(self) -> None:
         try:
-            reader = NvmlReader()
+            reader = NvmlReader(self.nvml)
         except Exception as e:  # noqa: BLE001 - NVMLError, ImportError, a broken driver
             self.emit(ev.GpuUnavailable(t=self.clock(), source="nvml", reason=f"no GPU source: NVML unavailable ({e})"))
             return

@@ -22,30 +22,36 @@ class EventHub:
         self.events: list[ev.AnyEvent] = []
         self.keep_events = keep_events
         self.listeners: list[Callable[[ev.AnyEvent], None]] = []
-        self._reported_recording_error = False
+        self._recording_error: str | None = None
 
     def emit(self, e: ev.AnyEvent) -> None:
         with self.lock:
             if self.keep_events:
                 self.events.append(e)
             self.state.apply(e)
-        rec = self.recorder
-        if rec is not None:
-            rec.write(e)
-            if rec.error is not None and not self._reported_recording_error:
-                self._report_recording_error(e.t, rec.error)
+        if self.recorder is not None:
+            self.recorder.write(e)
+            self._check_recorder(e.t)
         for listener in self.listeners:
             listener(e)
 
-    def flush(self) -> None:
-        rec = self.recorder
-        if rec is not None:
-            rec.flush()
-            if rec.error is not None and not self._reported_recording_error:
-                self._report_recording_error(self.state.t, rec.error)
+    def flush(self, force: bool = False) -> None:
+        """Write what is pending (`force`: retry a failed disk now, e.g. before the run's last event)."""
+        if self.recorder is not None:
+            self.recorder.flush(force)
+            self._check_recorder(self.state.t)
 
-    def _report_recording_error(self, t: float, message: str) -> None:
-        self._reported_recording_error = True
-        with self.lock:
-            self.state.recording_error = message
-        self.emit(ev.Notice(t=t, level="error", message=f"{message}; the run goes on in memory"))
+    def _check_recorder(self, t: float) -> None:
+        """Say it loudly, once, when the recording stops or comes back."""
+        rec = self.recorder
+        assert rec is not None
+        if rec.error is not None and self._recording_error is None:
+            self._recording_error = rec.error
+            with self.lock:
+                self.state.recording_error = rec.error
+            self.emit(ev.Notice(t=t, level="error", message=f"{rec.error}; events are kept in memory until it can write"))
+        elif rec.error is None and self._recording_error is not None:
+            self._recording_error = None
+            with self.lock:
+                self.state.recording_error = None
+            self.emit(ev.Notice(t=t, level="info", message=f"recording resumed; nothing was lost ({rec.path})"))

@@ -136,6 +136,10 @@ def _number(text: str) -> float:
     return float(text)  # handles +Inf, NaN and exponents
 
 
+def _sample_lines(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.strip() and line[0] != "#")
+
+
 def detect(text: str) -> Profile | None:
     counts = {p.engine: text.count("\n" + p.prefix) + text.startswith(p.prefix) for p in PROFILES}
     best = max(PROFILES, key=lambda p: counts[p.engine])
@@ -156,7 +160,9 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
             wanted.setdefault(s.name, []).append((fname, s))
     found: dict[tuple[str, Series], float] = {}
     config_capacity = 0.0
+    parsed = 0
     for m in _LINE.finditer(text):
+        parsed += 1
         name = m.group(1)
         if name == "vllm:cache_config_info":
             lab = _labels(m.group(2))
@@ -187,6 +193,9 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
                 found[key] = max(found.get(key, value), value)
             else:
                 found[key] = found.get(key, 0.0) + value
+    if parsed < _sample_lines(text):
+        bad = next(line for line in text.splitlines() if line.strip() and line[0] != "#" and not _LINE.match(line))
+        raise MetricsFormatError(f"malformed exposition, e.g. {bad.strip()[:80]!r}")
     values: dict[str, float] = {}
     for fname, aliases in profile.fields.items():
         for s in aliases:
@@ -218,10 +227,11 @@ class MetricsScraper:
     MAX_BACKOFF = 30.0
 
     def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 headers: dict[str, str] | None = None, timeout: float = 5.0):
+                 headers: dict[str, str] | None = None, auth: httpx.Auth | None = None):
         self.url, self.interval, self.emit, self.clock = url, interval, emit, clock
         self.source = redact_url(url)
-        self._client = httpx.AsyncClient(timeout=timeout, headers=headers or {})
+        # A scrape slower than a few intervals is stale by the time it lands.
+        self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), headers=headers or {}, auth=auth)
         self._profile: Profile | None = None
 
     async def scrape_once(self) -> bool:

@@ -27,15 +27,17 @@ class RecordingError(Exception):
 
 class Recorder:
     FLUSH_EVERY = 0.5  # seconds; the bar is at least once a second
+    RETRY_EVERY = 5.0  # after a failed write (disk full), try again this often
 
     def __init__(self, path: Path, header: Header):
         self.path = path
-        self.error: str | None = None
+        self.error: str | None = None  # set while writes fail; the lines wait in memory
+        self.resumed = 0  # times writing came back after a failure
         self._pending: list[bytes] = []
         self._last_flush = time.monotonic()
-        self._file = open(path, "xb")  # never clobber an earlier run
-        self._file.write(_encoder.encode(header) + b"\n")
-        self._file.flush()
+        self._file = open(path, "xb", buffering=0)  # never clobber an earlier run; unbuffered: we batch
+        self._size = 0
+        self._append(_encoder.encode(header) + b"\n")
 
     @staticmethod
     def check_path(path: Path) -> str | None:
@@ -51,27 +53,49 @@ class Recorder:
             return f"recording folder is not writable: {parent}"
         return None
 
+    def _append(self, data: bytes) -> None:
+        """Write all of `data` or none of it: a failed write is cut back to the
+        last whole line, so a later retry never leaves a torn line behind."""
+        view = memoryview(data)
+        try:
+            while view:
+                n = self._file.write(view)
+                view = view[n or 0:]
+        except OSError:
+            try:
+                self._file.truncate(self._size)
+                self._file.seek(self._size)
+            except OSError:
+                pass
+            raise
+        self._size += len(data)
+
     def write(self, event: AnyEvent) -> None:
         self._pending.append(_encoder.encode(event))
         if time.monotonic() - self._last_flush >= self.FLUSH_EVERY:
             self.flush()
 
-    def flush(self) -> None:
-        self._last_flush = time.monotonic()
-        if self.error is not None or not self._pending:
+    def flush(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.error is not None and not force and now - self._last_flush < self.RETRY_EVERY:
+            return
+        self._last_flush = now
+        if not self._pending:
             return
         data = b"\n".join(self._pending) + b"\n"
         try:
-            self._file.write(data)
-            self._file.flush()
+            self._append(data)
         except OSError as e:
-            # Keep the pending lines: the events stay in memory with the run.
-            self.error = f"recording stopped: {e.strerror or e} ({self.path})"
+            # Keep the lines: they are written when the disk has room again.
+            self.error = f"recording paused: {e.strerror or e} ({self.path})"
             return
+        if self.error is not None:
+            self.error = None
+            self.resumed += 1
         self._pending.clear()
 
     def close(self) -> None:
-        self.flush()
+        self.flush(force=True)  # a last try, whatever the retry clock says
         try:
             self._file.close()
         except OSError as e:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import unquote
 
 import httpx
 
@@ -51,13 +52,23 @@ class RunConfig:
     request_timeout: float = 3600.0
     reconnect_timeout: float = 180.0
     command: list[str] = field(default_factory=list)
+    record_text: bool = False  # keep prompt and reply text in the recording (large, maybe private)
 
     @property
     def base_url(self) -> str:
-        return self.url.rstrip("/").removesuffix("/v1")
+        """The server URL without credentials: every request goes here, with auth() apart."""
+        return redact_url(self.url.rstrip("/").removesuffix("/v1"))
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def auth(self) -> httpx.BasicAuth | None:
+        """user:password@ from the URL, used as basic auth unless an API key is given."""
+        userinfo = httpx.URL(self.url).userinfo
+        if self.api_key or not userinfo:
+            return None
+        user, _, password = userinfo.decode().partition(":")
+        return httpx.BasicAuth(unquote(user), unquote(password))
 
 
 @dataclass
@@ -77,7 +88,7 @@ async def probe(client: httpx.AsyncClient, cfg: RunConfig) -> ServerInfo:
     except httpx.HTTPError as e:
         raise BadInput(f"cannot reach {where}: {type(e).__name__} (is the server up?)") from None
     if r.status_code in (401, 403):
-        raise BadInput(f"{where} refused the API key (HTTP {r.status_code}); set --api-key-env")
+        raise BadInput(f"{where} refused the request (HTTP {r.status_code}): check --api-key-env / --api-key-file")
     try:
         data = r.json()["data"]
         models = [m["id"] for m in data]
@@ -181,6 +192,7 @@ class Run:
         if self._client is None:
             n = max(1, self.cfg.sessions) + 4
             self._client = httpx.AsyncClient(
+                auth=self.cfg.auth(),
                 timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
                 limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
             )
@@ -243,7 +255,8 @@ class Run:
     async def drive(self) -> int:
         """Run to the end. Returns the exit code (0 ok, 1 failed turns, 130/143 interrupted)."""
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
-        samplers = [MetricsScraper(u, cfg.scrape_interval, emit, clock, headers=cfg.headers()) for u in cfg.metrics_urls]
+        samplers = [MetricsScraper(u, cfg.scrape_interval, emit, clock, headers=cfg.headers(), auth=cfg.auth())
+                    for u in cfg.metrics_urls]
         background = [asyncio.create_task(s.run()) for s in samplers]
         background.append(asyncio.create_task(GpuSampler(cfg.gpu, max(cfg.scrape_interval, 1.0), emit, clock).run()))
         background.append(asyncio.create_task(self._flush_loop()))
@@ -254,7 +267,7 @@ class Run:
                 await asyncio.Event().wait()  # until interrupted
             assert self.info is not None
             opts = TurnOptions(model=self.info.model, output_tokens=cfg.output_tokens, ignore_eos=cfg.ignore_eos,
-                               retries=cfg.retries, reconnect_timeout=cfg.reconnect_timeout)
+                               retries=cfg.retries, reconnect_timeout=cfg.reconnect_timeout, record_text=cfg.record_text)
             for k in range(cfg.sessions):
                 conv = self.conversation(k + 1)
                 r = SessionRunner(f"s{k + 1}", conv, self._client_for(), cfg.base_url, cfg.headers(), opts, emit, clock)
@@ -276,6 +289,7 @@ class Run:
             for t in background:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            self.hub.flush(force=True)  # a disk that filled up gets one more try, and says so
             emit(ev.RunEnded(t=clock(), status=status, exit_code=self.exit_code))
             self.close()
             if self._client is not None:
@@ -307,11 +321,20 @@ class Run:
         self.hub.emit(ev.Mark(t=self.clock(), note=note))
 
 
-def api_key_from_env(var: str | None) -> str | None:
-    if var:
-        key = os.environ.get(var)
+def load_api_key(env_var: str | None, key_file: str | None) -> str | None:
+    """The API key from --api-key-file, --api-key-env, or OPENAI_API_KEY. It is
+    only ever put in request headers: never printed, logged or recorded."""
+    if key_file:
+        try:
+            key = Path(key_file).read_text().strip()
+        except OSError as e:
+            raise BadInput(f"--api-key-file {key_file}: {e.strerror or e}") from None
         if not key:
-            raise BadInput(f"--api-key-env {var}: the variable is not set")
+            raise BadInput(f"--api-key-file {key_file}: the file is empty")
+        return key
+    if env_var:
+        key = os.environ.get(env_var)
+        if not key:
+            raise BadInput(f"--api-key-env {env_var}: the variable is not set")
         return key
     return os.environ.get("OPENAI_API_KEY") or None
-

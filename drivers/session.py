@@ -21,6 +21,7 @@ class TurnOptions:
     ignore_eos: bool = False
     retries: int = 0
     reconnect_timeout: float = 180.0
+    record_text: bool = False
 
 
 class SessionRunner:
@@ -48,24 +49,24 @@ class SessionRunner:
                 return False
         return True
 
-    async def _user_message(self, turn: int) -> bytes:
+    async def _user_message(self, turn: int) -> tuple[bytes, str | None]:
         filler_chars, _ = self.conv.plan(turn)
         pieces = []
         for piece in self.conv.user_message(turn, filler_chars):
             pieces.append(piece)
             await asyncio.sleep(0)  # a 1M-token turn is built without stalling other sessions
-        return encode_message("user", pieces)
+        return encode_message("user", pieces), "".join(pieces) if self.opts.record_text else None
 
     async def run_turn(self, turn: int) -> bool:
         _, new_est = self.conv.plan(turn)
-        user = await self._user_message(turn)
+        user, user_text = await self._user_message(turn)
         body = chat_body(self.opts.model, [*self.history, user], self.opts.output_tokens, self.opts.ignore_eos)
         target = self.conv.schedule[turn - 1]
         attempt = 0
         while True:
             attempt += 1
             self.emit(ev.RequestSent(t=self.clock(), session=self.sid, turn=turn, target_tokens=target,
-                                     new_tokens_est=new_est, body_bytes=len(body), attempt=attempt))
+                                     new_tokens_est=new_est, body_bytes=len(body), attempt=attempt, text=user_text))
             try:
                 res = await stream_chat(self.client, self.url, body, self.headers, self.clock,
                                         self._on_first(turn), self._on_times(turn))
@@ -89,7 +90,7 @@ class SessionRunner:
             self.emit(ev.TurnDone(
                 t=self.clock(), session=self.sid, turn=turn, status="ok", prompt_tokens=res.prompt_tokens,
                 cached_tokens=res.cached_tokens, completion_tokens=completion, chunks=res.chunks,
-                needle=needle, reply_chars=len(res.text),
+                needle=needle, reply_chars=len(res.text), text=res.text if self.opts.record_text else None,
             ))
             self.conv.add_reply(res.prompt_tokens, completion)
             self.history += [user, encode_message("assistant", [res.text])]

@@ -87,25 +87,38 @@ def test_flushes_without_close(tmp_path):
     rec.close()
 
 
-def test_write_failure_keeps_running(tmp_path):
-    rec = Recorder(tmp_path / "r.jsonl", header())
+class FlakyDisk:
+    """The real file, but while `full` each write lands half its bytes, then fails with ENOSPC."""
 
-    class Full:
-        def write(self, data):
+    def __init__(self, f):
+        self.f, self.full = f, False
+
+    def write(self, data):
+        if self.full:
+            self.f.write(bytes(data[: len(data) // 2]))
             raise OSError(28, "No space left on device")
+        return self.f.write(data)
 
-        def flush(self):
-            pass
+    def __getattr__(self, name):
+        return getattr(self.f, name)
 
-        def close(self):
-            pass
 
-    rec._file = Full()
-    rec.write(ev.Mark(t=1.0, note="x"))
+def test_disk_full_keeps_lines_and_resumes_without_a_torn_line(tmp_path):
+    rec = Recorder(tmp_path / "r.jsonl", header())
+    disk = rec._file = FlakyDisk(rec._file)
+    rec.write(ev.Mark(t=1.0, note="before"))
+    rec.flush()
+    disk.full = True
+    rec.write(ev.Mark(t=2.0, note="during"))
     rec.flush()
     assert rec.error and "No space left" in rec.error
-    rec.write(ev.Mark(t=2.0, note="y"))  # no exception: the run goes on
-    rec.close()
+    rec.write(ev.Mark(t=3.0, note="still full"))  # no exception: the run goes on
+    rec.flush()  # inside the retry interval: not even tried
+    assert read_recording(tmp_path / "r.jsonl").events == [ev.Mark(t=1.0, note="before")]
+    disk.full = False
+    rec.close()  # the last try writes everything that waited
+    assert rec.error is None and rec.resumed == 1
+    assert [e.note for e in read_recording(tmp_path / "r.jsonl").events] == ["before", "during", "still full"]
 
 
 def test_header_has_no_secret_fields():

@@ -15,7 +15,7 @@ from drivers.analysis import build_report
 from drivers.ramp import ScheduleError, parse_schedule, parse_tokens, scale_schedule
 from drivers.recording import RecordingError, read_recording
 from drivers.report import FORMATS, render
-from drivers.runner import BadInput, Run, RunConfig, api_key_from_env
+from drivers.runner import BadInput, Run, RunConfig, load_api_key
 from drivers.state import RunState
 from drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
 from drivers.sim.server import loopback_socket
@@ -67,6 +67,7 @@ def add_server_watch_args(p: argparse.ArgumentParser) -> None:
                    help="seconds between /metrics scrapes (default 0.5)")
     p.add_argument("--api-key-env", metavar="VAR",
                    help="read the API key from this environment variable (default: OPENAI_API_KEY when set)")
+    p.add_argument("--api-key-file", metavar="PATH", help="read the API key from this file (first line)")
     p.add_argument("--headless", action="store_true", help="line output instead of the UI (for scripts and CI)")
     add_record_args(p)
 
@@ -90,6 +91,8 @@ def add_ramp_args(p: argparse.ArgumentParser, sessions_default: int = 1) -> None
                    help="longest wait for a turn, prefill included (default 3600)")
     p.add_argument("--reconnect-timeout", type=_positive_float, default=180.0, metavar="S",
                    help="how long sessions wait for a vanished server to come back (default 180)")
+    p.add_argument("--record-text", action="store_true",
+                   help="keep prompt and reply text in the recording (default: sizes, salts and hashes only)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sim", help="serve the simulated engine (vLLM's HTTP surface) for any client")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--api-key-env", metavar="VAR", help="require this environment variable's value as a Bearer API key")
     add_sim_args(p)
     add_fault_args(p)
 
@@ -146,17 +150,17 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
     url = args.url
     if "://" not in url:
         raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
-    base = url.rstrip("/").removesuffix("/v1")
     cfg = RunConfig(
-        url=base,
+        url=url,
         mode=mode,
-        metrics_urls=args.metrics_url or [base + "/metrics"],
+        metrics_urls=args.metrics_url or [],
         gpu=args.gpu,
         scrape_interval=max(0.05, args.scrape_interval),
         record=args.record,
-        api_key=api_key_from_env(args.api_key_env),
+        api_key=load_api_key(args.api_key_env, args.api_key_file),
         command=scrub_argv(argv),
     )
+    cfg.metrics_urls = cfg.metrics_urls or [cfg.base_url + "/metrics"]
     if mode != "watch":
         cfg.model = args.model
         cfg.sessions = args.sessions
@@ -167,6 +171,7 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         cfg.retries = max(0, args.retries)
         cfg.request_timeout = args.request_timeout
         cfg.reconnect_timeout = args.reconnect_timeout
+        cfg.record_text = args.record_text
     return cfg
 
 
@@ -284,7 +289,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
     args.url = "http://127.0.0.1"  # replaced by the child's address below
-    args.metrics_url, args.gpu, args.scrape_interval, args.api_key_env = None, "auto", 0.5, None
+    args.metrics_url, args.gpu, args.scrape_interval, args.api_key_env, args.api_key_file = None, "auto", 0.5, None, None
     cfg = config_from(args, "demo", argv)  # validate before starting anything
     try:
         child = ChildSim(args)

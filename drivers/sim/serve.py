@@ -61,7 +61,8 @@ def faults_from(args: argparse.Namespace) -> SimFaults:
 
 def serve(args: argparse.Namespace, sock: socket.socket, announce: bool = True) -> None:
     profile = profile_from(args)
-    sim = SimServer(profile, faults=faults_from(args))
+    key_var = getattr(args, "api_key_env", None)
+    sim = SimServer(profile, faults=faults_from(args), api_key=os.environ.get(key_var) if key_var else None)
     host, port = sock.getsockname()[:2]
     if announce:
         print(f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g}) "

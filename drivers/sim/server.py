@@ -20,6 +20,7 @@ import msgspec
 import uvicorn
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -154,6 +155,19 @@ class ChatBody(msgspec.Struct):
     min_tokens: int = 0
 
 
+class RequireKey:
+    """ASGI middleware: every request but /health needs `Authorization: Bearer <key>`."""
+
+    def __init__(self, app: Any, key: str):
+        self.app, self.expected = app, f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health" and dict(scope["headers"]).get(b"authorization") != self.expected:
+            await _error(401, "invalid or missing API key", "AuthenticationError")(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status)
 
@@ -164,8 +178,8 @@ _enc = msgspec.json.encode
 class SimServer:
     """One simulated vLLM server: engine, metrics and routes."""
 
-    def __init__(self, profile: SimProfile, model: str = MODEL, faults: SimFaults | None = None):
-        self.profile, self.model = profile, model
+    def __init__(self, profile: SimProfile, model: str = MODEL, faults: SimFaults | None = None, api_key: str | None = None):
+        self.profile, self.model, self.api_key = profile, model, api_key
         self.faults = faults or SimFaults()
         self.metrics = SimMetrics(profile, model)
         self.engine = SimEngine(profile, self.metrics.stats())
@@ -182,6 +196,7 @@ class SimServer:
                 Route("/sim/faults", self.set_faults, methods=["POST", "GET"]),
             ],
             lifespan=self._lifespan,
+            middleware=[Middleware(RequireKey, key=api_key)] if api_key else [],
         )
 
     @contextlib.asynccontextmanager
@@ -365,15 +380,17 @@ def loopback_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
 
 
 def uvicorn_server(app: Any) -> uvicorn.Server:
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=3600)
+    # Shutdown drops open streams after a second instead of waiting for them (like a crashed server).
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=3600,
+                            timeout_graceful_shutdown=1)
     return uvicorn.Server(config)
 
 
 class ThreadedSim:
     """A simulated server on a loopback port, in a thread of its own (tests)."""
 
-    def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0):
-        self.sim = SimServer(profile, faults=faults)
+    def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0, api_key: str | None = None):
+        self.sim = SimServer(profile, faults=faults, api_key=api_key)
         self.sock = loopback_socket(port=port)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
