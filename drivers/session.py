@@ -42,12 +42,18 @@ class SessionRunner:
                                  needle_key=c.needle.key, needle_sha=c.needle.sha256)
 
     async def run(self) -> bool:
-        """All turns in order; stops at a turn that fails after its retries."""
+        """All turns in order. A turn that fails after its retries is recorded
+        and the ramp goes on to the next turn; a server gone for longer than
+        --reconnect-timeout ends the session."""
         for turn in range(1, len(self.conv.schedule) + 1):
-            if not await self.run_turn(turn):
+            outcome = await self.run_turn(turn)
+            if outcome != "ok":
                 self.failed = True
+            if outcome == "gone":
+                self.emit(ev.Notice(t=self.clock(), level="error", session=self.sid,
+                                    message=f"{self.sid}: stopped at turn {turn}; the server did not come back"))
                 return False
-        return True
+        return not self.failed
 
     async def _user_message(self, turn: int) -> tuple[bytes, str | None]:
         filler_chars, _ = self.conv.plan(turn)
@@ -57,7 +63,8 @@ class SessionRunner:
             await asyncio.sleep(0)  # a 1M-token turn is built without stalling other sessions
         return encode_message("user", pieces), "".join(pieces) if self.opts.record_text else None
 
-    async def run_turn(self, turn: int) -> bool:
+    async def run_turn(self, turn: int) -> str:
+        """'ok', 'failed' (after retries), or 'gone' (the server did not come back)."""
         _, new_est = self.conv.plan(turn)
         user, user_text = await self._user_message(turn)
         body = chat_body(self.opts.model, [*self.history, user], self.opts.output_tokens, self.opts.ignore_eos)
@@ -76,15 +83,19 @@ class SessionRunner:
             except (StreamError, httpx.HTTPError, msgspec.DecodeError, UnicodeDecodeError) as e:
                 reason = _describe(e)
                 self.emit(ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="failed", error=reason))
-                if isinstance(e, (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)) and await self._await_server():
-                    attempt -= 1  # an outage does not use up a retry
-                    continue
+                if isinstance(e, (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)):
+                    back = await self._await_server()
+                    if back is True:
+                        attempt -= 1  # an outage does not use up a retry
+                        continue
+                    if back is None:
+                        return "gone"
                 if attempt <= self.opts.retries:
                     self.emit(ev.Notice(t=self.clock(), level="warn", session=self.sid,
                                         message=f"{self.sid} turn {turn}: retry {attempt}/{self.opts.retries} after: {reason}"))
                     await asyncio.sleep(min(30.0, 2.0 ** attempt))
                     continue
-                return False
+                return "failed"
             needle = self.conv.needle.found_in(res.text)
             completion = res.completion_tokens if res.completion_tokens is not None else res.chunks
             self.emit(ev.TurnDone(
@@ -94,20 +105,21 @@ class SessionRunner:
             ))
             self.conv.add_reply(res.prompt_tokens, completion)
             self.history += [user, encode_message("assistant", [res.text])]
-            return True
+            return "ok"
 
-    async def _await_server(self) -> bool:
+    async def _await_server(self) -> bool | None:
         """After a dropped connection: wait for /health to answer again, up to
-        --reconnect-timeout. True when the server is back."""
-        if self.opts.reconnect_timeout <= 0:
-            return False
+        --reconnect-timeout. True: back after an outage; False: it never left
+        (an ordinary failed turn); None: still gone."""
         start = self.clock()
         try:
             r = await self.client.get(self.base_url + "/health", headers=self.headers, timeout=5.0)
             if r.status_code == 200:
-                return False  # the server is up: this was not an outage, count the failure
+                return False
         except httpx.HTTPError:
             pass
+        if self.opts.reconnect_timeout <= 0:
+            return None
         self.emit(ev.Notice(t=start, level="warn", session=self.sid, message=f"{self.sid}: server unreachable, waiting up to {self.opts.reconnect_timeout:.0f}s"))
         while self.clock() - start < self.opts.reconnect_timeout:
             await asyncio.sleep(2.0)
@@ -120,7 +132,7 @@ class SessionRunner:
             except httpx.HTTPError:
                 pass
         self.emit(ev.Notice(t=self.clock(), level="error", session=self.sid, message=f"{self.sid}: server still gone after {self.opts.reconnect_timeout:.0f}s"))
-        return False
+        return None
 
     def _on_first(self, turn: int) -> Callable[[float], None]:
         return lambda t: self.emit(ev.FirstToken(t=t, session=self.sid, turn=turn))

@@ -37,10 +37,9 @@ def test_failed_turn_is_recorded_and_the_other_session_goes_on(tmp_path, name, f
     assert out.exit_code == 1 and out.events_lost == 0
     failed = [e for e in out.run.hub.events if isinstance(e, ev.TurnDone) and e.status == "failed"]
     assert len(failed) == 1 and failed[0].error
-    # One session stopped at its failed turn; the other finished all of its turns.
-    assert out.turns_ok >= len(out.run.cfg.schedule)
-    states = sorted(s.state for s in out.run.state.sessions.values())
-    assert states == ["done", "failed"]
+    # Only the turn the fault hit is lost: both sessions went on to their last turn.
+    assert out.turns_lost == 1
+    assert all(s.turn == len(out.run.cfg.schedule) for s in out.run.state.sessions.values())
 
 
 @pytest.mark.parametrize("faults", [SimFaults(drop_after_tokens=5, drop_requests=2), SimFaults(fail_requests=1, fail_status=503)])
@@ -60,20 +59,21 @@ def test_server_gone_and_back(tmp_path):
 
 
 def test_long_stall_before_first_byte_does_not_time_out(tmp_path):
-    out = run_scenario("stall", tmp_path, SimFaults(stall_s=4.0, stall_requests=1), sessions=1)
+    out = run_scenario("stall", tmp_path, SimFaults(stall_s=3.0, stall_requests=1), sessions=1)
     assert out.exit_code == 0 and out.turns_lost == 0
-    assert max(r.ttft for r in out.run.state.turns) >= 4.0
+    assert max(r.ttft for r in out.run.state.turns) >= 3.0
 
 
 def test_request_timeout_is_the_only_limit(tmp_path):
-    out = run_scenario("timeout", tmp_path, SimFaults(stall_s=4.0, stall_requests=1), sessions=1, request_timeout=1.0)
+    out = run_scenario("timeout", tmp_path, SimFaults(stall_s=3.0, stall_requests=1), sessions=1, request_timeout=1.0)
     assert out.exit_code == 1
     assert "timed out" in out.run.state.turns[0].error
 
 
 @pytest.mark.parametrize("mode,expect", [("404", "HTTP 404"), ("malformed", ""), ("slow", "timed out")])
 def test_metrics_faults_degrade_one_panel(tmp_path, mode, expect):
-    out = run_scenario(f"metrics-{mode}", tmp_path, SimFaults(metrics=mode), sessions=1, time_scale=0.1)
+    # 'slow' needs a run longer than the scrape timeout (2 s).
+    out = run_scenario(f"metrics-{mode}", tmp_path, SimFaults(metrics=mode), sessions=1, time_scale=0.1 if mode == "slow" else 0.5)
     assert out.exit_code == 0 and out.turns_lost == 0 and out.events_lost == 0
     errors = [e.error for e in out.run.hub.events if isinstance(e, ev.MetricsError)]
     assert errors and expect in errors[0]
@@ -185,15 +185,17 @@ def test_signal_closes_the_recording_and_exits(tmp_path, sig, code):
 def test_sigkill_at_random_moments_leaves_a_readable_file(tmp_path):
     rng = random.Random(1234)
     with ThreadedSim(make_profile("tiny", time_scale=0.2)) as s:
-        for k in range(20):
-            rec = tmp_path / f"kill{k}.jsonl"
-            p = _start_run(s.url, rec)
-            _wait_for_first_turn(rec)
-            time.sleep(rng.uniform(0.0, 1.2))
-            p.kill()
-            p.communicate(timeout=10)
-            back = read_recording(rec)  # raises if it could not be read up to its last complete line
-            assert back.header.mode == "run"
+        for batch in range(4):  # 20 kills, five runs at a time
+            runs = [(tmp_path / f"kill{batch}-{k}.jsonl") for k in range(5)]
+            procs = [_start_run(s.url, rec) for rec in runs]
+            for p, rec in zip(procs, runs):
+                _wait_for_first_turn(rec)
+                time.sleep(rng.uniform(0.0, 0.6))
+                p.kill()
+            for p, rec in zip(procs, runs):
+                p.communicate(timeout=10)
+                back = read_recording(rec)  # raises unless it reads up to its last complete line
+                assert back.header.mode == "run"
 
 
 # -- secrets -----------------------------------------------------------------------------

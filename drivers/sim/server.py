@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -349,7 +350,7 @@ class SimServer:
                             if out:
                                 yield b"".join(out)
                             self.engine.abort(req)
-                            raise ConnectionAbortedError("simulated connection drop")
+                            raise SimulatedDrop("simulated connection drop")
                         out.append(head + pre + _enc(w) + post)
                     yield b"".join(out)
                 if req.finished:
@@ -377,6 +378,21 @@ def loopback_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     sock.listen(512)
     sock.set_inheritable(True)
     return sock
+
+
+class _QuietDrops(logging.Filter):
+    """The sim's deliberate drops (a fault knob) and requests cut at shutdown are not errors to log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, (SimulatedDrop, asyncio.CancelledError))
+
+
+class SimulatedDrop(ConnectionAbortedError):
+    """Raised inside a stream to cut the connection (fault knob drop_after_tokens)."""
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
 
 
 def uvicorn_server(app: Any) -> uvicorn.Server:
