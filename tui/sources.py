@@ -104,7 +104,10 @@ class ReplaySource:
         self.events = recording.events
         self.times = [e.t for e in self.events]
         self.end_t = max(self.times, default=0.0)
-        self.turn_marks = sorted({e.t for e in self.events if isinstance(e, ev.RequestSent)})
+        self.turn_marks: list[float] = []  # request times; sessions sent within half a second share one
+        for t in sorted(e.t for e in self.events if isinstance(e, ev.RequestSent)):
+            if not self.turn_marks or t - self.turn_marks[-1] > 0.5:
+                self.turn_marks.append(t)
         self.lock = threading.Lock()
         self.speed = speed
         self.paused = False

@@ -100,7 +100,7 @@ class TimelinePanel(Panel):
         if not state.sessions:
             return Text("")
         width = max(10, self.size.width - self.LABEL)
-        rows = 1 if self.compact else max(1, min(4, (self.size.height - 1) // max(1, len(state.sessions))))
+        rows = 1 if self.compact else max(1, min(6, (self.size.height - 1) // max(1, len(state.sessions))))
         step = TIMELINE_BUCKET_S
         end = now - (now % step)
         start = end - (width - 1) * step
@@ -153,7 +153,7 @@ class ServerPanel(Panel):
         if srv.last_sample_t is None:
             lines.append(Text("waiting for the first /metrics scrape…", style="dim"))
             return Group(*lines)
-        width = max(8, self.size.width - 22)
+        width = max(8, self.size.width - 30)
 
         def why(field: str) -> Text:
             return Text(f"unavailable: {missing.get(field, 'not exposed')}", style="dim italic")
