@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""rampwatch as a client of ../shared/bench/peers/peerbench.py (its --custom contract).
+
+Sends `-n` fresh one-turn conversations of about `--isl` prompt tokens, `-c`
+at a time, through rampwatch's own driver (the same Run as `rampwatch run`:
+metrics scraping and recording on), asking for exactly `--osl` tokens, and
+writes one JSON line per request: ttft_s, start_wall, ok.
+
+  peerbench.py ttft --clients bare,rampwatch --custom \\
+    'rampwatch=/path/to/rampwatch/.venv/bin/python /path/to/rampwatch/tests/peer_rampwatch.py \\
+     --url {url} --model {model} --isl {input_tokens} --osl {output_tokens} -n {num_requests} \\
+     -c {concurrency} --seed {seed} --out {out}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from drivers.runner import Run, RunConfig  # noqa: E402
+
+
+async def batch(args: argparse.Namespace, sessions: int, folder: Path, k: int) -> list[dict]:
+    cfg = RunConfig(url=args.url, model=args.model, sessions=sessions, schedule=[args.isl], output_tokens=args.osl,
+                    ignore_eos=True, metrics_urls=[args.url.rstrip("/") + "/metrics"], gpu="none",
+                    record=folder / f"batch{k}.jsonl")
+    run = Run(cfg)
+    await run.prepare()
+    await run.drive()
+    t0 = datetime.fromisoformat(run.state.header.started_at).timestamp()
+    return [{"ttft_s": r.ttft, "start_wall": t0 + r.sent_t, "ok": r.status == "ok" and r.ttft is not None,
+             "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens} for r in run.state.turns]
+
+
+async def main(args: argparse.Namespace) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="rampwatch-peer-"))
+    records: list[dict] = []
+    left, k = args.n, 0
+    while left > 0:
+        size = min(args.c, left)
+        records += await batch(args, size, folder, k)
+        left, k = left - size, k + 1
+    with open(args.out, "w") as f:
+        for r in sorted(records, key=lambda r: r["start_wall"]):
+            f.write(json.dumps(r) + "\n")
+    ok = sum(r["ok"] for r in records)
+    print(f"rampwatch peer client: {ok}/{len(records)} ok; recordings in {folder}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--model")
+    ap.add_argument("--isl", type=int, required=True, help="prompt tokens per request")
+    ap.add_argument("--osl", type=int, required=True, help="output tokens per request")
+    ap.add_argument("-n", type=int, required=True, help="requests")
+    ap.add_argument("-c", type=int, default=1, help="concurrency")
+    ap.add_argument("--seed", type=int, default=None, help="unused: every run is salted afresh")
+    ap.add_argument("--out", required=True)
+    asyncio.run(main(ap.parse_args()))
