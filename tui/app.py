@@ -259,7 +259,7 @@ def run_app_live(run: Run) -> int:
     sys.setswitchinterval(0.001)  # the driver thread gets the GIL back within 1 ms of a redraw
     app = RampwatchApp(source)
     app.run()
-    return source.stop(app.stop_signal or signal.SIGINT)
+    return source.stop(app.stop_signal)
 
 
 def run_app_replay(recording: Recording, speed: float = 1.0) -> int:

@@ -42,3 +42,24 @@ class HeadlessPrinter:
         for rec in self.state.prefilling():
             print(f"[{_clock(now)}] {rec.session} turn {rec.turn}: prefill in flight {now - rec.sent_t:.0f}s "
                   f"(~{rec.new_tokens_est:,} new tokens)", file=self.out, flush=True)
+        if self.state.header is not None and self.state.header.mode == "watch":
+            print(f"[{_clock(now)}] {server_line(self.state)}", file=self.out, flush=True)
+
+
+def server_line(state: RunState) -> str:
+    """The server panel in one line, for watch mode without a UI."""
+    srv = state.server
+    if srv.last_sample_t is None:
+        errors = "; ".join(srv.errors.values())
+        return f"server: no metrics yet{' (' + errors + ')' if errors else ''}"
+    v, r = srv.values, srv.rates
+
+    def num(x: float | None, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    kv = v.get("kv_usage")
+    hit = state.hit_rate_since_start()
+    return (f"server: KV {num(None if kv is None else kv * 100, '.0f')}% · running {num(v.get('running'), '.0f')} · "
+            f"waiting {num(v.get('waiting'), '.0f')} · hit {num(None if hit is None else hit * 100, '.0f')}% · "
+            f"prefill {num(r.get('prompt_computed', r.get('prompt_tokens')), ',.0f')} tok/s · "
+            f"decode {num(r.get('generation_tokens'), ',.0f')} tok/s")

@@ -84,12 +84,15 @@ class LiveSource:
         self._loop.call_soon_threadsafe(self.run.mark, note)
         return True
 
-    def stop(self, sig: int = signal.SIGINT) -> int:
-        """Cancel the sessions, close the recording, wait for the driver."""
+    def stop(self, sig: int | None = None) -> int:
+        """Cancel the sessions, close the recording, wait for the driver.
+        `sig`: the signal that ended the UI, None when the user quit."""
         if self._loop is not None and self._task is not None and not self.finished:
             self.run.interrupted_by = sig
             self._loop.call_soon_threadsafe(self._task.cancel)
         self.thread.join(timeout=30)
+        if sig is None and self.run.cfg.mode == "watch":
+            return 0  # quitting is how watching ends
         return self.exit_code if self.exit_code is not None else 130
 
 
