@@ -11,8 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import msgspec
+
+from drivers.wire import Connection
 
 
 class Delta(msgspec.Struct):
@@ -101,83 +102,100 @@ def error_text(body: bytes | str, status: int | None = None) -> str:
     return f"HTTP {status}: {message}" if status is not None else message
 
 
-async def stream_chat(
-    client: httpx.AsyncClient,
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
-    clock: Callable[[], float],
-    on_first: Callable[[float], None],
-    on_times: Callable[[list[float]], None],
-    flush_every: float = 0.25,
-) -> StreamResult:
-    """POST a streaming chat request and read it to the end.
+class ChatStreamParser:
+    """Server-sent events of a chat completion, fed as body bytes arrive.
 
     `on_first(t)` fires at the first text chunk; `on_times(batch)` gets the
-    arrival times of text chunks every `flush_every` seconds and at the end.
-    """
-    res = StreamResult()
-    text_parts: list[str] = []
-    batch: list[float] = []
-    next_flush = 0.0
-    buf = b""
-    done = False
-    async with client.stream("POST", url, content=body, headers=headers) as resp:
-        if resp.status_code != 200:
-            raise StreamError(error_text(await resp.aread(), resp.status_code))
-        async for raw in resp.aiter_raw():
-            t = clock()  # stamped on arrival, before parsing
-            buf += raw
-            if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
-                continue
-            if b"\r" in buf:
-                buf = buf.replace(b"\r\n", b"\n")
-            *events, buf = buf.split(b"\n\n")
-            for ev in events:
-                for line in ev.split(b"\n"):
-                    if not line.startswith(b"data:"):
-                        continue  # comments (keep-alives, pings) and other fields
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        done = True
+    arrival times of text chunks every `flush_every` seconds and at the end."""
+
+    def __init__(self, on_first: Callable[[float], None], on_times: Callable[[list[float]], None], flush_every: float = 0.25):
+        self.on_first, self.on_times, self.flush_every = on_first, on_times, flush_every
+        self.res = StreamResult()
+        self.done = False  # saw data: [DONE]
+        self._text: list[str] = []
+        self._batch: list[float] = []
+        self._next_flush = 0.0
+        self._buf = b""
+
+    def feed(self, data: bytes, t: float) -> None:
+        buf = self._buf + data if self._buf else data
+        if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
+            self._buf = buf
+            return
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        *events, self._buf = buf.split(b"\n\n")
+        res = self.res
+        for ev in events:
+            for line in ev.split(b"\n"):
+                if not line.startswith(b"data:"):
+                    continue  # comments (keep-alives, pings) and other fields
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    self.done = True
+                    break
+                chunk = _decode_chunk(payload)
+                if chunk.error is not None:
+                    raise StreamError(error_text(_encode(chunk.error)))
+                for choice in chunk.choices:
+                    d = choice.delta
+                    piece = choice.text if d is None else (d.content or d.reasoning or d.reasoning_content)
+                    if piece or (d is not None and d.tool_calls):
+                        if res.first_t is None:
+                            res.first_t = t
+                            self.on_first(t)
+                            self._next_flush = t + self.flush_every
+                        res.last_t = t
+                        res.chunks += 1
+                        self._batch.append(t)
+                        if piece:
+                            self._text.append(piece)
                         break
-                    chunk = _decode_chunk(payload)
-                    if chunk.error is not None:
-                        raise StreamError(error_text(_encode(chunk.error)))
-                    for choice in chunk.choices:
-                        d = choice.delta
-                        piece = choice.text if d is None else (d.content or d.reasoning or d.reasoning_content)
-                        if piece or (d is not None and d.tool_calls):
-                            if res.first_t is None:
-                                res.first_t = t
-                                on_first(t)
-                                next_flush = t + flush_every
-                            res.last_t = t
-                            res.chunks += 1
-                            batch.append(t)
-                            if piece:
-                                text_parts.append(piece)
-                            break
-                    u = chunk.usage
-                    if u is not None:
-                        res.prompt_tokens = u.prompt_tokens
-                        res.completion_tokens = u.completion_tokens
-                        if u.prompt_tokens_details is not None:
-                            res.cached_tokens = u.prompt_tokens_details.cached_tokens
-            if batch and t >= next_flush:
-                on_times(batch)
-                batch = []
-                next_flush = t + flush_every
-            if done:
-                break
-    if batch:
-        on_times(batch)
-    if not done and res.first_t is None:
-        raise StreamError("stream ended before any token")
-    if not done:
-        raise StreamError("connection closed mid-stream")
-    res.text = "".join(text_parts)
-    return res
+                u = chunk.usage
+                if u is not None:
+                    res.prompt_tokens = u.prompt_tokens
+                    res.completion_tokens = u.completion_tokens
+                    if u.prompt_tokens_details is not None:
+                        res.cached_tokens = u.prompt_tokens_details.cached_tokens
+        if self._batch and (t >= self._next_flush or self.done):
+            self.on_times(self._batch)
+            self._batch = []
+            self._next_flush = t + self.flush_every
+
+    def finish(self) -> StreamResult:
+        """The result once the response has ended; raises if it ended early."""
+        if self._batch:
+            self.on_times(self._batch)
+            self._batch = []
+        if not self.done:
+            raise StreamError("stream ended before any token" if self.res.first_t is None else "connection closed mid-stream")
+        self.res.text = "".join(self._text)
+        return self.res
+
+
+async def stream_chat(
+    conn: Connection,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    on_first: Callable[[float], None],
+    on_times: Callable[[list[float]], None],
+    timeout: float | None = None,
+) -> StreamResult:
+    """POST a streaming chat request on `conn` and read it to the end."""
+    parser = ChatStreamParser(on_first, on_times)
+    error_body: list[bytes] = []
+
+    def on_body(status: int, data: bytes, t: float) -> None:
+        if status == 200:
+            parser.feed(data, t)
+        else:
+            error_body.append(data)
+
+    response = await conn.post(path, body, {"Content-Type": "application/json", **headers}, on_body, timeout)
+    if response.status != 200:
+        raise StreamError(error_text(b"".join(error_body), response.status))
+    return parser.finish()
 
 
 def monotonic_clock() -> Callable[[], float]:

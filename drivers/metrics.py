@@ -227,11 +227,11 @@ class MetricsScraper:
     MAX_BACKOFF = 30.0
 
     def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 headers: dict[str, str] | None = None, auth: httpx.Auth | None = None):
+                 headers: dict[str, str] | None = None):
         self.url, self.interval, self.emit, self.clock = url, interval, emit, clock
         self.source = redact_url(url)
         # A scrape slower than a few intervals is stale by the time it lands.
-        self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), headers=headers or {}, auth=auth)
+        self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), headers=headers or {})
         self._profile: Profile | None = None
 
     async def scrape_once(self) -> bool:

@@ -4,6 +4,7 @@ samplers, and close the recording, whatever happens."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import platform
 import random
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import httpx
 
@@ -53,22 +54,22 @@ class RunConfig:
     reconnect_timeout: float = 180.0
     command: list[str] = field(default_factory=list)
     record_text: bool = False  # keep prompt and reply text in the recording (large, maybe private)
+    concurrency: int | None = None  # sessions in flight at once (None: all); the peer benchmark adapter uses it
 
     @property
     def base_url(self) -> str:
-        """The server URL without credentials: every request goes here, with auth() apart."""
+        """The server URL without credentials (those travel in headers())."""
         return redact_url(self.url.rstrip("/").removesuffix("/v1"))
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-    def auth(self) -> httpx.BasicAuth | None:
-        """user:password@ from the URL, used as basic auth unless an API key is given."""
-        userinfo = httpx.URL(self.url).userinfo
-        if self.api_key or not userinfo:
-            return None
-        user, _, password = userinfo.decode().partition(":")
-        return httpx.BasicAuth(unquote(user), unquote(password))
+        """Authorization for every request: the API key as Bearer, else user:password@ from the URL as Basic."""
+        if self.api_key:
+            return {"Authorization": f"Bearer {self.api_key}"}
+        u = urlsplit(self.url)
+        if u.username is None:
+            return {}
+        pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
+        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
 
 
 @dataclass
@@ -192,7 +193,6 @@ class Run:
         if self._client is None:
             n = max(1, self.cfg.sessions) + 4
             self._client = httpx.AsyncClient(
-                auth=self.cfg.auth(),
                 timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
                 limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
             )
@@ -255,8 +255,7 @@ class Run:
     async def drive(self) -> int:
         """Run to the end. Returns the exit code (0 ok, 1 failed turns, 130/143 interrupted)."""
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
-        samplers = [MetricsScraper(u, cfg.scrape_interval, emit, clock, headers=cfg.headers(), auth=cfg.auth())
-                    for u in cfg.metrics_urls]
+        samplers = [MetricsScraper(u, cfg.scrape_interval, emit, clock, headers=cfg.headers()) for u in cfg.metrics_urls]
         background = [asyncio.create_task(s.run()) for s in samplers]
         background.append(asyncio.create_task(GpuSampler(cfg.gpu, max(cfg.scrape_interval, 1.0), emit, clock).run()))
         background.append(asyncio.create_task(self._flush_loop()))
@@ -267,13 +266,15 @@ class Run:
                 await asyncio.Event().wait()  # until interrupted
             assert self.info is not None
             opts = TurnOptions(model=self.info.model, output_tokens=cfg.output_tokens, ignore_eos=cfg.ignore_eos,
-                               retries=cfg.retries, reconnect_timeout=cfg.reconnect_timeout, record_text=cfg.record_text)
+                               retries=cfg.retries, reconnect_timeout=cfg.reconnect_timeout, record_text=cfg.record_text,
+                               request_timeout=cfg.request_timeout)
             for k in range(cfg.sessions):
                 conv = self.conversation(k + 1)
                 r = SessionRunner(f"s{k + 1}", conv, self._client_for(), cfg.base_url, cfg.headers(), opts, emit, clock)
                 runners.append(r)
                 emit(r.plan_event())
-            tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger)) for k, r in enumerate(runners)]
+            slots = asyncio.Semaphore(cfg.concurrency or len(runners) or 1)
+            tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
             try:
                 await asyncio.gather(*tasks)
             finally:
@@ -296,10 +297,11 @@ class Run:
                 await self._client.aclose()
         return self.exit_code
 
-    async def _staggered(self, runner: SessionRunner, delay: float) -> None:
+    async def _staggered(self, runner: SessionRunner, delay: float, slots: asyncio.Semaphore) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
-        await runner.run()
+        async with slots:
+            await runner.run()
 
     async def _flush_loop(self) -> None:
         while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -12,6 +13,7 @@ import msgspec
 from drivers import events as ev
 from drivers.chat import StreamError, chat_body, encode_message, stream_chat
 from drivers.ramp import Conversation
+from drivers.wire import Connection, ConnectionDropped, ConnectionFailed
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class TurnOptions:
     ignore_eos: bool = False
     retries: int = 0
     reconnect_timeout: float = 180.0
+    request_timeout: float | None = 3600.0
     record_text: bool = False
 
 
@@ -28,10 +31,11 @@ class SessionRunner:
     def __init__(self, sid: str, conv: Conversation, client: httpx.AsyncClient, base_url: str,
                  headers: dict[str, str], opts: TurnOptions,
                  emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float]):
-        self.sid, self.conv, self.client = sid, conv, client
-        self.headers = {**headers, "Content-Type": "application/json"}
-        self.url = base_url.rstrip("/") + "/v1/chat/completions"
+        self.sid, self.conv, self.client, self.headers = sid, conv, client, headers
         self.base_url = base_url.rstrip("/")
+        # The streaming turns go over a connection of their own (drivers/wire.py); httpx does the rest.
+        self.conn = Connection(self.base_url, clock)
+        self.path = urlsplit(self.base_url).path + "/v1/chat/completions"
         self.opts, self.emit, self.clock = opts, emit, clock
         self.history: list[bytes] = []  # encoded messages, re-sent every turn
         self.failed = False
@@ -45,15 +49,18 @@ class SessionRunner:
         """All turns in order. A turn that fails after its retries is recorded
         and the ramp goes on to the next turn; a server gone for longer than
         --reconnect-timeout ends the session."""
-        for turn in range(1, len(self.conv.schedule) + 1):
-            outcome = await self.run_turn(turn)
-            if outcome != "ok":
-                self.failed = True
-            if outcome == "gone":
-                self.emit(ev.Notice(t=self.clock(), level="error", session=self.sid,
-                                    message=f"{self.sid}: stopped at turn {turn}; the server did not come back"))
-                return False
-        return not self.failed
+        try:
+            for turn in range(1, len(self.conv.schedule) + 1):
+                outcome = await self.run_turn(turn)
+                if outcome != "ok":
+                    self.failed = True
+                if outcome == "gone":
+                    self.emit(ev.Notice(t=self.clock(), level="error", session=self.sid,
+                                        message=f"{self.sid}: stopped at turn {turn}; the server did not come back"))
+                    return False
+            return not self.failed
+        finally:
+            self.conn.close()
 
     async def _user_message(self, turn: int) -> tuple[bytes, str | None]:
         filler_chars, _ = self.conv.plan(turn)
@@ -75,15 +82,16 @@ class SessionRunner:
             self.emit(ev.RequestSent(t=self.clock(), session=self.sid, turn=turn, target_tokens=target,
                                      new_tokens_est=new_est, body_bytes=len(body), attempt=attempt, text=user_text))
             try:
-                res = await stream_chat(self.client, self.url, body, self.headers, self.clock,
-                                        self._on_first(turn), self._on_times(turn))
+                res = await stream_chat(self.conn, self.path, body, self.headers,
+                                        self._on_first(turn), self._on_times(turn), self.opts.request_timeout)
             except asyncio.CancelledError:
                 self.emit(ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="cancelled", error="cancelled"))
                 raise
-            except (StreamError, httpx.HTTPError, msgspec.DecodeError, UnicodeDecodeError) as e:
+            except (StreamError, ConnectionFailed, ConnectionDropped, asyncio.TimeoutError, msgspec.DecodeError,
+                    UnicodeDecodeError, ValueError) as e:
                 reason = _describe(e)
                 self.emit(ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="failed", error=reason))
-                if isinstance(e, (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)):
+                if isinstance(e, (ConnectionFailed, ConnectionDropped)):
                     back = await self._await_server()
                     if back is True:
                         attempt -= 1  # an outage does not use up a retry
@@ -144,11 +152,11 @@ class SessionRunner:
 def _describe(e: Exception) -> str:
     if isinstance(e, StreamError):
         return str(e)
-    if isinstance(e, httpx.ConnectError):
+    if isinstance(e, ConnectionFailed):
         return "cannot connect to the server"
-    if isinstance(e, (httpx.RemoteProtocolError, httpx.ReadError)):
+    if isinstance(e, ConnectionDropped):
         return "connection dropped mid-stream"
-    if isinstance(e, httpx.TimeoutException):
+    if isinstance(e, asyncio.TimeoutError):
         return "request timed out (--request-timeout)"
     if isinstance(e, msgspec.DecodeError):
         return f"malformed stream chunk: {e}"

@@ -27,31 +27,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from drivers.runner import Run, RunConfig  # noqa: E402
 
 
-async def batch(args: argparse.Namespace, sessions: int, folder: Path, k: int) -> list[dict]:
-    cfg = RunConfig(url=args.url, model=args.model, sessions=sessions, schedule=[args.isl], output_tokens=args.osl,
-                    ignore_eos=True, metrics_urls=[args.url.rstrip("/") + "/metrics"], gpu="none",
-                    record=folder / f"batch{k}.jsonl")
+async def main(args: argparse.Namespace) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="rampwatch-peer-"))
+    # n one-turn sessions, c in flight at once: one run, one recording, one calibration.
+    cfg = RunConfig(url=args.url, model=args.model, sessions=args.n, concurrency=args.c, schedule=[args.isl],
+                    output_tokens=args.osl, ignore_eos=True, metrics_urls=[args.url.rstrip("/") + "/metrics"],
+                    gpu="none", record=folder / "peer.jsonl")
     run = Run(cfg)
     await run.prepare()
     await run.drive()
     t0 = datetime.fromisoformat(run.state.header.started_at).timestamp()
-    return [{"ttft_s": r.ttft, "start_wall": t0 + r.sent_t, "ok": r.status == "ok" and r.ttft is not None,
-             "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens} for r in run.state.turns]
-
-
-async def main(args: argparse.Namespace) -> None:
-    folder = Path(tempfile.mkdtemp(prefix="rampwatch-peer-"))
-    records: list[dict] = []
-    left, k = args.n, 0
-    while left > 0:
-        size = min(args.c, left)
-        records += await batch(args, size, folder, k)
-        left, k = left - size, k + 1
+    records = [{"ttft_s": r.ttft, "start_wall": t0 + r.sent_t, "ok": r.status == "ok" and r.ttft is not None,
+                "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens} for r in run.state.turns]
     with open(args.out, "w") as f:
         for r in sorted(records, key=lambda r: r["start_wall"]):
             f.write(json.dumps(r) + "\n")
     ok = sum(r["ok"] for r in records)
-    print(f"rampwatch peer client: {ok}/{len(records)} ok; recordings in {folder}", file=sys.stderr)
+    print(f"rampwatch peer client: {ok}/{len(records)} ok; recording {cfg.record}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import httpx
+import asyncio
+
 import msgspec
 import pytest
 
-from drivers.chat import StreamError, chat_body, encode_message, error_text, stream_chat
+from drivers.chat import ChatStreamParser, StreamError, chat_body, encode_message, error_text, stream_chat
+from drivers.wire import Connection, ConnectionDropped, ConnectionFailed, ResponseParser
 
 
 def _chunk(**delta) -> bytes:
@@ -17,27 +19,20 @@ USAGE = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":18,"total_tokens
 DONE = b"data: [DONE]\n\n"
 
 
-class Reads(httpx.AsyncByteStream):
-    """Yields the given network reads, advancing a fake clock before each."""
-
-    def __init__(self, reads: list[bytes], clock: list[float]):
-        self.reads, self.clock = reads, clock
-
-    async def __aiter__(self):
-        for r in self.reads:
-            self.clock[0] += 1.0
-            yield r
+def _run_sync(reads: list[bytes]):
+    """Feed each 'network read' to the parser at t = 1, 2, 3, ..."""
+    firsts: list[float] = []
+    batches: list[list[float]] = []
+    p = ChatStreamParser(firsts.append, batches.append, flush_every=100.0)
+    for i, r in enumerate(reads):
+        p.feed(r, float(i + 1))
+    return p.finish(), firsts, batches
 
 
 async def _run(reads: list[bytes], status: int = 200):
-    now = [0.0]
-    transport = httpx.MockTransport(lambda req: httpx.Response(status, stream=Reads(reads, now)))
-    firsts: list[float] = []
-    batches: list[list[float]] = []
-    async with httpx.AsyncClient(transport=transport) as client:
-        res = await stream_chat(client, "http://x/v1/chat/completions", b"{}", {}, lambda: now[0],
-                                firsts.append, batches.append, flush_every=100.0)
-    return res, firsts, batches
+    if status != 200:
+        return await _serve_and_stream(reads, status)
+    return _run_sync(reads)
 
 
 async def test_prelude_keepalive_and_usage_are_not_tokens():
@@ -102,3 +97,120 @@ def test_body_encoding_round_trips():
 def test_error_text():
     assert error_text(b'{"error":{"message":"bad  model"}}', 404) == "HTTP 404: bad model"
     assert error_text(b"plain failure", 500) == "HTTP 500: plain failure"
+
+
+# -- the wire: a real socket, chunked transfer encoding, keep-alive ---------------------------
+
+
+def _chunked(pieces: list[bytes]) -> list[bytes]:
+    return [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces] + [b"0\r\n\r\n"]
+
+
+async def _server(handler):
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int([line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")][0])
+    return head + await reader.readexactly(length)
+
+
+async def _serve_and_stream(body_reads: list[bytes], status: int):
+    async def handle(reader, writer):
+        await _read_request(reader)
+        body = b"".join(body_reads)
+        writer.write(b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server, url = await _server(handle)
+    async with server:
+        conn = Connection(url, lambda: 0.0)
+        try:
+            return await stream_chat(conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b: None)
+        finally:
+            conn.close()
+
+
+async def test_stream_over_a_socket_with_chunks_split_anywhere():
+    events = [_chunk(role="assistant", content=""), _chunk(content="Hel"), _chunk(content="lo"), USAGE, DONE]
+    wire = b"".join(_chunked(events))
+    requests = []
+
+    async def handle(reader, writer):
+        for _ in range(2):  # two requests on one keep-alive connection
+            requests.append(await _read_request(reader))
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            for i in range(0, len(wire), 7):  # 7-byte writes split chunk headers, CRLFs and events
+                writer.write(wire[i:i + 7])
+                await writer.drain()
+                await asyncio.sleep(0)
+        writer.close()
+
+    server, url = await _server(handle)
+    async with server:
+        clock = iter(range(1, 10_000))
+        conn = Connection(url, lambda: float(next(clock)))
+        for _ in range(2):
+            res = await stream_chat(conn, "/v1/chat/completions", b'{"x":1}', {"Authorization": "Bearer k"},
+                                    lambda t: None, lambda b: None, timeout=10)
+            assert res.text == "Hello" and res.chunks == 2 and res.prompt_tokens == 18
+        conn.close()
+    assert len(requests) == 2 and b"Authorization: Bearer k" in requests[0] and requests[0].endswith(b'{"x":1}')
+
+
+async def test_stale_keepalive_connection_is_retried_once_and_drops_are_reported():
+    served = []
+
+    async def handle(reader, writer):
+        req = await _read_request(reader)
+        served.append(req)
+        if len(served) == 1:  # answer, then close the idle connection as servers do
+            body = b"".join(_chunked([_chunk(content="a"), DONE]))
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body)
+            await writer.drain()
+            writer.close()
+            return
+        if len(served) == 2:
+            body = b"".join(_chunked([_chunk(content="b"), DONE]))
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body)
+            await writer.drain()
+            writer.close()
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + _chunked([_chunk(content="c")])[0])
+        await writer.drain()
+        writer.close()  # mid-stream
+
+    server, url = await _server(handle)
+    async with server:
+        conn = Connection(url, lambda: 0.0)
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None)).text == "a"
+        await asyncio.sleep(0.05)
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None)).text == "b"
+        with pytest.raises(ConnectionDropped):
+            await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None)
+        conn.close()
+
+
+async def test_nothing_listening_is_connection_failed():
+    server, url = await _server(lambda r, w: None)
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(ConnectionFailed):
+        await Connection(url, lambda: 0.0).post("/p", b"", {}, lambda s, d, t: None)
+
+
+def test_response_parser_content_length_and_chunked_byte_by_byte():
+    got = []
+    p = ResponseParser(lambda status, data, t: got.append((status, data)))
+    for b in (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 5\r\n\r\nab", b"cde"):
+        p.feed(b, 0.0)
+    assert p.done and p.status == 400 and b"".join(d for _, d in got) == b"abcde"
+    got.clear()
+    p = ResponseParser(lambda status, data, t: got.append(data))
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + b"".join(_chunked([b"hello", b" world"]))
+    for i in range(len(wire)):
+        p.feed(wire[i:i + 1], 0.0)
+    assert p.done and b"".join(got) == b"hello world" and not p.keep_alive

@@ -1,0 +1,213 @@
+"""A minimal HTTP/1.1 client for the one hot path: a streaming POST.
+
+httpx costs ~40 µs of CPU per network read (coroutine layers per read);
+here each read arrives in `data_received`, is stamped first, and flows
+straight into the SSE parser, for a few µs. One keep-alive connection per
+session. Everything else (probes, metrics, /tokenize) stays on httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+
+class ConnectionFailed(Exception):
+    """Could not open a connection: the server is not there."""
+
+
+class ConnectionDropped(Exception):
+    """The connection closed before the response was complete."""
+
+
+class ResponseParser:
+    """Incremental HTTP/1.1 response parser: status and headers, then the
+    body (chunked or Content-Length), handed to `on_body(status, bytes, t)`."""
+
+    def __init__(self, on_body: Callable[[int, bytes, float], None]):
+        self.on_body = on_body
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.done = False
+        self._buf = b""
+        self._chunked = False
+        self._remaining: int | None = None  # Content-Length left, or the current chunk's
+        self._in_head = True
+        self._state = "size"  # chunked decoding: size | data | crlf | trailer
+
+    @property
+    def keep_alive(self) -> bool:
+        return self.headers.get("connection", "").lower() != "close"
+
+    def feed(self, data: bytes, t: float) -> None:
+        if self._in_head:
+            self._buf += data
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head, data = self._buf[:end].decode("latin-1"), self._buf[end + 4:]
+            self._buf = b""
+            lines = head.split("\r\n")
+            parts = lines[0].split(" ", 2)
+            self.status = int(parts[1])
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                self.headers[k.strip().lower()] = v.strip()
+            self._in_head = False
+            self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+            if not self._chunked:
+                length = self.headers.get("content-length")
+                self._remaining = int(length) if length is not None else None
+                if self._remaining == 0 or self.status in (204, 304):
+                    self.done = True
+                    return
+            if not data:
+                return
+        if self._chunked:
+            self._feed_chunked(data, t)
+        else:
+            if self._remaining is not None:
+                data = data[: self._remaining]
+                self._remaining -= len(data)
+                if self._remaining <= 0:
+                    self.done = True
+            if data:
+                self.on_body(self.status or 0, data, t)
+
+    def _feed_chunked(self, data: bytes, t: float) -> None:
+        buf = self._buf + data if self._buf else data
+        self._buf = b""
+        out = []
+        pos, n = 0, len(buf)
+        while pos < n and not self.done:
+            state = self._state
+            if state == "data":
+                take = min(self._remaining or 0, n - pos)
+                out.append(buf[pos:pos + take])
+                pos += take
+                self._remaining = (self._remaining or 0) - take
+                if self._remaining == 0:
+                    self._state = "crlf"
+            elif state == "crlf":
+                if n - pos < 2:
+                    break
+                pos += 2
+                self._state = "size"
+            else:  # "size" line, or a trailer line after the last chunk
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                line, pos = buf[pos:eol], eol + 2
+                if state == "trailer":
+                    self.done = not line
+                    continue
+                size = int(line.split(b";", 1)[0], 16)
+                if size == 0:
+                    self._state = "trailer"
+                else:
+                    self._remaining, self._state = size, "data"
+        if pos < n and not self.done:
+            self._buf = buf[pos:]
+        if out:
+            self.on_body(self.status or 0, b"".join(out) if len(out) > 1 else out[0], t)
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self.transport: asyncio.Transport | None = None
+        self.parser: ResponseParser | None = None
+        self.finished: asyncio.Future[None] | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        t = self.clock()  # stamped before anything else looks at the bytes
+        p, fut = self.parser, self.finished
+        if p is None or fut is None or fut.done():
+            return
+        try:
+            p.feed(data, t)
+        except Exception as e:  # noqa: BLE001 - a parse error fails this request only
+            fut.set_exception(e)
+            return
+        if p.done:
+            fut.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        fut = self.finished
+        if fut is not None and not fut.done():
+            fut.set_exception(ConnectionDropped("connection closed mid-response"))
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection to `base_url`, reopened when needed."""
+
+    def __init__(self, base_url: str, clock: Callable[[], float], connect_timeout: float = 10.0):
+        u = urlsplit(base_url)
+        self.https = u.scheme == "https"
+        self.host = u.hostname or "127.0.0.1"
+        self.port = u.port or (443 if self.https else 80)
+        self.host_header = self.host if u.port is None else f"{self.host}:{self.port}"
+        self.clock, self.connect_timeout = clock, connect_timeout
+        self._proto: _Protocol | None = None
+
+    async def _connect(self) -> _Protocol:
+        loop = asyncio.get_running_loop()
+        ctx = ssl.create_default_context() if self.https else None
+        try:
+            _, proto = await asyncio.wait_for(
+                loop.create_connection(lambda: _Protocol(self.clock), self.host, self.port, ssl=ctx),
+                self.connect_timeout)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {e.__class__.__name__}") from None
+        return proto
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str],
+                   on_body: Callable[[int, bytes, float], None], timeout: float | None = None) -> ResponseParser:
+        """Send a POST and feed the response body to `on_body` as it arrives.
+        Returns the parser (status, headers) once the response is complete."""
+        head = [f"POST {path} HTTP/1.1", f"Host: {self.host_header}", f"Content-Length: {len(body)}",
+                "Accept: text/event-stream, application/json", "User-Agent: rampwatch"]
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        reused = self._proto is not None and not self._proto.closed
+        if not reused:
+            self._proto = await self._connect()
+        proto = self._proto
+        assert proto is not None and proto.transport is not None
+        received = False
+
+        def body_seen(status: int, data: bytes, t: float) -> None:
+            nonlocal received
+            received = True
+            on_body(status, data, t)
+
+        parser = ResponseParser(body_seen)
+        proto.parser = parser
+        proto.finished = asyncio.get_running_loop().create_future()
+        proto.transport.write(request)
+        try:
+            await asyncio.wait_for(proto.finished, timeout)
+        except ConnectionDropped:
+            self._proto = None
+            if reused and parser.status is None and not received:
+                # The server had closed the idle keep-alive connection: once more on a fresh one.
+                return await self.post(path, body, headers, on_body, timeout)
+            raise
+        except BaseException:
+            self.close()  # cancelled or timed out mid-response: this connection is spent
+            raise
+        if not parser.keep_alive:
+            self.close()
+        return parser
+
+    def close(self) -> None:
+        if self._proto is not None and self._proto.transport is not None:
+            self._proto.transport.close()
+        self._proto = None
