@@ -54,12 +54,26 @@ def sparkline(values: list[float], top: float, marks: list[bool] | None = None, 
     """A bar chart `rows` lines tall, one column per value, scaled to `top`;
     columns flagged in `marks` get `mark_style` as background."""
     levels = [0 if top <= 0 or v <= 0 else max(1, min(rows * 8, int(round(v / top * rows * 8)))) for v in values]
+    spans = _runs(marks) if marks else []
     lines = []
     for r in range(rows - 1, -1, -1):  # top line first
-        t = Text()
-        for i, level in enumerate(levels):
-            cell = min(8, max(0, level - r * 8))
-            bg = mark_style if marks and marks[i] else ""
-            t.append(SPARK[cell], style=f"{style} {bg}".strip())
+        base = r * 8
+        t = Text("".join(SPARK[min(8, max(0, lv - base))] for lv in levels), style=style)
+        for a, b in spans:
+            t.stylize(mark_style, a, b)
         lines.append(t)
     return lines
+
+
+def _runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """[start, end) of each run of True: one style span per run, not per cell."""
+    out, start = [], None
+    for i, f in enumerate(flags):
+        if f and start is None:
+            start = i
+        elif not f and start is not None:
+            out.append((start, i))
+            start = None
+    if start is not None:
+        out.append((start, len(flags)))
+    return out

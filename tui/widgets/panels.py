@@ -4,7 +4,6 @@ handed; none computes statistics (drivers/state.py and analysis.py do)."""
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
@@ -65,30 +64,35 @@ class HeaderBar(Static):
 
 
 class SessionsPanel(Panel):
+    """A row per session. Plain padded columns, not a Rich Table: with dozens
+    of sessions redrawn ten times a second, a table costs too much."""
+
+    COLUMNS = (("", 4, "<"), ("turn", 5, ">"), ("ctx", 5, ">"), ("state", 17, "<"), ("TTFT", 6, ">"),
+               ("tok/s", 6, ">"), ("hit", 4, ">"))
+
     def render_state(self, state: RunState, now: float) -> object:
         if not state.sessions:
             return Text("no sessions (watch mode)" if state.header and state.header.mode == "watch" else "starting…", style="dim")
-        table = Table(expand=True, box=None, pad_edge=False, header_style="bold")
-        for col, justify in (("", "left"), ("turn", "right"), ("ctx", "right"), ("state", "left"),
-                             ("TTFT", "right"), ("tok/s", "right"), ("hit", "right"), ("needle", "left")):
-            table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))
+        head = Text(" ".join(f"{name:{align}{width}}" for name, width, align in self.COLUMNS) + " needle", style="bold",
+                    no_wrap=True, overflow="ellipsis")
+        lines = [head]
         for s in state.sessions.values():
             label = s.state
             if s.state == "prefilling" and s.current is not None:
                 label = f"prefilling {duration(now - s.current.sent_t)}"
             last = s.last_done
-            ttft = last.ttft if last is not None else None
             rate = s.decode_rate_now() if s.state == "decoding" else None
             cached = (last.cached_tokens / last.prompt_tokens) if last and last.cached_tokens is not None and last.prompt_tokens else None
-            needles = Text()
+            cells = (s.id, f"{s.turn}/{len(s.schedule)}", format_tokens(s.context_tokens), label,
+                     duration(last.ttft if last is not None else None), f"{rate:.1f}" if rate is not None else "-", pct(cached))
+            line = Text(no_wrap=True, overflow="ellipsis")
+            for (_, width, align), cell in zip(self.COLUMNS, cells):
+                text = f"{cell:{align}{width}} "[: width + 1]
+                line.append(text, style=STATE_STYLE.get(s.state, "") if cell is label else "")
             for n in s.needles:
-                needles.append("✓" if n else ("✗" if n is False else "·"), style="green" if n else "bold red")
-            table.add_row(
-                s.id, f"{s.turn}/{len(s.schedule)}", format_tokens(s.context_tokens),
-                Text(label, style=STATE_STYLE.get(s.state, "")), duration(ttft),
-                f"{rate:.1f}" if rate is not None else "-", pct(cached), needles,
-            )
-        return table
+                line.append("✓" if n else ("✗" if n is False else "·"), style="green" if n else "bold red")
+            lines.append(line)
+        return Group(*lines)
 
 
 class TimelinePanel(Panel):
