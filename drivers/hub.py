@@ -15,7 +15,9 @@ from drivers.state import RunState
 
 
 class EventHub:
-    def __init__(self, state: RunState, recorder: Recorder | None = None, keep_events: bool = True):
+    def __init__(self, state: RunState, recorder: Recorder | None = None, keep_events: bool = False):
+        """`keep_events`: also keep every event in memory (tests and benchmarks
+        count them); a live run leaves that to the recording, so memory stays flat."""
         self.state = state
         self.recorder = recorder
         self.lock = threading.Lock()

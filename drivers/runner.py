@@ -175,13 +175,13 @@ class Run:
     """Owns one run's hub, clock and tasks. `prepare` validates (BadInput),
     `drive` runs to the end or until cancelled, always closing the recording."""
 
-    def __init__(self, cfg: RunConfig, record: bool = True):
+    def __init__(self, cfg: RunConfig, record: bool = True, keep_events: bool = False):
         self.cfg = cfg
         self.record = record
         self.clock = monotonic_clock()
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")  # wall time of t = 0
         self.state = RunState()
-        self.hub = EventHub(self.state)
+        self.hub = EventHub(self.state, keep_events=keep_events)
         self.info: ServerInfo | None = None
         self.salt = new_salt()
         self.calibration = Calibration()

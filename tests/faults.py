@@ -52,7 +52,7 @@ def run_scenario(name: str, tmp: Path, faults: SimFaults | None = None, during: 
     options = dict(sessions=2, schedule=SCHEDULE, output_tokens=32, ignore_eos=True, scrape_interval=0.2, gpu="none")
     options.update(cfg)
     config = RunConfig(url=sim.url, metrics_urls=[sim.url + "/metrics"], record=rec, **options)
-    run = Run(config)
+    run = Run(config, keep_events=True)
 
     async def main() -> int:
         await run.prepare()

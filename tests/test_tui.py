@@ -155,3 +155,11 @@ def _shipped_app() -> RampwatchApp:
 @pytest.mark.parametrize("size", [(80, 24), (160, 50)])
 def test_main_screen_snapshot(snap_compare, size):
     assert snap_compare(_shipped_app(), terminal_size=size)
+
+
+async def test_keys_are_in_the_command_palette():
+    app, _ = replay_app(two_session_run())
+    async with app.run_test(size=(120, 40)):
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+    for title in ("Report", "Mark", "Help", "Pause / resume", "Faster", "Go to end"):
+        assert title in titles

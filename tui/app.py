@@ -12,7 +12,7 @@ import time
 from typing import Protocol
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
@@ -160,6 +160,19 @@ class RampwatchApp(App[int]):
         if isinstance(self.source, ReplaySource):
             yield PositionBar(id="position")
         yield Footer()
+
+    def get_system_commands(self, screen):  # noqa: ANN001, ANN201
+        """rampwatch's keys in the command palette (ctrl+p), beside Textual's own."""
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Report", "The per-turn table of the run so far (r)", self.action_report)
+        yield SystemCommand("Mark", "Record a mark at this moment (m)", self.action_mark)
+        yield SystemCommand("Help", "Keys and panels (?)", self.action_help)
+        if isinstance(self.source, ReplaySource):
+            yield SystemCommand("Pause / resume", "Replay (space)", self.action_pause)
+            yield SystemCommand("Faster", "Replay speed up (+)", lambda: self.action_speed(1))
+            yield SystemCommand("Slower", "Replay speed down (-)", lambda: self.action_speed(-1))
+            yield SystemCommand("Go to start", "Replay (home)", lambda: self.action_seek_to(0))
+            yield SystemCommand("Go to end", "Replay (end)", lambda: self.action_seek_to(-1))
 
     def on_mount(self) -> None:
         self._apply_size(self.size.width, self.size.height)
