@@ -192,7 +192,3 @@ def build_report(state: RunState) -> Report:
         ),
         server=ServerSummary(kv_peak=state.server.kv_peak, hit_rate_last_turn=last_hit),
     )
-
-
-def failed_turns(state: RunState) -> int:
-    return sum(1 for r in state.turns if r.status == "failed")

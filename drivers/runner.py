@@ -10,7 +10,6 @@ import platform
 import random
 import secrets
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from drivers.runner import Run, RunConfig
 from drivers.sim.server import SimFaults, ThreadedSim, make_profile
 
 HERE = Path(__file__).resolve().parent
@@ -92,11 +93,9 @@ def rampwatch_cmd() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "tui.cli"]
 
 
-def drive(url: str, **overrides) -> "Run":
+def drive(url: str, **overrides) -> Run:
     """Run a ramp headless against `url` in this process; returns the finished Run."""
     import asyncio
-
-    from drivers.runner import Run, RunConfig
 
     record = overrides.pop("record", None)
     cfg = RunConfig(url=url, metrics_urls=[url + "/metrics"], gpu="none", scrape_interval=0.2, record=record, **overrides)

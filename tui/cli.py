@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from drivers.analysis import build_report
@@ -214,7 +215,7 @@ async def _drive_headless(run: Run) -> int:
         printer()
 
 
-def execute_run(cfg: RunConfig, record: bool, headless: bool, show_report: bool = True) -> int:
+def execute_run(cfg: RunConfig, record: bool, headless: bool) -> int:
     run = Run(cfg, record=record)
 
     async def main() -> int:
@@ -239,7 +240,7 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool, show_report: bool 
             code = run_app_live(run)
     except BadInput as e:
         return fail(str(e))
-    if headless and show_report and cfg.mode != "watch":
+    if headless and cfg.mode != "watch":
         print(render(build_report(run.state), "table"))
     if run.recording_path:
         print(f"recording: {run.recording_path}", file=sys.stderr)
@@ -248,43 +249,45 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool, show_report: bool 
     return code
 
 
-def load_state(path: Path, skip_bad_lines: bool) -> tuple[RunState, list[str]]:
+def load_state(path: Path, skip_bad_lines: bool, listener: Callable[[RunState], None] | None = None) -> RunState:
+    """Fold a recording into a RunState (calling `listener(state)` after each event);
+    what had to be skipped is said on stderr."""
     rec = read_recording(path, skip_bad_lines=skip_bad_lines)
+    if rec.truncated_tail:
+        print("rampwatch: note: the last line was cut off (a killed run); read up to the last complete event", file=sys.stderr)
+    if rec.skipped_lines:
+        print(f"rampwatch: note: skipped corrupt lines: {', '.join(map(str, rec.skipped_lines[:10]))}", file=sys.stderr)
     state = RunState(rec.header)
     for e in rec.events:
         state.apply(e)
-    notes = []
-    if rec.truncated_tail:
-        notes.append("the last line was cut off (the run was killed); read up to the last complete event")
-    if rec.skipped_lines:
-        notes.append(f"skipped corrupt lines: {', '.join(map(str, rec.skipped_lines[:10]))}")
-    return state, notes
+        if listener is not None:
+            listener(state)
+    return state
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    state, notes = load_state(args.path, args.skip_bad_lines)
-    for n in notes:
-        print(f"rampwatch: note: {n}", file=sys.stderr)
-    sys.stdout.write(render(build_report(state), args.format))
+    sys.stdout.write(render(build_report(load_state(args.path, args.skip_bad_lines)), args.format))
     return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     if not 0.25 <= args.speed <= 64:
         return fail("--speed must be between 0.25 and 64")
-    rec = read_recording(args.path, skip_bad_lines=args.skip_bad_lines)
     if args.headless:
-        state = RunState(rec.header)
-        printer = HeadlessPrinter(state)
-        for e in rec.events:
-            state.apply(e)
-            printer(e)
-        if rec.header.mode != "watch":
+        printers: list[HeadlessPrinter] = []
+
+        def show(state: RunState) -> None:  # the same lines the live run printed, event by event
+            if not printers:
+                printers.append(HeadlessPrinter(state))
+            printers[0]()
+
+        state = load_state(args.path, args.skip_bad_lines, show)
+        if state.header is not None and state.header.mode != "watch":
             print(render(build_report(state), "table"))
         return 0
     from tui.app import run_app_replay
 
-    return run_app_replay(rec, speed=args.speed)
+    return run_app_replay(read_recording(args.path, skip_bad_lines=args.skip_bad_lines), speed=args.speed)
 
 
 def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import signal
 import threading
 from typing import Any
 
