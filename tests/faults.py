@@ -118,7 +118,7 @@ class FlakyFile:
 
 
 class BrokenNvml:
-    """A pynvml stand-in: one GPU whose every query raises NVMLError."""
+    """A pynvml stand-in: one GPU, lost after start: every reading raises NVMLError (GPU_IS_LOST)."""
 
     class NVMLError(Exception):
         value = 15
@@ -135,6 +135,9 @@ class BrokenNvml:
 
     def nvmlDeviceGetHandleByIndex(self, i: int) -> object:
         return object()
+
+    def nvmlDeviceGetName(self, h: object) -> str:
+        return "NVIDIA Lost"  # found at start; every reading after that fails
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         def fail(*a: Any) -> Any:

@@ -118,22 +118,51 @@ def test_disk_full_to_the_end_keeps_the_run_in_memory(tmp_path):
     assert len(out.run.state.turns) == len(out.run.cfg.schedule)  # the live picture and report stay whole
 
 
-async def test_nvml_errors_degrade_the_gpu_panel():
+async def _sample(nvml) -> list[ev.AnyEvent]:
     got: list[ev.AnyEvent] = []
-    sampler = GpuSampler("auto", 0.05, got.append, lambda: 0.0, nvml=BrokenNvml())
-    task = asyncio.create_task(sampler.run())
+    task = asyncio.create_task(GpuSampler("auto", 0.05, got.append, lambda: 0.0, nvml=nvml).run())
     await asyncio.sleep(0.2)
     task.cancel()
-    readings = [e for e in got if isinstance(e, ev.GpuSample)]
-    # Per-field NOT_SUPPORTED-style errors leave fields empty; a lost GPU says so.
-    assert all(g.util is None for e in readings for g in e.gpus) or any(isinstance(e, ev.GpuUnavailable) for e in got)
+    return got
+
+
+async def test_a_lost_gpu_degrades_the_gpu_panel():
+    got = await _sample(BrokenNvml())  # every call raises NVMLError GPU_IS_LOST
+    assert got and all(isinstance(e, ev.GpuUnavailable) and "NVML error" in e.reason for e in got)
+
+
+async def test_unsupported_fields_are_empty_not_zero():
+    class PowerUnsupported(BrokenNvml):
+        """A consumer card: everything answers but power (NOT_SUPPORTED)."""
+
+        class Util:
+            gpu = 87
+
+        class Mem:
+            used, total = 40 * 2**30, 80 * 2**30
+
+        def nvmlDeviceGetUtilizationRates(self, h): return self.Util()  # noqa: E704
+        def nvmlDeviceGetMemoryInfo(self, h): return self.Mem()  # noqa: E704
+        def nvmlDeviceGetName(self, h): return "NVIDIA Test"  # noqa: E704
+        def nvmlDeviceGetClockInfo(self, h, kind): return 1980  # noqa: E704
+        def nvmlDeviceGetTemperature(self, h, kind): return 61  # noqa: E704
+
+        def nvmlDeviceGetPowerUsage(self, h):
+            err = BrokenNvml.NVMLError("Not Supported")
+            err.value = 3
+            raise err
+
+    got = await _sample(PowerUnsupported())
+    g = next(e for e in got if isinstance(e, ev.GpuSample)).gpus[0]
+    assert (g.name, g.util, g.mem_used, g.mem_total, g.sm_clock, g.temp) == ("NVIDIA Test", 87, 40 * 2**30, 80 * 2**30, 1980, 61)
+    assert g.power is None and g.power_limit is None
 
 
 async def test_no_nvml_means_no_gpu_source():
-    got: list[ev.AnyEvent] = []
-    await GpuSampler("auto", 0.05, got.append, lambda: 0.0, nvml=None).run() if not _has_nvml() else None
     if _has_nvml():
-        pytest.skip("this machine has a working NVML; the no-driver path is what CI machines exercise")
+        pytest.skip("this machine has a working NVML; the no-driver path is what CPU machines exercise")
+    got: list[ev.AnyEvent] = []
+    await GpuSampler("auto", 0.05, got.append, lambda: 0.0).run()  # returns at once: nothing to sample
     assert isinstance(got[0], ev.GpuUnavailable) and "no GPU source" in got[0].reason
 
 
