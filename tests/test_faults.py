@@ -152,6 +152,8 @@ async def test_unsupported_fields_are_empty_not_zero():
             err.value = 3
             raise err
 
+        nvmlDeviceGetEnforcedPowerLimit = nvmlDeviceGetPowerUsage
+
     got = await _sample(PowerUnsupported())
     g = next(e for e in got if isinstance(e, ev.GpuSample)).gpus[0]
     assert (g.name, g.util, g.mem_used, g.mem_total, g.sm_clock, g.temp) == ("NVIDIA Test", 87, 40 * 2**30, 80 * 2**30, 1980, 61)
