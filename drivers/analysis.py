@@ -172,8 +172,7 @@ def build_report(state: RunState) -> Report:
     alone = [r.alone_n / r.alone_dt for r in state.turns if r.alone_n >= MIN_INTERVALS and r.alone_dt > 0]
     during = [r.during_n / r.during_dt for r in state.turns if r.during_n >= MIN_INTERVALS and r.during_dt > 0]
     overlapping = sum(1 for r in state.turns if r.during_n > 0)
-    finished = [r for r in state.turns if r.status == "ok"]
-    last_hit = turn_hit_rate(finished[-1]) if finished else None
+    last_hit = state.last_turn_hit_rate()
     return Report(
         run=RunInfo(
             schema=1,

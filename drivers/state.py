@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from drivers import events as ev
-from drivers.analysis import turn_line, turn_row
+from drivers.analysis import turn_hit_rate, turn_line, turn_row
 
 DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
 TIMELINE_BUCKET_S = 1.0
@@ -90,6 +90,14 @@ class SessionView:
         if rec is None:
             return None
         return rec.prompt_tokens if rec.prompt_tokens is not None else rec.target
+
+    @property
+    def cached_share(self) -> float | None:
+        """Cached share of the last finished turn's prompt (from usage)."""
+        rec = self.last_done
+        if rec is None or rec.cached_tokens is None or not rec.prompt_tokens:
+            return None
+        return rec.cached_tokens / rec.prompt_tokens
 
     def decode_rate_now(self) -> float | None:
         r = self.recent
@@ -367,6 +375,19 @@ class RunState:
                 for i in range(first, last + 1):
                     cells[i] = True
         return cells
+
+    def last_turn_hit_rate(self) -> float | None:
+        finished = [r for r in self.turns if r.status == "ok"]
+        return turn_hit_rate(finished[-1]) if finished else None
+
+    def usage_reports_cache(self) -> bool | None:
+        """Whether the server puts cached tokens in usage (None: no turn finished yet)."""
+        finished = [r for r in self.turns if r.status == "ok"]
+        return any(r.cached_tokens is not None for r in finished) if finished else None
+
+    def preemptions_this_run(self) -> float | None:
+        now, first = self.server.values.get("preemptions"), self.server.first_counters.get("preemptions")
+        return None if now is None else now - (first or 0.0)
 
     def hit_rate_since_start(self) -> float | None:
         first, now = self.server.first_counters, self.counters()

@@ -7,7 +7,6 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
-from drivers.analysis import turn_hit_rate
 from drivers.state import TIMELINE_BUCKET_S, RunState
 from tui.fmt import bar, clock, duration, format_tokens, pct, sparkline
 
@@ -82,9 +81,9 @@ class SessionsPanel(Panel):
                 label = f"prefilling {duration(now - s.current.sent_t)}"
             last = s.last_done
             rate = s.decode_rate_now() if s.state == "decoding" else None
-            cached = (last.cached_tokens / last.prompt_tokens) if last and last.cached_tokens is not None and last.prompt_tokens else None
             cells = (s.id, f"{s.turn}/{len(s.schedule)}", format_tokens(s.context_tokens), label,
-                     duration(last.ttft if last is not None else None), f"{rate:.1f}" if rate is not None else "-", pct(cached))
+                     duration(last.ttft if last is not None else None), f"{rate:.1f}" if rate is not None else "-",
+                     pct(s.cached_share))
             line = Text(no_wrap=True, overflow="ellipsis")
             for (_, width, align), cell in zip(self.COLUMNS, cells):
                 text = f"{cell:{align}{width}} "[: width + 1]
@@ -162,8 +161,7 @@ class ServerPanel(Panel):
         def why(field: str) -> Text:
             return Text(f"unavailable: {missing.get(field, 'not exposed')}", style="dim italic")
 
-        finished = [r for r in state.turns if r.status == "ok"]
-        last_hit = turn_hit_rate(finished[-1]) if finished else None
+        last_hit = state.last_turn_hit_rate()
         if self.compact:
             return Group(*lines, *self._compact(state, last_hit))
         kv = v.get("kv_usage")
@@ -193,7 +191,7 @@ class ServerPanel(Panel):
         else:
             line.append(f"last turn {pct(last_hit)} · since start {pct(state.hit_rate_since_start())}")
         lines.append(line)
-        if state.sessions and finished and all(r.cached_tokens is None for r in finished):
+        if state.sessions and state.usage_reports_cache() is False:
             lines.append(Text("  per-request cached tokens unavailable (vLLM: --enable-prompt-tokens-details)", style="dim italic"))
         line = Text("requests ", style="bold")
         line.append(f"running {_int(v.get('running'))} · waiting {_int(v.get('waiting'))}")
@@ -203,13 +201,12 @@ class ServerPanel(Panel):
         prompt_rate = r.get("prompt_computed", r.get("prompt_tokens"))
         line.append(f"prefill {_rate(prompt_rate)} · decode {_rate(r.get('generation_tokens'))} tok/s")
         lines.append(line)
-        pre = v.get("preemptions")
-        first = srv.first_counters.get("preemptions")
+        pre = state.preemptions_this_run()
         line = Text("preemptions ", style="bold")
         if pre is None:
             line.append_text(why("preemptions"))
         else:
-            line.append(f"{pre - (first or 0):.0f} this run", style="bold red" if pre - (first or 0) > 0 else "")
+            line.append(f"{pre:.0f} this run", style="bold red" if pre > 0 else "")
         lines.append(line)
         return Group(*lines)
 
@@ -234,9 +231,9 @@ class ServerPanel(Panel):
         two.append(f"{_int(v.get('running'))} run {_int(v.get('waiting'))} wait")
         two.append(" · tok/s ", style="bold")
         two.append(f"prefill {_rate(r.get('prompt_computed', r.get('prompt_tokens')))} decode {_rate(r.get('generation_tokens'))}")
-        pre, first = v.get("preemptions"), srv.first_counters.get("preemptions")
+        pre = state.preemptions_this_run()
         two.append(" · preempt ", style="bold")
-        two.append("-" if pre is None else f"{pre - (first or 0):.0f}")
+        two.append("-" if pre is None else f"{pre:.0f}")
         return [one, two]
 
 
