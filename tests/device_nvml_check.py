@@ -29,7 +29,11 @@ def smi() -> list[list[str]]:
 
 
 def main() -> int:
-    reader = NvmlReader()
+    try:
+        reader = NvmlReader()
+    except Exception as e:  # noqa: BLE001 - no driver, no GPU: say so in one line
+        print(f"device_nvml_check: NVML unavailable here ({e}); run it on a machine with an NVIDIA GPU", file=sys.stderr)
+        return 2
     bad = 0
     for _ in range(2):
         readings = reader.read()
