@@ -75,7 +75,7 @@ class RunConfig:
 class ServerInfo:
     model: str
     max_model_len: int | None
-    engine: str
+    engine: str | None
     engine_version: str | None
 
 
@@ -100,7 +100,8 @@ async def probe(client: httpx.AsyncClient, cfg: RunConfig) -> ServerInfo:
     if model not in models:
         raise BadInput(f"model {model!r} is not served by {where} (it serves: {', '.join(models)})")
     entry = data[models.index(model)]
-    max_len = entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx_train")
+    meta = entry.get("meta") or {}  # llama.cpp puts its context size here
+    max_len = entry.get("max_model_len") or meta.get("n_ctx") or meta.get("n_ctx_train")
     owned = str(entry.get("owned_by", ""))
     version = None
     try:
@@ -109,7 +110,8 @@ async def probe(client: httpx.AsyncClient, cfg: RunConfig) -> ServerInfo:
             version = v.json().get("version")
     except (httpx.HTTPError, ValueError, AttributeError):
         pass
-    engine = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp"}.get(owned, owned or "unknown")
+    # None when /v1/models does not say: the report then names the engine its /metrics revealed.
+    engine = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp"}.get(owned, owned or None)
     return ServerInfo(model=model, max_model_len=max_len, engine=engine, engine_version=version)
 
 
@@ -201,7 +203,7 @@ class Run:
         cfg = self.cfg
         client = self._client_for()
         if cfg.mode == "watch":
-            info = ServerInfo(model=cfg.model or "", max_model_len=None, engine="unknown", engine_version=None)
+            info = ServerInfo(model=cfg.model or "", max_model_len=None, engine=None, engine_version=None)
             try:
                 info = await probe(client, cfg)
             except BadInput:

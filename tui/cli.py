@@ -228,7 +228,7 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool) -> int:
         where = f", recording to {path}" if path else ""
         info = run.info
         print(f"rampwatch {cfg.mode}: {cfg.base_url} model {info.model if info else '?'} "
-              f"({info.engine if info else '?'}){where}", flush=True)
+              f"({(info.engine if info else None) or 'engine from /metrics'}){where}", flush=True)
         return await _drive_headless(run)
 
     try:

@@ -53,7 +53,7 @@ class HeaderBar(Static):
         t.append(f" {mode} ", style="bold black on yellow" if "replay" in mode else "bold black on green")
         t.append(f" {clock(now)} ", style="bold")
         if h is not None:
-            engine = (h.engine or "?") + (f" {h.engine_version}" if h.engine_version else "")
+            engine = (h.engine or state.server.engine or "?") + (f" {h.engine_version}" if h.engine_version else "")
             t.append(f" {h.model or '?'} · {engine} · {h.server}")
         if recording:
             t.append(f"  rec {recording}", style="dim")

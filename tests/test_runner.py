@@ -1,0 +1,48 @@
+"""Probing servers of each engine, and the run's auth headers, without a server."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import pytest
+
+from drivers.runner import BadInput, RunConfig, probe
+
+
+def client(models: dict, version: int = 404) -> httpx.AsyncClient:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json=models)
+        return httpx.Response(version, json={"version": "1.2.3"})
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(answer))
+
+
+@pytest.mark.parametrize("entry,engine,max_len", [
+    ({"id": "m", "owned_by": "vllm", "max_model_len": 131072}, "vllm", 131072),
+    ({"id": "m", "owned_by": "sglang", "max_model_len": 65536}, "sglang", 65536),
+    ({"id": "m", "owned_by": "llamacpp", "meta": {"n_ctx": 8192, "n_ctx_train": 131072}}, "llama.cpp", 8192),
+    ({"id": "m"}, None, None),  # unknown: the report falls back to what /metrics revealed
+])
+async def test_probe_reads_each_engine(entry, engine, max_len):
+    async with client({"data": [entry]}, version=200) as c:
+        info = await probe(c, RunConfig(url="http://x"))
+    assert (info.model, info.engine, info.max_model_len, info.engine_version) == ("m", engine, max_len, "1.2.3")
+
+
+async def test_probe_refuses_unknown_model_and_non_openai():
+    async with client({"data": [{"id": "a"}, {"id": "b"}]}) as c:
+        with pytest.raises(BadInput, match="'z' is not served .* a, b"):
+            await probe(c, RunConfig(url="http://x", model="z"))
+    async with client({"hello": 1}) as c:
+        with pytest.raises(BadInput, match="not an OpenAI-compatible server"):
+            await probe(c, RunConfig(url="http://x"))
+
+
+def test_auth_headers_and_url_without_credentials():
+    cfg = RunConfig(url="http://al%40ice:p%3Ass@host:8000/v1")
+    assert cfg.base_url == "http://host:8000"
+    assert cfg.headers() == {"Authorization": "Basic " + base64.b64encode(b"al@ice:p:ss").decode()}
+    cfg.api_key = "sk-1"
+    assert cfg.headers() == {"Authorization": "Bearer sk-1"}
