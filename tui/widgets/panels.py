@@ -103,7 +103,7 @@ class TimelinePanel(Panel):
         if not state.sessions:
             return Text("")
         width = max(10, self.size.width - self.LABEL)
-        rows = 1 if self.compact else max(1, min(6, (self.size.height - 1) // max(1, len(state.sessions))))
+        rows = 1 if self.compact else max(1, min(10, (self.size.height - 1) // max(1, len(state.sessions))))
         step = TIMELINE_BUCKET_S
         end = now - (now % step)
         start = end - (width - 1) * step
