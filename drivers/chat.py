@@ -1,4 +1,4 @@
-"""Streaming OpenAI-compatible chat client: one request, timestamps at the socket.
+"""Streaming chat completions: request bodies, the SSE parser, and one streamed turn.
 
 Each network read is stamped before any parsing, and a chunk counts as a
 token only when it carries generated text (content, reasoning or a tool

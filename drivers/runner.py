@@ -81,8 +81,7 @@ class ServerInfo:
 
 async def probe(client: httpx.AsyncClient, cfg: RunConfig) -> ServerInfo:
     """Who is serving, and which model: bad input is found before any traffic."""
-    base = cfg.base_url
-    where = redact_url(base)
+    base = where = cfg.base_url  # credentials already stripped
     try:
         r = await client.get(base + "/v1/models", headers=cfg.headers(), timeout=10.0)
     except httpx.HTTPError as e:
@@ -237,7 +236,7 @@ class Run:
             rampwatch_version=drivers.__version__,
             command=self.cfg.command,
             mode=self.cfg.mode,
-            server=redact_url(self.cfg.base_url),
+            server=self.cfg.base_url,
             model=info.model if info else None,
             engine=info.engine if info else None,
             engine_version=info.engine_version if info else None,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from drivers import events as ev
 from drivers.analysis import turn_hit_rate, turn_line, turn_row
+from drivers.metrics import MAX_FIELDS
 
 DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
 TIMELINE_BUCKET_S = 1.0
@@ -118,6 +119,15 @@ class ServerView:
     rates: dict[str, float] = field(default_factory=dict)  # tokens/s over the last RATE_WINDOW_S
     last_sample_t: float | None = None
 
+    @property
+    def prefill_rate(self) -> float | None:
+        """Computed prompt tokens/s (cache hits included where the engine does not split them)."""
+        return self.rates.get("prompt_computed", self.rates.get("prompt_tokens"))
+
+    @property
+    def decode_rate(self) -> float | None:
+        return self.rates.get("generation_tokens")
+
 
 class RunState:
     def __init__(self, header: ev.Header | None = None):
@@ -127,14 +137,11 @@ class RunState:
         self.turns: list[TurnRecord] = []  # every finished attempt, in finishing order
         self.server = ServerView()
         self.gpus: list[ev.GpuReading] = []
-        self.gpu_source: str | None = None
         self.gpu_reason: str | None = None
         self.log: deque[tuple[float, str, str]] = deque(maxlen=LOG_LEN)
         self.log_total = 0  # entries ever logged, so a reader can tell which are new
-        self.marks: list[ev.Mark] = []
         self.ended: ev.RunEnded | None = None
         self.recording_error: str | None = None
-        self.events_applied = 0
         # Per-source counters made monotonic across server restarts.
         self._src_raw: dict[str, dict[str, float]] = {}
         self._src_offset: dict[str, dict[str, float]] = {}
@@ -146,7 +153,6 @@ class RunState:
     # -- folding -------------------------------------------------------------
 
     def apply(self, e: ev.AnyEvent) -> None:
-        self.events_applied += 1
         if e.t > self.t:
             self.t = e.t
         handler = _HANDLERS.get(type(e))
@@ -166,10 +172,8 @@ class RunState:
         s = self._session(e.session)
         rec = TurnRecord(
             session=e.session, turn=e.turn, target=e.target_tokens, new_tokens_est=e.new_tokens_est,
-            sent_t=e.t, attempt=e.attempt, counters_at_sent=self.counters(),
+            sent_t=e.t, attempt=e.attempt, counters_at_sent=self.counters(), kv_peak=self.server.values.get("kv_usage"),
         )
-        kv = self.server.values.get("kv_usage")
-        rec.kv_peak = kv
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
         s.recent.clear()
         s.prefill_spans.append([e.t, None])
@@ -195,10 +199,7 @@ class RunState:
         # Foreign prefill spans that overlap this batch; usually none, so the
         # per-token check below runs only while another session prefills.
         lo, hi = (rec.last_t if rec.last_t is not None else times[0]), times[-1]
-        spans = [
-            (sp[0], sp[1]) for sid, o in self.sessions.items() if sid != e.session
-            for sp in o.prefill_spans if sp[0] <= hi and (sp[1] is None or sp[1] > lo)
-        ]
+        spans = [sp for sid, o in self.sessions.items() if sid != e.session for sp in _spans_overlapping(o, lo, hi)]
         prev = rec.last_t
         for t in times:
             if prev is not None:
@@ -252,7 +253,7 @@ class RunState:
             s.state = "failed" if e.status == "failed" else "cancelled"
             s.failed_turns += e.status == "failed"
             self._log((e.t, "error" if e.status == "failed" else "warn",
-                             f"{e.session} turn {e.turn} {e.status}: {e.error or ''}".rstrip(": ")))
+                       f"{e.session} turn {e.turn} {e.status}: {e.error or ''}".rstrip(": ")))
 
     def _on_metrics(self, e: ev.MetricsSample) -> None:
         srv = self.server
@@ -273,7 +274,7 @@ class RunState:
         merged: dict[str, float] = {}
         for vals in self._src_values.values():
             for k, v in vals.items():
-                if k in ("kv_usage",):
+                if k in MAX_FIELDS:
                     merged[k] = max(merged.get(k, 0.0), v)  # fractions are never summed
                 else:
                     merged[k] = merged.get(k, 0.0) + v
@@ -305,15 +306,14 @@ class RunState:
         self.server.errors[e.source] = e.error
 
     def _on_gpu(self, e: ev.GpuSample) -> None:
-        self.gpus, self.gpu_source, self.gpu_reason = list(e.gpus), e.source, None
+        self.gpus, self.gpu_reason = list(e.gpus), None
 
     def _on_gpu_missing(self, e: ev.GpuUnavailable) -> None:
         if self.gpu_reason != e.reason:
             self._log((e.t, "warn", f"GPU: {e.reason}"))
-        self.gpus, self.gpu_source, self.gpu_reason = [], e.source, e.reason
+        self.gpus, self.gpu_reason = [], e.reason
 
     def _on_mark(self, e: ev.Mark) -> None:
-        self.marks.append(e)
         self._log((e.t, "mark", f"mark: {e.note}"))
 
     def _on_notice(self, e: ev.Notice) -> None:
@@ -395,6 +395,18 @@ class RunState:
             return None
         dq = now["prefix_queries"] - first.get("prefix_queries", 0.0)
         return (now["prefix_hits"] - first.get("prefix_hits", 0.0)) / dq if dq > 0 else None
+
+
+def _spans_overlapping(s: SessionView, lo: float, hi: float) -> list[tuple[float, float | None]]:
+    """s's prefill spans that overlap [lo, hi], newest first; spans are in time
+    order, so the scan stops at the first one that ended before `lo`."""
+    out = []
+    for a, b in reversed(s.prefill_spans):
+        if b is not None and b <= lo:
+            break
+        if a <= hi:
+            out.append((a, b))
+    return out
 
 
 _HANDLERS = {

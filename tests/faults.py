@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,7 +27,6 @@ class Outcome:
     emitted: int  # events the run produced in memory
     recorded: int  # events read back from its file
     run: Run
-    notes: list[str] = field(default_factory=list)
 
     @property
     def events_lost(self) -> int:
@@ -37,9 +35,6 @@ class Outcome:
     @property
     def turns_lost(self) -> int:
         return self.turns_planned - self.turns_ok
-
-    def kinds(self) -> Counter[str]:
-        return Counter(type(e).__name__ for e in self.run.hub.events)
 
 
 def run_scenario(name: str, tmp: Path, faults: SimFaults | None = None, during: Callable[[ThreadedSim, Run], Any] | None = None,

@@ -163,3 +163,17 @@ async def test_keys_are_in_the_command_palette():
         titles = [c.title for c in app.get_system_commands(app.screen)]
     for title in ("Report", "Mark", "Help", "Pause / resume", "Faster", "Go to end"):
         assert title in titles
+
+
+def test_watch_headless_server_line():
+    from tui.headless import server_line
+
+    src = ReplaySource(Recording(header=header(), events=[
+        ev.MetricsSample(t=0.0, source="m", engine="vllm", values={"kv_usage": 0.25, "running": 2, "waiting": 1,
+                                                                    "prefix_queries": 100, "prefix_hits": 0, "generation_tokens": 0}),
+        ev.MetricsSample(t=10.0, source="m", engine="vllm", values={"kv_usage": 0.5, "running": 2, "waiting": 0,
+                                                                     "prefix_queries": 1100, "prefix_hits": 900, "generation_tokens": 500}),
+    ]))
+    assert server_line(src.state) == "server: no metrics yet"
+    src.seek(10.0)
+    assert server_line(src.state) == ("server: KV 50% · running 2 · waiting 0 · hit 90% · prefill - tok/s · decode 50 tok/s")

@@ -6,6 +6,7 @@ token, and only renders: figures come from drivers/state.py and analysis.py.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sys
 import time
@@ -33,7 +34,6 @@ COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 
 class Source(Protocol):
     state: RunState
-    controllable: bool
 
     @property
     def lock(self): ...  # noqa: ANN201
@@ -176,11 +176,13 @@ class RampwatchApp(App[int]):
 
     def on_mount(self) -> None:
         self._apply_size(self.size.width, self.size.height)
+        # Looked up once: the tick redraws them ten times a second.
+        self._header = self.query_one(HeaderBar)
+        self._panels = [self.query_one(p) for p in (SessionsPanel, TimelinePanel, PrefillPanel, ServerPanel, GpuPanel, EventsPanel)]
+        self._position = self.query_one(PositionBar) if isinstance(self.source, ReplaySource) else None
         if self.autostart:
             self.set_interval(1.0 / self.refresh_hz, self.refresh_panels)
         self.refresh_panels()
-        import asyncio
-
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
@@ -206,11 +208,11 @@ class RampwatchApp(App[int]):
         src.tick(dt)
         with src.lock:
             state, now = src.state, src.now()
-            self.query_one(HeaderBar).show(state, now, src.mode(), src.recording())
-            for panel in (SessionsPanel, TimelinePanel, PrefillPanel, ServerPanel, GpuPanel, EventsPanel):
-                self.query_one(panel).show(state, now)
-        if isinstance(src, ReplaySource):
-            self.query_one(PositionBar).show(src)
+            self._header.show(state, now, src.mode(), src.recording())
+            for panel in self._panels:
+                panel.show(state, now)
+        if self._position is not None:
+            self._position.show(src)  # type: ignore[arg-type]
         self.ticks += 1
 
     # -- actions -----------------------------------------------------------------

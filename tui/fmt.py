@@ -8,7 +8,7 @@ from drivers.ramp import format_tokens
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
-__all__ = ["SPARK", "bar", "duration", "format_tokens", "pct", "sparkline"]
+__all__ = ["SPARK", "bar", "clock", "duration", "format_tokens", "pct", "rate", "sparkline", "whole"]
 
 
 def duration(s: float | None) -> str:
@@ -30,6 +30,14 @@ def clock(s: float) -> str:
     m, sec = divmod(int(max(0.0, s)), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{sec:02d}"
+
+
+def whole(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
 
 
 def pct(x: float | None) -> str:

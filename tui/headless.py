@@ -7,14 +7,9 @@ from typing import TextIO
 
 from drivers import events as ev
 from drivers.state import RunState
+from tui.fmt import clock, pct, rate, whole
 
 PROGRESS_EVERY_S = 10.0
-
-
-def _clock(t: float) -> str:
-    m, s = divmod(int(t), 60)
-    h, m = divmod(m, 60)
-    return f"{h:d}:{m:02d}:{s:02d}"
 
 
 class HeadlessPrinter:
@@ -31,7 +26,7 @@ class HeadlessPrinter:
         if state.log_total != self.seen:
             for t, level, text in state.new_log_entries(self.seen):
                 tag = "" if level in ("info", "mark") else f"{level.upper()}: "
-                print(f"[{_clock(t)}] {tag}{text}", file=self.out, flush=True)
+                print(f"[{clock(t)}] {tag}{text}", file=self.out, flush=True)
             self.seen = state.log_total
 
     def progress(self, now: float) -> None:
@@ -40,10 +35,10 @@ class HeadlessPrinter:
             return
         self._last_progress = now
         for rec in self.state.prefilling():
-            print(f"[{_clock(now)}] {rec.session} turn {rec.turn}: prefill in flight {now - rec.sent_t:.0f}s "
+            print(f"[{clock(now)}] {rec.session} turn {rec.turn}: prefill in flight {now - rec.sent_t:.0f}s "
                   f"(~{rec.new_tokens_est:,} new tokens)", file=self.out, flush=True)
         if self.state.header is not None and self.state.header.mode == "watch":
-            print(f"[{_clock(now)}] {server_line(self.state)}", file=self.out, flush=True)
+            print(f"[{clock(now)}] {server_line(self.state)}", file=self.out, flush=True)
 
 
 def server_line(state: RunState) -> str:
@@ -52,14 +47,7 @@ def server_line(state: RunState) -> str:
     if srv.last_sample_t is None:
         errors = "; ".join(srv.errors.values())
         return f"server: no metrics yet{' (' + errors + ')' if errors else ''}"
-    v, r = srv.values, srv.rates
-
-    def num(x: float | None, fmt: str) -> str:
-        return "-" if x is None else format(x, fmt)
-
-    kv = v.get("kv_usage")
-    hit = state.hit_rate_since_start()
-    return (f"server: KV {num(None if kv is None else kv * 100, '.0f')}% · running {num(v.get('running'), '.0f')} · "
-            f"waiting {num(v.get('waiting'), '.0f')} · hit {num(None if hit is None else hit * 100, '.0f')}% · "
-            f"prefill {num(r.get('prompt_computed', r.get('prompt_tokens')), ',.0f')} tok/s · "
-            f"decode {num(r.get('generation_tokens'), ',.0f')} tok/s")
+    v = srv.values
+    return (f"server: KV {pct(v.get('kv_usage'))} · running {whole(v.get('running'))} · waiting {whole(v.get('waiting'))} · "
+            f"hit {pct(state.hit_rate_since_start())} · prefill {rate(srv.prefill_rate)} tok/s · "
+            f"decode {rate(srv.decode_rate)} tok/s")

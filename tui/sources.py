@@ -21,8 +21,6 @@ class LiveSource:
     """Runs `run.prepare()` and `run.drive()` on a thread with its own event
     loop, so token timestamps never wait for a redraw."""
 
-    controllable = False
-
     def __init__(self, run: Run):
         self.run = run
         self.state = run.state
@@ -98,8 +96,6 @@ class LiveSource:
 class ReplaySource:
     """Plays a recording into a fresh RunState: pause, speed, step and seek.
     Seeking back rebuilds the state from the start (folding is cheap)."""
-
-    controllable = True
 
     def __init__(self, recording: Recording, speed: float = 1.0):
         self.header = recording.header

@@ -3,12 +3,14 @@ handed; none computes statistics (drivers/state.py and analysis.py do)."""
 
 from __future__ import annotations
 
-from rich.console import Group
+import io
+
+from rich.console import Console, Group
 from rich.text import Text
 from textual.widgets import Static
 
 from drivers.state import TIMELINE_BUCKET_S, RunState
-from tui.fmt import bar, clock, duration, format_tokens, pct, sparkline
+from tui.fmt import bar, clock, duration, format_tokens, pct, rate, sparkline, whole
 
 STATE_STYLE = {
     "queued": "dim", "prefilling": "bold yellow", "decoding": "bold green", "idle": "cyan",
@@ -30,11 +32,9 @@ class Panel(Static):
 
     def plain_text(self) -> str:
         """What the panel shows, as plain text (for tests and captures)."""
-        from rich.console import Console
-
-        console = Console(width=max(20, self.size.width), record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        console = Console(width=max(20, self.size.width), file=io.StringIO())
         console.print(getattr(self, "shown", ""))
-        return console.export_text()
+        return console.file.getvalue()  # type: ignore[attr-defined]
 
     def render_state(self, state: RunState, now: float) -> object:
         raise NotImplementedError
@@ -194,12 +194,10 @@ class ServerPanel(Panel):
         if state.sessions and state.usage_reports_cache() is False:
             lines.append(Text("  per-request cached tokens unavailable (vLLM: --enable-prompt-tokens-details)", style="dim italic"))
         line = Text("requests ", style="bold")
-        line.append(f"running {_int(v.get('running'))} · waiting {_int(v.get('waiting'))}")
+        line.append(f"running {whole(v.get('running'))} · waiting {whole(v.get('waiting'))}")
         lines.append(line)
-        r = srv.rates
         line = Text("throughput ", style="bold")
-        prompt_rate = r.get("prompt_computed", r.get("prompt_tokens"))
-        line.append(f"prefill {_rate(prompt_rate)} · decode {_rate(r.get('generation_tokens'))} tok/s")
+        line.append(f"prefill {rate(srv.prefill_rate)} · decode {rate(srv.decode_rate)} tok/s")
         lines.append(line)
         pre = state.preemptions_this_run()
         line = Text("preemptions ", style="bold")
@@ -214,7 +212,7 @@ class ServerPanel(Panel):
     def _compact(self, state: RunState, last_hit: float | None) -> list[Text]:
         """Two lines: KV, capacity and hit rate; requests, throughput, preemptions."""
         srv = state.server
-        v, r = srv.values, srv.rates
+        v = srv.values
         kv = v.get("kv_usage")
         one = Text("KV ", style="bold")
         if kv is None:
@@ -228,21 +226,13 @@ class ServerPanel(Panel):
         one.append(" · hit ", style="bold")
         one.append(f"{pct(last_hit)} last, {pct(state.hit_rate_since_start())} run")
         two = Text("req ", style="bold")
-        two.append(f"{_int(v.get('running'))} run {_int(v.get('waiting'))} wait")
+        two.append(f"{whole(v.get('running'))} run {whole(v.get('waiting'))} wait")
         two.append(" · tok/s ", style="bold")
-        two.append(f"prefill {_rate(r.get('prompt_computed', r.get('prompt_tokens')))} decode {_rate(r.get('generation_tokens'))}")
+        two.append(f"prefill {rate(srv.prefill_rate)} decode {rate(srv.decode_rate)}")
         pre = state.preemptions_this_run()
         two.append(" · preempt ", style="bold")
         two.append("-" if pre is None else f"{pre:.0f}")
         return [one, two]
-
-
-def _int(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0f}"
-
-
-def _rate(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}"
 
 
 class GpuPanel(Panel):
@@ -255,14 +245,14 @@ class GpuPanel(Panel):
         for g in state.gpus[:8]:
             line = Text(f"{g.index} ", style="bold")
             line.append_text(bar(None if g.util is None else g.util / 100, width, "magenta"))
-            line.append(f" {_int(g.util):>3}%")
+            line.append(f" {whole(g.util):>3}%")
             if g.mem_used is not None and g.mem_total:
                 line.append(f"  mem {g.mem_used / 2**30:.0f}/{g.mem_total / 2**30:.0f}G")
             else:
                 line.append("  mem -")
             if g.power is not None:
-                line.append(f"  {g.power:.0f}/{_int(g.power_limit)}W")
-            line.append(f"  {_int(g.sm_clock)}MHz  {_int(g.temp)}°C")
+                line.append(f"  {g.power:.0f}/{whole(g.power_limit)}W")
+            line.append(f"  {whole(g.sm_clock)}MHz  {whole(g.temp)}°C")
             rows.append(line)
         return Group(*rows)
 
