@@ -58,8 +58,8 @@ async def bare(url: str, sessions: int, tokens: int, turns: int) -> dict:
 
 
 def rampwatch(url: str, sessions: int, tokens: int, turns: int, ui: bool) -> dict:
-    from drivers.analysis import build_report
-    from drivers.runner import Run, RunConfig
+    from rampwatch.drivers.model.analysis import build_report
+    from rampwatch.drivers.run.runner import Run, RunConfig
 
     record = Path(tempfile.mkdtemp()) / "bench.jsonl"
     schedule = [2000 * (k + 1) for k in range(turns)]
@@ -69,8 +69,8 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, ui: bool) -> dic
     ticks, elapsed = 0, 0.0
     cpu0, t0 = time.process_time(), time.perf_counter()
     if ui:
-        from tui.app import RampwatchApp
-        from tui.sources import LiveSource
+        from rampwatch.tui.app import RampwatchApp
+        from rampwatch.tui.sources import LiveSource
 
         sys.setswitchinterval(0.001)
         source = LiveSource(run)
@@ -122,8 +122,8 @@ def run_phase(phase: str, url: str, args: argparse.Namespace) -> dict:
 
 def build_time() -> float:
     """Seconds to build a 1M-token first turn's request body (filler, needle, JSON)."""
-    from drivers.chat import chat_body, encode_message
-    from drivers.ramp import Conversation
+    from rampwatch.drivers.client.chat import chat_body, encode_message
+    from rampwatch.drivers.client.ramp import Conversation
 
     conv = Conversation("bench", [1_000_000])
     t = time.perf_counter()
@@ -146,7 +146,7 @@ def main() -> None:
     if args.phase:
         return phase_main(args)
 
-    from drivers.sim.serve import ChildSim
+    from rampwatch.drivers.sim.serve import ChildSim
 
     def sim(step_ms: float | None) -> ChildSim:
         return ChildSim(argparse.Namespace(profile="fast", time_scale=None, max_num_batched_tokens=None, kv_tokens=None,

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from drivers.runner import Run, RunConfig
-from drivers.sim.server import SimFaults, ThreadedSim, make_profile
+from rampwatch.drivers.run.runner import Run, RunConfig
+from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -90,7 +90,7 @@ def vllm_server(tmp_path_factory):
 
 def rampwatch_cmd() -> list[str]:
     exe = shutil.which("rampwatch", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "tui.cli"]
+    return [exe] if exe else [sys.executable, "-m", "rampwatch.tui.cli"]
 
 
 def drive(url: str, **overrides) -> Run:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drivers.gpu import NvmlReader  # noqa: E402
+from rampwatch.drivers.telemetry.gpu import NvmlReader  # noqa: E402
 
 
 def smi() -> list[list[str]]:

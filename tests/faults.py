@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from drivers import events as ev
-from drivers.recording import read_recording
-from drivers.runner import Run, RunConfig
-from drivers.sim.server import SimFaults, ThreadedSim, make_profile
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.run.runner import Run, RunConfig
+from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
 
 SCHEDULE = [2000, 4000, 6000, 8000]
 

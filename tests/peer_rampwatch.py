@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drivers.runner import Run, RunConfig  # noqa: E402
+from rampwatch.drivers.run.runner import Run, RunConfig  # noqa: E402
 
 
 async def main(args: argparse.Namespace) -> None:

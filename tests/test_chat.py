@@ -7,8 +7,8 @@ import asyncio
 import msgspec
 import pytest
 
-from drivers.chat import ChatStreamParser, StreamError, chat_body, encode_message, error_text, stream_chat
-from drivers.wire import Connection, ConnectionDropped, ConnectionFailed, ResponseParser
+from rampwatch.drivers.client.chat import ChatStreamParser, StreamError, chat_body, encode_message, error_text, stream_chat
+from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed, ResponseParser
 
 
 def _chunk(**delta) -> bytes:

@@ -26,13 +26,13 @@ def test_drivers_never_import_textual():
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            assert not any(n == "textual" or n.startswith("textual.") or n.startswith("tui") for n in names), path
+            assert not any(n == "textual" or n.startswith("textual.") or n.startswith("tui") or n.startswith("rampwatch.tui") for n in names), path
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """One headless two-session run against the simulated engine, recorded."""
-    from drivers.sim.server import ThreadedSim, make_profile
+    from rampwatch.drivers.sim.server import ThreadedSim, make_profile
 
     out = tmp_path_factory.mktemp("rec") / "two.jsonl"
     with ThreadedSim(make_profile("tiny")) as s:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from drivers import events as ev
-from drivers.gpu import GpuSampler
-from drivers.recording import read_recording
-from drivers.sim.server import SimFaults, ThreadedSim, make_profile
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.telemetry.gpu import GpuSampler
+from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
 from tests.conftest import rampwatch_cmd
 from tests.faults import BrokenNvml, FlakyFile, restart_server, run_scenario, wait_then
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from drivers.gpu import parse_dcgm
-from drivers.metrics import MetricsFormatError, normalize
+from rampwatch.drivers.telemetry.gpu import parse_dcgm
+from rampwatch.drivers.telemetry.metrics import MetricsFormatError, normalize
 from tests.conftest import DATA
 
 

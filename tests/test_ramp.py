@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from drivers.ramp import (
+from rampwatch.drivers.client.ramp import (
     SEED_SCHEDULE, Calibration, Conversation, Filler, ScheduleError, format_tokens, parse_schedule, parse_tokens, scale_schedule,
 )
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from drivers import events as ev
-from drivers.recording import Recorder, RecordingError, read_recording
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.recording import Recorder, RecordingError, read_recording
 from tests.test_state_analysis import header, two_session_run
 
 

@@ -7,7 +7,7 @@ import base64
 import httpx
 import pytest
 
-from drivers.runner import BadInput, RunConfig, probe
+from rampwatch.drivers.run.runner import BadInput, RunConfig, probe
 
 
 def client(models: dict, version: int = 404) -> httpx.AsyncClient:

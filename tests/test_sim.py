@@ -8,13 +8,13 @@ import asyncio
 import httpx
 import pytest
 
-from drivers.analysis import build_report
-from drivers.metrics import normalize
-from drivers.ramp import SEED_SCHEDULE
-from drivers.sim.engine import SimEngine, reply_words
-from drivers.sim.kvcache import KVPool
-from drivers.sim.profiles import PROFILES
-from drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.telemetry.metrics import normalize
+from rampwatch.drivers.client.ramp import SEED_SCHEDULE
+from rampwatch.drivers.sim.engine import SimEngine, reply_words
+from rampwatch.drivers.sim.kvcache import KVPool
+from rampwatch.drivers.sim.profiles import PROFILES
+from rampwatch.drivers.sim.server import ThreadedSim, make_profile
 from tests.conftest import drive
 
 

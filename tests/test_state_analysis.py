@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from drivers import events as ev
-from drivers.analysis import build_report, turn_hit_rate
-from drivers.state import RunState
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.analysis import build_report, turn_hit_rate
+from rampwatch.drivers.model.state import RunState
 
 
 def header() -> ev.Header:

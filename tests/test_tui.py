@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from drivers import events as ev
-from drivers.recording import Recording, read_recording
-from drivers.runner import Run, RunConfig
-from drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.recording import Recording, read_recording
+from rampwatch.drivers.run.runner import Run, RunConfig
+from rampwatch.drivers.sim.server import ThreadedSim, make_profile
 from tests.test_state_analysis import header, two_session_run
-from tui.app import RampwatchApp
-from tui.sources import LiveSource, ReplaySource
-from tui.widgets.panels import EventsPanel, GpuPanel, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
+from rampwatch.tui.app import RampwatchApp
+from rampwatch.tui.sources import LiveSource, ReplaySource
+from rampwatch.tui.widgets.panels import EventsPanel, GpuPanel, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
@@ -166,7 +166,7 @@ async def test_keys_are_in_the_command_palette():
 
 
 def test_watch_headless_server_line():
-    from tui.headless import server_line
+    from rampwatch.tui.headless import server_line
 
     src = ReplaySource(Recording(header=header(), events=[
         ev.MetricsSample(t=0.0, source="m", engine="vllm", values={"kv_usage": 0.25, "running": 2, "waiting": 1,

@@ -8,11 +8,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from drivers.analysis import build_report
-from drivers.metrics import _LINE, _labels, normalize
-from drivers.ramp import SEED_SCHEDULE, scale_schedule
-from drivers.recording import read_recording
-from drivers.state import RunState
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.telemetry.metrics import _LINE, _labels, normalize
+from rampwatch.drivers.client.ramp import SEED_SCHEDULE, scale_schedule
+from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.model.state import RunState
 from tests.conftest import drive
 
 pytestmark = pytest.mark.vllm

@@ -19,14 +19,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from drivers.analysis import build_report
-from drivers.recording import Recording
-from drivers.report import render
-from drivers.runner import Run
-from drivers.state import RunState
-from tui.fmt import clock
-from tui.sources import LiveSource, ReplaySource
-from tui.widgets.panels import EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.run.recording import Recording
+from rampwatch.drivers.model.report import render
+from rampwatch.drivers.run.runner import Run
+from rampwatch.drivers.model.state import RunState
+from rampwatch.tui.fmt import clock
+from rampwatch.tui.sources import LiveSource, ReplaySource
+from rampwatch.tui.widgets.panels import EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
 
 REFRESH_HZ = 10.0
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30

@@ -12,15 +12,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from drivers.analysis import build_report
-from drivers.ramp import ScheduleError, parse_schedule, parse_tokens, scale_schedule
-from drivers.recording import RecordingError, read_recording
-from drivers.report import FORMATS, render
-from drivers.runner import BadInput, Run, RunConfig, load_api_key
-from drivers.state import RunState
-from drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
-from drivers.sim.server import loopback_socket
-from tui.headless import HeadlessPrinter
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.client.ramp import ScheduleError, parse_schedule, parse_tokens, scale_schedule
+from rampwatch.drivers.run.recording import RecordingError, read_recording
+from rampwatch.drivers.model.report import FORMATS, render
+from rampwatch.drivers.run.runner import BadInput, Run, RunConfig, load_api_key
+from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
+from rampwatch.drivers.sim.server import loopback_socket
+from rampwatch.tui.headless import HeadlessPrinter
 
 EXIT_BAD_INPUT = 2
 # The glm-like profile at 10x: a full two-session 1M ramp in about two minutes.
@@ -178,7 +178,7 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
 
 def scrub_argv(argv: list[str]) -> list[str]:
     """The command line as recorded: credentials in URLs removed."""
-    from drivers.metrics import redact_url
+    from rampwatch.drivers.telemetry.metrics import redact_url
 
     return ["rampwatch", *(redact_url(a) if "://" in a else a for a in argv)]
 
@@ -235,7 +235,7 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool) -> int:
         if headless:
             code = asyncio.run(main())
         else:
-            from tui.app import run_app_live
+            from rampwatch.tui.app import run_app_live
 
             code = run_app_live(run)
     except BadInput as e:
@@ -285,7 +285,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if state.header is not None and state.header.mode != "watch":
             print(render(build_report(state), "table"))
         return 0
-    from tui.app import run_app_replay
+    from rampwatch.tui.app import run_app_replay
 
     return run_app_replay(read_recording(args.path, skip_bad_lines=args.skip_bad_lines), speed=args.speed)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from drivers.ramp import format_tokens
+from rampwatch.drivers.client.ramp import format_tokens
 
 SPARK = " ▁▂▃▄▅▆▇█"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from drivers import events as ev
-from drivers.state import RunState
-from tui.fmt import clock, pct, rate, whole
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.state import RunState
+from rampwatch.tui.fmt import clock, pct, rate, whole
 
 PROGRESS_EVERY_S = 10.0
 

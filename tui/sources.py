@@ -9,10 +9,10 @@ import bisect
 import threading
 from typing import Any
 
-from drivers import events as ev
-from drivers.recording import Recording
-from drivers.runner import BadInput, Run
-from drivers.state import RunState
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.recording import Recording
+from rampwatch.drivers.run.runner import BadInput, Run
+from rampwatch.drivers.model.state import RunState
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 

@@ -1,5 +1,5 @@
 import sys
 
-from drivers.sim.serve import main
+from rampwatch.drivers.sim.serve import main
 
 sys.exit(main())

@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from drivers.sim.kvcache import KVPool
-from drivers.sim.profiles import SimProfile
+from rampwatch.drivers.sim.kvcache import KVPool
+from rampwatch.drivers.sim.profiles import SimProfile
 
 _ASK = b"access code of "
 _REPLY_WORDS = (

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from drivers.sim.profiles import PROFILES
-from drivers.sim.server import SimFaults, SimServer, loopback_socket, make_profile, uvicorn_server
+from rampwatch.drivers.sim.profiles import PROFILES
+from rampwatch.drivers.sim.server import SimFaults, SimServer, loopback_socket, make_profile, uvicorn_server
 
 
 def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> None:
@@ -75,7 +75,7 @@ def serve(args: argparse.Namespace, sock: socket.socket, announce: bool = True) 
 
 
 def child_argv(args: argparse.Namespace, fd: int) -> list[str]:
-    argv = [sys.executable, "-m", "drivers.sim", "--fd", str(fd), "--profile", args.profile]
+    argv = [sys.executable, "-m", "rampwatch.drivers.sim", "--fd", str(fd), "--profile", args.profile]
     for name in ("time_scale", "max_num_batched_tokens", "kv_tokens", "block_size", "max_model_len", "step_ms"):
         v = getattr(args, name, None)
         if v is not None:
@@ -121,7 +121,7 @@ class ChildSim:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m drivers.sim", description="the simulated engine (child mode)")
+    p = argparse.ArgumentParser(prog="python -m rampwatch.drivers.sim", description="the simulated engine (child mode)")
     p.add_argument("--fd", type=int, required=True, help="listening socket inherited from the parent")
     add_sim_args(p)
     add_fault_args(p)

@@ -26,9 +26,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-import drivers
-from drivers.sim.engine import SimEngine, SimRequest, StepStats, count_tokens, render_chat
-from drivers.sim.profiles import PROFILES, SimProfile
+import rampwatch.drivers as drivers
+from rampwatch.drivers.sim.engine import SimEngine, SimRequest, StepStats, count_tokens, render_chat
+from rampwatch.drivers.sim.profiles import PROFILES, SimProfile
 
 OWNED_BY = "rampwatch-sim"
 MODEL = "sim-model"

@@ -9,8 +9,8 @@ from rich.console import Console, Group
 from rich.text import Text
 from textual.widgets import Static
 
-from drivers.state import TIMELINE_BUCKET_S, RunState
-from tui.fmt import bar, clock, duration, format_tokens, pct, rate, sparkline, whole
+from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState
+from rampwatch.tui.fmt import bar, clock, duration, format_tokens, pct, rate, sparkline, whole
 
 STATE_STYLE = {
     "queued": "dim", "prefilling": "bold yellow", "decoding": "bold green", "idle": "cyan",

@@ -17,16 +17,16 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
-import drivers
-from drivers import events as ev
-from drivers.chat import monotonic_clock
-from drivers.gpu import GpuSampler
-from drivers.hub import EventHub
-from drivers.metrics import MetricsScraper, redact_url
-from drivers.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler
-from drivers.recording import Recorder
-from drivers.session import SessionRunner, TurnOptions
-from drivers.state import RunState
+import rampwatch.drivers as drivers
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.client.chat import monotonic_clock
+from rampwatch.drivers.telemetry.gpu import GpuSampler
+from rampwatch.drivers.run.hub import EventHub
+from rampwatch.drivers.telemetry.metrics import MetricsScraper, redact_url
+from rampwatch.drivers.client.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler
+from rampwatch.drivers.run.recording import Recorder
+from rampwatch.drivers.client.session import SessionRunner, TurnOptions
+from rampwatch.drivers.model.state import RunState
 
 
 class BadInput(Exception):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from drivers import events as ev
-from drivers.recording import Recorder
-from drivers.state import RunState
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.recording import Recorder
+from rampwatch.drivers.model.state import RunState
 
 
 class EventHub:

@@ -11,9 +11,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from drivers import events as ev
-from drivers.analysis import turn_hit_rate, turn_line, turn_row
-from drivers.metrics import MAX_FIELDS
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.analysis import turn_hit_rate, turn_line, turn_row
+from rampwatch.drivers.telemetry.metrics import MAX_FIELDS
 
 DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
 TIMELINE_BUCKET_S = 1.0

@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 import httpx
 import msgspec
 
-from drivers import events as ev
-from drivers.chat import StreamError, chat_body, encode_message, stream_chat
-from drivers.ramp import Conversation
-from drivers.wire import Connection, ConnectionDropped, ConnectionFailed
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message, stream_chat
+from rampwatch.drivers.client.ramp import Conversation
+from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 
 
 @dataclass(frozen=True)

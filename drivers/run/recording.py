@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from drivers.events import SCHEMA, AnyEvent, Header
+from rampwatch.drivers.model.events import SCHEMA, AnyEvent, Header
 
 _encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(Header)

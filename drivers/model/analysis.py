@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 if TYPE_CHECKING:
-    from drivers.state import RunState, TurnRecord
+    from rampwatch.drivers.model.state import RunState, TurnRecord
 
 
 class TurnRow(msgspec.Struct):

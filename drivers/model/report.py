@@ -9,8 +9,8 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from drivers.analysis import Report, TurnRow
-from drivers.ramp import format_tokens
+from rampwatch.drivers.model.analysis import Report, TurnRow
+from rampwatch.drivers.client.ramp import format_tokens
 
 FORMATS = ("table", "md", "csv", "json")
 COLUMNS = ("turn", "context", "new", "cached", "TTFT s", "prefill tok/s", "decode tok/s", "out", "hit", "KV peak", "needle", "error")

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
-from drivers import events as ev
-from drivers.metrics import _LINE, _labels, redact_url
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.telemetry.metrics import _LINE, _labels, redact_url
 
 
 class NvmlReader:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from drivers import events as ev
+from rampwatch.drivers.model import events as ev
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)", re.M)
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

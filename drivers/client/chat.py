@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from drivers.wire import Connection
+from rampwatch.drivers.client.wire import Connection
 
 
 class Delta(msgspec.Struct):
