@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.analysis import build_report, turn_hit_rate
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.model.turns import hit_rate
 from rampwatch.drivers.model.state import RunState
 
 
@@ -90,7 +91,7 @@ def test_hit_rate_from_counter_deltas_without_usage():
         metrics(0.5, prefix_queries=1400, prefix_hits=400),
         ev.TurnDone(t=1.0, session="s1", turn=1, status="ok", prompt_tokens=400, completion_tokens=1),
     ])
-    assert turn_hit_rate(s.turns[0]) == pytest.approx(300 / 400)
+    assert hit_rate(s.turns[0]) == pytest.approx(300 / 400)
 
 
 def test_counter_reset_skips_the_interval():

@@ -1,14 +1,15 @@
 """The Textual app: one main screen of panels, fed by a live run or a replay.
 
 The app reads the source's RunState on a timer (REFRESH_HZ), never per
-token, and only renders: figures come from drivers/state.py and analysis.py.
+token, and only renders: figures come from drivers/model/. A tick that finds
+nothing new (same events, same clock second, same size) draws nothing, and
+a panel whose content did not change is not repainted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 from typing import Protocol
 
@@ -20,23 +21,24 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.run.recording import Recording
 from rampwatch.drivers.model.report import render
-from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.process import DriverProcess
+from rampwatch.drivers.run.recording import Recording
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.sources import LiveSource, ReplaySource
-from rampwatch.tui.widgets.panels import EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
+from rampwatch.tui.widgets.panels import ChangingStatic, EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
 
 REFRESH_HZ = 10.0
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 
 
 class Source(Protocol):
-    state: RunState
+    """What the app reads: a live run (LiveSource) or a replay (ReplaySource)."""
 
     @property
-    def lock(self): ...  # noqa: ANN201
+    def state(self) -> RunState: ...
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None: ...
     @property
     def finished(self) -> bool: ...
     def now(self) -> float: ...
@@ -46,7 +48,7 @@ class Source(Protocol):
     def mark(self, note: str) -> bool: ...
 
 
-class PositionBar(Static):
+class PositionBar(ChangingStatic):
     """Replay position: time, a bar with turn marks, speed and state."""
 
     def show(self, src: ReplaySource) -> None:
@@ -61,7 +63,7 @@ class PositionBar(Static):
         t.append("●", style="bold yellow")
         t.append("".join(cells[head + 1:]), style="dim")
         t.append(f"  {src.speed:g}x", style="bold")
-        self.update(t)
+        self.show_content(t)
 
 
 class ReportScreen(ModalScreen[None]):
@@ -117,6 +119,9 @@ class HelpScreen(ModalScreen[None]):
 
 
 class RampwatchApp(App[int]):
+    """The main screen of panels over one source; `autostart=False` leaves the
+    timer off so tests step it with refresh_panels()."""
+
     CSS_PATH = "app.tcss"
     TITLE = "rampwatch"
     BINDINGS = [
@@ -145,6 +150,8 @@ class RampwatchApp(App[int]):
         self.stop_signal: int | None = None
         self._last_tick = time.monotonic()
         self._marks = 0
+        self._drawn: tuple[object, ...] | None = None  # what the last drawn tick showed
+        self._sessions_laid_out: tuple[int, int] | None = None
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -175,6 +182,7 @@ class RampwatchApp(App[int]):
             yield SystemCommand("Go to end", "Replay (end)", lambda: self.action_seek_to(-1))
 
     def on_mount(self) -> None:
+        self.source.attach(asyncio.get_running_loop())
         self._apply_size(self.size.width, self.size.height)
         # Looked up once: the tick redraws them ten times a second.
         self._header = self.query_one(HeaderBar)
@@ -199,27 +207,53 @@ class RampwatchApp(App[int]):
 
     def _apply_size(self, width: int, height: int) -> None:
         self.screen.set_class(width < COMPACT_WIDTH or height < COMPACT_HEIGHT, "-compact")
+        self._sessions_laid_out = None  # panel heights depend on the form
+        self._drawn = None
+
+    def _lay_out(self, state: RunState) -> None:
+        """Fix the panels' heights for this many sessions: set when the count
+        changes, never recomputed from content on a tick."""
+        n = len(state.sessions)
+        if (n, len(state.gpus)) == self._sessions_laid_out:
+            return
+        self._sessions_laid_out = (n, len(state.gpus))
+        compact = self.screen.has_class("-compact")
+        frame = 1 if compact else 2  # compact panels have a top rule only
+        self.query_one(SessionsPanel).styles.height = max(1, n) + 1 + frame
+        self.query_one(PrefillPanel).styles.height = max(1, min(n, 6)) + frame
+        if compact:
+            self.query_one(TimelinePanel).styles.height = max(1, n) + frame
+            self.query_one(GpuPanel).styles.height = max(2, min(8, len(state.gpus))) + frame
+        else:
+            self.query_one(TimelinePanel).styles.height = "1fr"
+            self.query_one(GpuPanel).styles.height = "1fr"
 
     def refresh_panels(self) -> None:
-        """One UI tick: advance a replay, then redraw every panel from the state."""
+        """One UI tick: advance a replay, then redraw the panels from the state
+        if anything they show can have changed."""
         now_wall = time.monotonic()
         dt, self._last_tick = now_wall - self._last_tick, now_wall
         src = self.source
         src.tick(dt)
-        with src.lock:
-            state, now = src.state, src.now()
-            self._header.show(state, now, src.mode(), src.recording())
-            for panel in self._panels:
-                panel.show(state, now)
+        state, now = src.state, src.now()
+        # Elapsed prefill times tick in tenths; otherwise only the clock's second moves.
+        clock_key = round(now, 1) if state.prefilling() else int(now)
+        key = (state.version, clock_key, self.size, src.mode(), id(state))
+        self.ticks += 1
+        if key == self._drawn:
+            return
+        self._drawn = key
+        self._lay_out(state)
+        self._header.show(state, now, src.mode(), src.recording())
+        for panel in self._panels:
+            panel.show(state, now)
         if self._position is not None:
             self._position.show(src)  # type: ignore[arg-type]
-        self.ticks += 1
 
     # -- actions -----------------------------------------------------------------
 
     def action_report(self) -> None:
-        with self.source.lock:
-            text = render(build_report(self.source.state), "table", width=max(100, self.size.width - 6))
+        text = render(build_report(self.source.state), "table", width=max(100, self.size.width - 6))
         self.push_screen(ReportScreen(text))
 
     def action_help(self) -> None:
@@ -266,15 +300,16 @@ class RampwatchApp(App[int]):
             self.refresh_panels()
 
 
-def run_app_live(run: Run) -> int:
-    """Drive `run` on its own thread and show it; returns the exit code.
-    Raises BadInput before the UI opens when the run cannot start."""
-    source = LiveSource(run)
-    source.start()
-    sys.setswitchinterval(0.001)  # the driver thread gets the GIL back within 1 ms of a redraw
+def run_app_live(driver: DriverProcess) -> int:
+    """Show a started driver process's run; returns the run's exit code once
+    the user quits (the driver is stopped cleanly) or the run has ended."""
+    source = LiveSource(driver)
     app = RampwatchApp(source)
-    app.run()
-    return source.stop(app.stop_signal)
+    try:
+        app.run()
+    finally:
+        code = source.stop(app.stop_signal)
+    return code
 
 
 def run_app_replay(recording: Recording, speed: float = 1.0) -> int:

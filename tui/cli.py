@@ -1,6 +1,7 @@
 """The `rampwatch` command: run, watch, replay, report, demo, sim.
 
-Exit codes: 0 done, 1 done with failed turns, 2 bad input, 130/143 interrupted.
+Exit codes: 0 done, 1 done with failed turns, 2 bad input, 3 crashed (the
+driver died or raised), 130/143 interrupted.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rampwatch.drivers.model.analysis import build_report
+import rampwatch.drivers as drivers
+from rampwatch.drivers.telemetry.metrics import redact_url
 from rampwatch.drivers.client.ramp import ScheduleError, parse_schedule, parse_tokens, scale_schedule
-from rampwatch.drivers.run.recording import RecordingError, read_recording
+from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.report import FORMATS, render
-from rampwatch.drivers.run.runner import BadInput, Run, RunConfig, load_api_key
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key
+from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
+from rampwatch.drivers.run.recording import RecordingError, read_recording
+from rampwatch.drivers.run.runner import EXIT_CRASHED, Run
 from rampwatch.drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
 from rampwatch.drivers.sim.server import loopback_socket
 from rampwatch.tui.headless import HeadlessPrinter
@@ -101,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rampwatch",
         description="Drive growing long-context conversations against an OpenAI-compatible server and watch them.",
     )
+    parser.add_argument("--version", action="version", version=f"rampwatch {drivers.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="drive ramps against a server and watch them live")
@@ -178,12 +184,11 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
 
 def scrub_argv(argv: list[str]) -> list[str]:
     """The command line as recorded: credentials in URLs removed."""
-    from rampwatch.drivers.telemetry.metrics import redact_url
-
     return ["rampwatch", *(redact_url(a) if "://" in a else a for a in argv)]
 
 
 async def _drive_headless(run: Run) -> int:
+    assert run.state is not None
     printer = HeadlessPrinter(run.state)
     run.hub.listeners.append(printer)
     loop = asyncio.get_running_loop()
@@ -216,6 +221,32 @@ async def _drive_headless(run: Run) -> int:
 
 
 def execute_run(cfg: RunConfig, record: bool, headless: bool) -> int:
+    """Headless: the run in this process, line output. With the UI: the run in
+    a driver process of its own, the UI folding its event stream."""
+    if headless:
+        return _execute_headless(cfg, record)
+    from rampwatch.tui.app import run_app_live
+
+    driver = DriverProcess(cfg, record=record)
+    print(f"rampwatch {cfg.mode}: connecting to {cfg.base_url} …", file=sys.stderr, flush=True)
+    try:
+        driver.start()
+    except DriverCrashed as e:
+        print(f"rampwatch: {e}", file=sys.stderr)
+        return EXIT_CRASHED
+    code = run_app_live(driver)
+    ended = driver.state.ended
+    if ended is not None and ended.status == "crashed":
+        details = driver.stderr_text().strip()
+        if details:
+            print(details, file=sys.stderr)
+        print(f"rampwatch: crashed: {ended.error}", file=sys.stderr)
+    if driver.recording:
+        print(f"recording: {driver.recording}", file=sys.stderr)
+    return code
+
+
+def _execute_headless(cfg: RunConfig, record: bool) -> int:
     run = Run(cfg, record=record)
 
     async def main() -> int:
@@ -231,21 +262,17 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool) -> int:
               f"({(info.engine if info else None) or 'engine from /metrics'}){where}", flush=True)
         return await _drive_headless(run)
 
-    try:
-        if headless:
-            code = asyncio.run(main())
-        else:
-            from rampwatch.tui.app import run_app_live
-
-            code = run_app_live(run)
-    except BadInput as e:
-        return fail(str(e))
-    if headless and cfg.mode != "watch":
+    code = asyncio.run(main())
+    assert run.state is not None
+    if cfg.mode != "watch":
         print(render(build_report(run.state), "table"))
     if run.recording_path:
         print(f"recording: {run.recording_path}", file=sys.stderr)
     if run.hub.recorder is not None and run.hub.recorder.error:
         print(f"rampwatch: {run.hub.recorder.error}", file=sys.stderr)
+    ended = run.state.ended
+    if ended is not None and ended.status == "crashed":
+        print(f"rampwatch: crashed: {ended.error}", file=sys.stderr)
     return code
 
 

@@ -1,96 +1,64 @@
-"""What feeds the UI: a live run on its own driver thread, or a recording
-played back at any speed. Both expose a RunState (read under `lock`) and a
-clock; the app only reads them on its timer."""
+"""What feeds the UI: a live run's event stream from its driver process, or
+a recording played back at any speed. Both fold events into a RunState that
+the UI process alone owns, and expose a clock; the app reads them on its
+timer, with no lock (everything runs on the UI's event loop)."""
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import threading
-from typing import Any
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.run.recording import Recording
-from rampwatch.drivers.run.runner import BadInput, Run
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.process import DriverProcess
+from rampwatch.drivers.run.recording import Recording
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
 
 class LiveSource:
-    """Runs `run.prepare()` and `run.drive()` on a thread with its own event
-    loop, so token timestamps never wait for a redraw."""
+    """A live run: the driver runs in its own process (DriverProcess) and the
+    UI folds its event stream into a RunState that only the UI owns."""
 
-    def __init__(self, run: Run):
-        self.run = run
-        self.state = run.state
-        self.lock = run.hub.lock
-        self.exit_code: int | None = None
-        self.error: BaseException | None = None
-        self._prepared = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self.thread = threading.Thread(target=self._main, name="rampwatch-driver", daemon=True)
+    def __init__(self, driver: DriverProcess):
+        self.driver = driver
 
-    def start(self) -> None:
-        """Start the driver; raises BadInput (before any UI) when the run cannot start."""
-        self.thread.start()
-        self._prepared.wait()
-        if self.error is not None:
-            self.thread.join()
-            raise self.error
+    @property
+    def state(self) -> RunState:
+        return self.driver.state
 
-    def _main(self) -> None:
-        asyncio.run(self._amain())
-
-    async def _amain(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
-        try:
-            await self.run.prepare()
-        except (BadInput, OSError) as e:
-            self.error = e
-            await self.run.aclose()
-            self._prepared.set()
-            return
-        self._prepared.set()
-        self.exit_code = await self.run.drive()
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.driver.attach(loop)
 
     @property
     def finished(self) -> bool:
-        return self.exit_code is not None
+        return self.driver.finished
 
     def now(self) -> float:
-        return self.state.ended.t if self.state.ended else self.run.clock()
+        return self.driver.now()
 
     def mode(self) -> str:
-        if self.state.ended:
-            return f"{self.run.cfg.mode} · {self.state.ended.status}"
-        return {"watch": "watch", "demo": "demo · SIMULATED"}.get(self.run.cfg.mode, "live")
+        ended = self.state.ended
+        if ended is not None:
+            return f"{self.driver.cfg.mode} · {ended.status}"
+        return {"watch": "watch", "demo": "demo · SIMULATED"}.get(self.driver.cfg.mode, "live")
 
     def recording(self) -> str | None:
-        p = self.run.recording_path
-        return str(p) if p else None
+        return str(self.driver.recording) if self.driver.recording else None
 
     def tick(self, dt: float) -> None:
         pass
 
     def mark(self, note: str) -> bool:
-        if self._loop is None or self.finished:
-            return False
-        self._loop.call_soon_threadsafe(self.run.mark, note)
-        return True
+        return self.driver.mark(note)
 
     def stop(self, sig: int | None = None) -> int:
-        """Cancel the sessions, close the recording, wait for the driver.
-        `sig`: the signal that ended the UI, None when the user quit."""
-        if self._loop is not None and self._task is not None and not self.finished:
-            self.run.interrupted_by = sig
-            self._loop.call_soon_threadsafe(self._task.cancel)
-        self.thread.join(timeout=30)
-        if sig is None and self.run.cfg.mode == "watch":
+        """Stop the driver (cancelled turns recorded, file closed) and return the
+        exit code. `sig`: the signal that ended the UI, None when the user quit."""
+        code = self.driver.stop(sig)
+        if sig is None and self.driver.cfg.mode == "watch" and self.state.ended and self.state.ended.status == "interrupted":
             return 0  # quitting is how watching ends
-        return self.exit_code if self.exit_code is not None else 130
+        return code
 
 
 class ReplaySource:
@@ -106,7 +74,6 @@ class ReplaySource:
         for t in sorted(e.t for e in self.events if isinstance(e, ev.RequestSent)):
             if not self.turn_marks or t - self.turn_marks[-1] > 0.5:
                 self.turn_marks.append(t)
-        self.lock = threading.Lock()
         self.speed = speed
         self.paused = False
         self.position = 0.0
@@ -123,12 +90,11 @@ class ReplaySource:
 
     def seek(self, t: float) -> None:
         t = min(max(0.0, t), self.end_t)
-        with self.lock:
-            if t < self.position:
-                self.state = RunState(self.header)
-                self._next = 0
-            self.position = t
-            self._apply_until(t)
+        if t < self.position:
+            self.state = RunState(self.header)
+            self._next = 0
+        self.position = t
+        self._apply_until(t)
 
     def tick(self, dt: float) -> None:
         if self.paused or self.position >= self.end_t:
@@ -169,6 +135,9 @@ class ReplaySource:
 
     def recording(self) -> str | None:
         return None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        pass  # the whole recording is in memory
 
     def mark(self, note: str) -> bool:
         return False

@@ -7,7 +7,6 @@ call); the role prelude, keep-alive comments and the usage chunk do not.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -196,9 +195,3 @@ async def stream_chat(
     if response.status != 200:
         raise StreamError(error_text(b"".join(error_body), response.status))
     return parser.finish()
-
-
-def monotonic_clock() -> Callable[[], float]:
-    """Seconds since now, on the high-resolution monotonic clock."""
-    t0 = time.perf_counter()
-    return lambda: time.perf_counter() - t0

@@ -8,11 +8,18 @@ JSON object per line and decodes back into the same types.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Literal, Union
 
 import msgspec
 
 SCHEMA = 1
+
+Mode = Literal["run", "watch", "demo"]
+Level = Literal["info", "warn", "error"]
+TurnOutcome = Literal["ok", "failed", "cancelled"]
+# done: every turn ran; failed: done with failed turns; interrupted: SIGINT/SIGTERM or the user quit;
+# crashed: the driver died or raised (exit 3).
+RunStatus = Literal["done", "failed", "interrupted", "crashed"]
 
 
 class Header(msgspec.Struct, tag="header", kw_only=True):
@@ -21,7 +28,7 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     schema: int = SCHEMA
     rampwatch_version: str
     command: list[str]
-    mode: str  # run | watch | demo
+    mode: Mode
     server: str
     model: str | None = None
     engine: str | None = None
@@ -77,7 +84,7 @@ class TokenTimes(Event):
 class TurnDone(Event):
     session: str
     turn: int
-    status: str  # ok | failed | cancelled
+    status: TurnOutcome
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int = 0
@@ -132,14 +139,18 @@ class Mark(Event):
 class Notice(Event):
     """Something the user should see: an outage, a full disk, a retry."""
 
-    level: str  # info | warn | error
+    level: Level
     message: str
     session: str | None = None
+    topic: Literal["recording"] | None = None  # "recording": the file stopped (error) or resumed (info)
 
 
 class RunEnded(Event):
-    status: str  # done | failed | interrupted
+    """The run's last event; a crash says why in one line."""
+
+    status: RunStatus
     exit_code: int
+    error: str | None = None
 
 
 AnyEvent = Union[

@@ -9,7 +9,8 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from rampwatch.drivers.model.analysis import Report, TurnRow
+from rampwatch.drivers.model.analysis import Report
+from rampwatch.drivers.model.turns import TurnRow
 from rampwatch.drivers.client.ramp import format_tokens
 
 FORMATS = ("table", "md", "csv", "json")

@@ -10,52 +10,23 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Literal
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.analysis import turn_hit_rate, turn_line, turn_row
+from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, hit_rate, new_tokens, turn_line
 from rampwatch.drivers.telemetry.metrics import MAX_FIELDS
+
+SessionState = Literal["queued", "prefilling", "decoding", "idle", "failed", "done", "cancelled"]
 
 DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
 TIMELINE_BUCKET_S = 1.0
-TIMELINE_LEN = 1800  # buckets kept per session for the chart; the recording keeps all
+TIMELINE_LEN = 1800  # seconds kept per session for the chart; the recording keeps all
 LOG_LEN = 500
 HISTORY_LEN = 1800
 RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
 
 # Normalized counters (drivers/metrics.py) that analysis takes deltas of.
 COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed", "generation_tokens", "preemptions")
-
-
-@dataclass(slots=True)
-class TurnRecord:
-    session: str
-    turn: int
-    target: int
-    new_tokens_est: int
-    sent_t: float
-    attempt: int = 1
-    first_t: float | None = None
-    last_t: float | None = None
-    chunks: int = 0
-    status: str = "running"  # running | ok | failed | cancelled
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    completion_tokens: int = 0
-    needle: bool | None = None
-    error: str | None = None
-    done_t: float | None = None
-    kv_peak: float | None = None
-    counters_at_sent: dict[str, float] = field(default_factory=dict)
-    counters_at_done: dict[str, float] = field(default_factory=dict)
-    # Decode intervals split by whether another session was prefilling.
-    alone_n: int = 0
-    alone_dt: float = 0.0
-    during_n: int = 0
-    during_dt: float = 0.0
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first_t is None else self.first_t - self.sent_t
 
 
 @dataclass(slots=True)
@@ -73,15 +44,21 @@ class PrefillProgress:
 
 @dataclass(slots=True)
 class SessionView:
+    """One session as the Sessions panel shows it: where it is and how it is doing."""
+
     id: str
     schedule: list[int]
-    state: str = "queued"  # queued | prefilling | decoding | idle | failed | done | cancelled
+    state: SessionState = "queued"
     turn: int = 0
     current: TurnRecord | None = None
     last_done: TurnRecord | None = None
+    last_prompt_tokens: int | None = None  # the last reported prompt, so the next turn knows its new tokens
+    tokens_per_chunk: float = 1.0  # from the last finished turn's usage: turns chunk counts into tokens
     needles: list[bool | None] = field(default_factory=list)
     recent: deque[float] = field(default_factory=deque)  # arrival times inside the decode window
-    timeline: deque[list[float]] = field(default_factory=lambda: deque(maxlen=TIMELINE_LEN))  # [bucket_start, tokens]
+    # Text chunks per TIMELINE_BUCKET_S: timeline[i] is bucket timeline_first + i (a flat list the chart slices).
+    timeline: list[int] = field(default_factory=list)
+    timeline_first: int = 0
     prefill_spans: deque[list[float | None]] = field(default_factory=lambda: deque(maxlen=64))  # [sent, first|None]
     failed_turns: int = 0
 
@@ -101,10 +78,34 @@ class SessionView:
         return rec.cached_tokens / rec.prompt_tokens
 
     def decode_rate_now(self) -> float | None:
+        """Decode tokens/s over the last DECODE_WINDOW_S (chunks scaled to tokens)."""
         r = self.recent
-        if len(r) < 2 or r[-1] <= r[0]:
-            return None
-        return (len(r) - 1) / (r[-1] - r[0])
+        return decode_tok_s(len(r) * self.tokens_per_chunk, r[0], r[-1]) if r else None
+
+    def timeline_values(self, first_bucket: int, n: int) -> list[float]:
+        """Decode tokens/s in each of n buckets from `first_bucket` (0 where nothing arrived)."""
+        counts, base = self.timeline, self.timeline_first
+        lo, hi = max(0, first_bucket - base), max(0, first_bucket + n - base)
+        scale = self.tokens_per_chunk / TIMELINE_BUCKET_S
+        values = [c * scale for c in counts[lo:hi]]
+        pad = min(n, max(0, base - first_bucket))
+        return [0.0] * pad + values + [0.0] * (n - pad - len(values))
+
+    def _count_arrivals(self, times: list[float]) -> None:
+        counts = self.timeline
+        for t in times:
+            b = int(t // TIMELINE_BUCKET_S)
+            if not counts:
+                self.timeline_first = b
+            i = b - self.timeline_first
+            if i >= len(counts):
+                counts.extend([0] * (i + 1 - len(counts)))
+            if i >= 0:
+                counts[i] += 1
+        if len(counts) > 2 * TIMELINE_LEN:  # trim by halves: amortised O(1) per bucket
+            drop = len(counts) - TIMELINE_LEN
+            del counts[:drop]
+            self.timeline_first += drop
 
 
 @dataclass(slots=True)
@@ -130,9 +131,16 @@ class ServerView:
 
 
 class RunState:
+    """The live picture of a run, folded from its events one at a time.
+
+    The driver (headless), the UI process (live, from the pipe) and replay
+    each keep their own; `version` changes with every event applied, so a
+    reader can tell when nothing has changed since it last looked."""
+
     def __init__(self, header: ev.Header | None = None):
         self.header = header
         self.t = 0.0  # time of the newest event
+        self.version = 0  # events applied so far
         self.sessions: dict[str, SessionView] = {}
         self.turns: list[TurnRecord] = []  # every finished attempt, in finishing order
         self.server = ServerView()
@@ -153,6 +161,7 @@ class RunState:
     # -- folding -------------------------------------------------------------
 
     def apply(self, e: ev.AnyEvent) -> None:
+        self.version += 1
         if e.t > self.t:
             self.t = e.t
         handler = _HANDLERS.get(type(e))
@@ -172,7 +181,8 @@ class RunState:
         s = self._session(e.session)
         rec = TurnRecord(
             session=e.session, turn=e.turn, target=e.target_tokens, new_tokens_est=e.new_tokens_est,
-            sent_t=e.t, attempt=e.attempt, counters_at_sent=self.counters(), kv_peak=self.server.values.get("kv_usage"),
+            sent_t=e.t, attempt=e.attempt, prev_prompt_tokens=s.last_prompt_tokens,
+            counters_at_sent=self.counters(), kv_peak=self.server.values.get("kv_usage"),
         )
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
         s.recent.clear()
@@ -217,13 +227,7 @@ class RunState:
         recent.extend(times)
         while recent and recent[0] < prev - DECODE_WINDOW_S:
             recent.popleft()
-        tl = s.timeline
-        for t in times:
-            start = t - (t % TIMELINE_BUCKET_S)
-            if tl and tl[-1][0] == start:
-                tl[-1][1] += 1
-            else:
-                tl.append([start, 1])
+        s._count_arrivals(times)
 
     def _on_done(self, e: ev.TurnDone) -> None:
         s = self._session(e.session)
@@ -238,9 +242,13 @@ class RunState:
             rec.chunks = e.chunks
         self.turns.append(rec)
         self._prefilling.pop(e.session, None)
-        rate = turn_row(rec).prefill_tok_s if e.status == "ok" else None
-        if rate:
-            self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = rate
+        if e.status == "ok":
+            if rec.prompt_tokens is not None:
+                s.last_prompt_tokens = rec.prompt_tokens
+            s.tokens_per_chunk = rec.tokens_per_chunk
+            ttft = rec.ttft
+            if ttft and rec.prompt_tokens is not None:
+                self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = new_tokens(rec) / ttft
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = e.t
         s.current, s.last_done = None, rec
@@ -317,11 +325,16 @@ class RunState:
         self._log((e.t, "mark", f"mark: {e.note}"))
 
     def _on_notice(self, e: ev.Notice) -> None:
+        if e.topic == "recording":
+            self.recording_error = e.message if e.level == "error" else None
         self._log((e.t, e.level, e.message))
 
     def _on_ended(self, e: ev.RunEnded) -> None:
         self.ended = e
-        self._log((e.t, "info", f"run {e.status} (exit {e.exit_code})"))
+        if e.status == "crashed":
+            self._log((e.t, "error", f"run crashed (exit {e.exit_code}): {e.error or 'unknown cause'}"))
+        else:
+            self._log((e.t, "info", f"run {e.status} (exit {e.exit_code})"))
 
     def _log(self, entry: tuple[float, str, str]) -> None:
         self.log.append(entry)
@@ -378,7 +391,7 @@ class RunState:
 
     def last_turn_hit_rate(self) -> float | None:
         finished = [r for r in self.turns if r.status == "ok"]
-        return turn_hit_rate(finished[-1]) if finished else None
+        return hit_rate(finished[-1]) if finished else None
 
     def usage_reports_cache(self) -> bool | None:
         """Whether the server puts cached tokens in usage (None: no turn finished yet)."""

@@ -1,39 +1,55 @@
-"""The event hub: every event goes to the recorder, the RunState and any listeners.
+"""The event hub: every event is encoded once and goes to the recording and
+the pipe to the UI process as the same bytes, is folded into this process's
+RunState when it keeps one, and is handed to any listeners.
 
-Emitting happens on the driver's event loop; the UI (another thread) reads
-the state under `lock`, so it always sees whole events applied.
+Everything here runs on the driver's event loop: nothing is shared with a
+renderer, so nothing is locked.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from typing import Protocol
+
+import msgspec
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.recording import Recorder
+
+_encode = msgspec.json.Encoder().encode
+
+
+class LineSink(Protocol):
+    def write_line(self, line: bytes) -> None: ...
 
 
 class EventHub:
-    def __init__(self, state: RunState, recorder: Recorder | None = None, keep_events: bool = False):
+    """Fans each event out to the recorder, the pipe, the state and listeners."""
+
+    def __init__(self, state: RunState | None, recorder: Recorder | None = None, keep_events: bool = False):
         """`keep_events`: also keep every event in memory (tests and benchmarks
         count them); a live run leaves that to the recording, so memory stays flat."""
         self.state = state
         self.recorder = recorder
-        self.lock = threading.Lock()
+        self.pipe: LineSink | None = None
         self.events: list[ev.AnyEvent] = []
         self.keep_events = keep_events
         self.listeners: list[Callable[[ev.AnyEvent], None]] = []
         self._recording_error: str | None = None
 
     def emit(self, e: ev.AnyEvent) -> None:
-        with self.lock:
-            if self.keep_events:
-                self.events.append(e)
+        if self.keep_events:
+            self.events.append(e)
+        if self.state is not None:
             self.state.apply(e)
-        if self.recorder is not None:
-            self.recorder.write(e)
-            self._check_recorder(e.t)
+        if self.recorder is not None or self.pipe is not None:
+            line = _encode(e)
+            if self.recorder is not None:
+                self.recorder.write_line(line)
+                self._check_recorder(e.t)
+            if self.pipe is not None:
+                self.pipe.write_line(line)
         for listener in self.listeners:
             listener(e)
 
@@ -41,7 +57,7 @@ class EventHub:
         """Write what is pending (`force`: retry a failed disk now, e.g. before the run's last event)."""
         if self.recorder is not None:
             self.recorder.flush(force)
-            self._check_recorder(self.state.t)
+            self._check_recorder(self.state.t if self.state is not None else 0.0)
 
     def _check_recorder(self, t: float) -> None:
         """Say it loudly, once, when the recording stops or comes back."""
@@ -49,11 +65,8 @@ class EventHub:
         assert rec is not None
         if rec.error is not None and self._recording_error is None:
             self._recording_error = rec.error
-            with self.lock:
-                self.state.recording_error = rec.error
-            self.emit(ev.Notice(t=t, level="error", message=f"{rec.error}; events are kept in memory until it can write"))
+            self.emit(ev.Notice(t=t, level="error", topic="recording",
+                                message=f"{rec.error}; events are kept in memory until it can write"))
         elif rec.error is None and self._recording_error is not None:
             self._recording_error = None
-            with self.lock:
-                self.state.recording_error = None
-            self.emit(ev.Notice(t=t, level="info", message=f"recording resumed; nothing was lost ({rec.path})"))
+            self.emit(ev.Notice(t=t, level="info", topic="recording", message=f"recording resumed; nothing was lost ({rec.path})"))

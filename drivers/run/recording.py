@@ -26,6 +26,9 @@ class RecordingError(Exception):
 
 
 class Recorder:
+    """Appends a run's events to its file: batched, flushed at least once a
+    second, never a torn line, and loud (not fatal) when the disk fills."""
+
     FLUSH_EVERY = 0.5  # seconds; the bar is at least once a second
     RETRY_EVERY = 5.0  # after a failed write (disk full), try again this often
 
@@ -71,7 +74,11 @@ class Recorder:
         self._size += len(data)
 
     def write(self, event: AnyEvent) -> None:
-        self._pending.append(_encoder.encode(event))
+        self.write_line(_encoder.encode(event))
+
+    def write_line(self, line: bytes) -> None:
+        """Queue one encoded event (no newline); written at the next flush."""
+        self._pending.append(line)
         if time.monotonic() - self._last_flush >= self.FLUSH_EVERY:
             self.flush()
 

@@ -1,5 +1,7 @@
 """The panels of the main screen. Each renders one part of a RunState it is
-handed; none computes statistics (drivers/state.py and analysis.py do)."""
+handed; none computes statistics (drivers/model/ does). A panel repaints
+only when what it would show differs from what it shows; its height is set
+by the app, so an update never relays out the screen."""
 
 from __future__ import annotations
 
@@ -9,17 +11,36 @@ from rich.console import Console, Group
 from rich.text import Text
 from textual.widgets import Static
 
-from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState
+from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState, SessionState
 from rampwatch.tui.fmt import bar, clock, duration, format_tokens, pct, rate, sparkline, whole
 
-STATE_STYLE = {
+STATE_STYLE: dict[SessionState, str] = {
     "queued": "dim", "prefilling": "bold yellow", "decoding": "bold green", "idle": "cyan",
     "failed": "bold red", "done": "bold blue", "cancelled": "magenta",
 }
 LEVEL_STYLE = {"info": "", "warn": "yellow", "error": "bold red", "mark": "bold magenta"}
 
 
-class Panel(Static):
+def same_content(a: object, b: object) -> bool:
+    """Whether two renderables of the panels (a Text or a Group of Texts) show the same."""
+    if isinstance(a, Group) and isinstance(b, Group):
+        return a.renderables == b.renderables
+    return type(a) is type(b) and isinstance(a, Text) and a == b
+
+
+class ChangingStatic(Static):
+    """A Static that repaints only when its content really changed, without relayout."""
+
+    shown: object = None
+
+    def show_content(self, content: object) -> None:
+        if self.shown is not None and same_content(content, self.shown):
+            return
+        self.shown = content
+        self.update(content, layout=False)  # type: ignore[arg-type]
+
+
+class Panel(ChangingStatic):
     """A bordered panel that redraws from the state on the app's tick."""
 
     def __init__(self, title: str, **kw: object):
@@ -27,13 +48,12 @@ class Panel(Static):
         self.border_title = title
 
     def show(self, state: RunState, now: float) -> None:
-        self.shown = self.render_state(state, now)
-        self.update(self.shown)  # type: ignore[arg-type]
+        self.show_content(self.render_state(state, now))
 
     def plain_text(self) -> str:
         """What the panel shows, as plain text (for tests and captures)."""
         console = Console(width=max(20, self.size.width), file=io.StringIO())
-        console.print(getattr(self, "shown", ""))
+        console.print(self.shown or "")
         return console.file.getvalue()  # type: ignore[attr-defined]
 
     def render_state(self, state: RunState, now: float) -> object:
@@ -45,7 +65,9 @@ class Panel(Static):
         return self.screen.has_class("-compact")
 
 
-class HeaderBar(Static):
+class HeaderBar(ChangingStatic):
+    """One line: mode, run clock, model, engine, server, recording path or its trouble."""
+
     def show(self, state: RunState, now: float, mode: str, recording: str | None) -> None:
         h = state.header
         t = Text(no_wrap=True, overflow="ellipsis")
@@ -59,7 +81,10 @@ class HeaderBar(Static):
             t.append(f"  rec {recording}", style="dim")
         if state.recording_error:
             t.append(f"  {state.recording_error}", style="bold white on red")
-        self.update(t)
+        ended = state.ended
+        if ended is not None and ended.status == "crashed":
+            t.append(f"  CRASHED: {ended.error or 'driver gone'}", style="bold white on red")
+        self.show_content(t)
 
 
 class SessionsPanel(Panel):
@@ -105,13 +130,11 @@ class TimelinePanel(Panel):
         width = max(10, self.size.width - self.LABEL)
         rows = 1 if self.compact else max(1, min(10, (self.size.height - 1) // max(1, len(state.sessions))))
         step = TIMELINE_BUCKET_S
-        end = now - (now % step)
-        start = end - (width - 1) * step
+        first = int(now // step) - (width - 1)
+        start = first * step
         out = []
         for s in state.sessions.values():
-            counts = {round(b[0] / step): b[1] for b in s.timeline if b[0] >= start}
-            first = round(start / step)
-            values = [counts.get(first + i, 0) / step for i in range(width)]
+            values = s.timeline_values(first, width)
             marks = state.foreign_prefill_cells(s.id, start, step, width, now)
             top = max(values) or 1.0
             for k, line in enumerate(sparkline(values, top, marks, rows=rows)):
@@ -126,6 +149,8 @@ class TimelinePanel(Panel):
 
 
 class PrefillPanel(Panel):
+    """Each session waiting for its first token: elapsed time, new tokens, expected total."""
+
     def render_state(self, state: RunState, now: float) -> object:
         progress = state.prefill_progress(now)
         if not progress:
@@ -146,6 +171,8 @@ class PrefillPanel(Panel):
 
 
 class ServerPanel(Panel):
+    """KV cache, prefix hit rate, requests, throughput, preemptions; an unexposed metric says why."""
+
     def render_state(self, state: RunState, now: float) -> object:
         srv = state.server
         v, missing = srv.values, srv.missing
@@ -236,6 +263,8 @@ class ServerPanel(Panel):
 
 
 class GpuPanel(Panel):
+    """One line per GPU: utilisation, memory, power, SM clock, temperature; or why there is none."""
+
     def render_state(self, state: RunState, now: float) -> object:
         if not state.gpus:
             reason = state.gpu_reason or "no GPU source yet"
@@ -258,6 +287,8 @@ class GpuPanel(Panel):
 
 
 class EventsPanel(Panel):
+    """The newest log entries: finished turns, errors, outages, marks."""
+
     def render_state(self, state: RunState, now: float) -> object:
         height = max(1, self.size.height)  # size is the content box: borders excluded
         entries = list(state.log)[-height:]

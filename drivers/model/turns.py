@@ -1,0 +1,161 @@
+"""One turn's record and the figures derived from it, defined once.
+
+The live state (state.py) and the report (analysis.py) both read a turn
+through these functions, so the events panel, the headless lines and
+`rampwatch report` can never disagree on what "new tokens", "hit rate" or
+"decode tokens/s" mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+
+TurnStatus = Literal["running", "ok", "failed", "cancelled"]
+
+
+@dataclass(slots=True)
+class TurnRecord:
+    """Everything the events said about one attempt at one turn."""
+
+    session: str
+    turn: int
+    target: int
+    new_tokens_est: int
+    sent_t: float
+    attempt: int = 1
+    prev_prompt_tokens: int | None = None  # the session's previous reported prompt, for "new tokens"
+    first_t: float | None = None
+    last_t: float | None = None
+    chunks: int = 0
+    status: TurnStatus = "running"
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int = 0
+    needle: bool | None = None
+    error: str | None = None
+    done_t: float | None = None
+    kv_peak: float | None = None
+    counters_at_sent: dict[str, float] = field(default_factory=dict)
+    counters_at_done: dict[str, float] = field(default_factory=dict)
+    # Decode intervals (between text chunks) split by whether another session was prefilling.
+    alone_n: int = 0
+    alone_dt: float = 0.0
+    during_n: int = 0
+    during_dt: float = 0.0
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_t is None else self.first_t - self.sent_t
+
+    @property
+    def tokens(self) -> int:
+        """Generated tokens: the server's usage when it reported them, else text chunks."""
+        return self.completion_tokens or self.chunks
+
+    @property
+    def tokens_per_chunk(self) -> float:
+        """How many tokens one streamed chunk carried on average (1 until usage says otherwise)."""
+        return self.completion_tokens / self.chunks if self.completion_tokens and self.chunks else 1.0
+
+
+def decode_tok_s(tokens: float, first_t: float | None, last_t: float | None) -> float | None:
+    """Decode tokens/s = tokens after the first / (last token time - first token time)."""
+    if first_t is None or last_t is None or last_t <= first_t or tokens <= 1:
+        return None
+    return (tokens - 1) / (last_t - first_t)
+
+
+def new_tokens(rec: TurnRecord) -> int:
+    """Tokens the server had to prefill: prompt - cached when usage says both;
+    else prompt - the previous prompt; else the client's estimate."""
+    prompt = rec.prompt_tokens
+    if prompt is not None and rec.cached_tokens is not None:
+        return prompt - rec.cached_tokens
+    if prompt is not None and rec.prev_prompt_tokens is not None:
+        return prompt - rec.prev_prompt_tokens
+    if prompt is not None and rec.turn == 1:
+        return prompt
+    return rec.new_tokens_est
+
+
+def counter_delta(rec: TurnRecord, key: str) -> float | None:
+    a, b = rec.counters_at_sent.get(key), rec.counters_at_done.get(key)
+    return None if a is None or b is None else b - a
+
+
+def hit_rate(rec: TurnRecord) -> float | None:
+    """The request's own cached share when the server reports it; else the
+    server-wide prefix-cache hit rate over the turn (counter deltas)."""
+    if rec.cached_tokens is not None and rec.prompt_tokens:
+        return rec.cached_tokens / rec.prompt_tokens
+    dq, dh = counter_delta(rec, "prefix_queries"), counter_delta(rec, "prefix_hits")
+    if dq and dh is not None and dq > 0:
+        return dh / dq
+    return None
+
+
+def split_decode_rates(rec: TurnRecord, min_intervals: int) -> tuple[float | None, float | None]:
+    """(decode tok/s alone, during another session's prefill) for one turn, in
+    tokens (chunk intervals scaled by the turn's tokens per chunk)."""
+    scale = rec.tokens_per_chunk
+
+    def rate(n: int, dt: float) -> float | None:
+        return n * scale / dt if n >= min_intervals and dt > 0 else None
+
+    return rate(rec.alone_n, rec.alone_dt), rate(rec.during_n, rec.during_dt)
+
+
+class TurnRow(msgspec.Struct):
+    """One row of the per-turn table (the report's JSON schema)."""
+
+    turn: int
+    context_tokens: int
+    new_tokens: int
+    cached_tokens: int | None
+    ttft_s: float | None
+    prefill_tok_s: float | None
+    decode_tok_s: float | None
+    output_tokens: int
+    hit_rate: float | None
+    kv_peak: float | None
+    needle: bool | None
+    error: str | None
+
+
+def turn_row(rec: TurnRecord) -> TurnRow:
+    prompt = rec.prompt_tokens
+    new = new_tokens(rec)
+    ttft = rec.ttft
+    return TurnRow(
+        turn=rec.turn,
+        context_tokens=prompt if prompt is not None else rec.target,
+        new_tokens=new,
+        cached_tokens=rec.cached_tokens,
+        ttft_s=ttft,
+        prefill_tok_s=(new / ttft) if ttft and prompt is not None else None,
+        decode_tok_s=decode_tok_s(rec.tokens, rec.first_t, rec.last_t),
+        output_tokens=rec.tokens,
+        hit_rate=hit_rate(rec),
+        kv_peak=rec.kv_peak,
+        needle=rec.needle,
+        error=rec.error if rec.status != "ok" else None,
+    )
+
+
+def turn_line(rec: TurnRecord) -> str:
+    """The one-line summary of a finished turn (headless output, events panel)."""
+    row = turn_row(rec)
+    parts = [f"{rec.session} turn {rec.turn}"]
+    if row.ttft_s is not None:
+        parts.append(f"TTFT {row.ttft_s:.2f}s")
+    if row.decode_tok_s is not None:
+        parts.append(f"decode {row.decode_tok_s:.1f} tok/s")
+    if row.needle is not None:
+        parts.append("needle ✓" if row.needle else "needle ✗")
+    parts.append(f"ctx {row.context_tokens:,}")
+    if row.cached_tokens is not None:
+        parts.append(f"cached {row.cached_tokens:,}")
+    return "  ".join(parts)

@@ -1,0 +1,83 @@
+"""What the user asked for: one run's configuration, and the errors that stop it before it starts."""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote, urlsplit
+
+from rampwatch.drivers.telemetry.metrics import redact_url
+
+
+class BadInput(Exception):
+    """Something the user asked for cannot work; one line, exit code 2."""
+
+
+@dataclass
+class RunConfig:
+    """Everything one run needs to know, from the command line; sent to the
+    driver process as JSON (the API key travels this way, never in argv)."""
+
+    url: str
+    mode: Literal["run", "watch", "demo"] = "run"
+    model: str | None = None
+    sessions: int = 1
+    stagger: float = 0.0
+    schedule: list[int] = field(default_factory=list)
+    output_tokens: int = 128
+    ignore_eos: bool = False
+    metrics_urls: list[str] = field(default_factory=list)
+    gpu: str = "auto"
+    scrape_interval: float = 0.5
+    record: Path | None = None
+    api_key: str | None = None
+    retries: int = 0
+    request_timeout: float = 3600.0
+    reconnect_timeout: float = 180.0
+    command: list[str] = field(default_factory=list)
+    record_text: bool = False  # keep prompt and reply text in the recording (large, maybe private)
+    concurrency: int | None = None  # sessions in flight at once (None: all); the peer benchmark adapter uses it
+
+    @property
+    def base_url(self) -> str:
+        """The server URL without credentials (those travel in headers())."""
+        return redact_url(self.url.rstrip("/").removesuffix("/v1"))
+
+    def headers(self) -> dict[str, str]:
+        """Authorization for every request: the API key as Bearer, else user:password@ from the URL as Basic."""
+        if self.api_key:
+            return {"Authorization": f"Bearer {self.api_key}"}
+        u = urlsplit(self.url)
+        if u.username is None:
+            return {}
+        pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
+        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+
+
+def default_record_path(model: str, folder: Path = Path("recordings")) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.split("/")[-1])[:40]
+    return folder / f"{stamp}-{safe}.jsonl"
+
+
+def load_api_key(env_var: str | None, key_file: str | None) -> str | None:
+    """The API key from --api-key-file, --api-key-env, or OPENAI_API_KEY. It is
+    only ever put in request headers: never printed, logged or recorded."""
+    if key_file:
+        try:
+            key = Path(key_file).read_text().strip()
+        except OSError as e:
+            raise BadInput(f"--api-key-file {key_file}: {e.strerror or e}") from None
+        if not key:
+            raise BadInput(f"--api-key-file {key_file}: the file is empty")
+        return key
+    if env_var:
+        key = os.environ.get(env_var)
+        if not key:
+            raise BadInput(f"--api-key-env {env_var}: the variable is not set")
+        return key
+    return os.environ.get("OPENAI_API_KEY") or None

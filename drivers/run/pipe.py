@@ -1,0 +1,146 @@
+"""The stream between the driver process and the UI process.
+
+Driver -> UI (the driver's stdout): one JSON message per line. First either
+DriverReady (the run's header, recording path and clock origin) or
+DriverFailed (bad input found while preparing, one line for the user); then
+the run's events, byte for byte as the recording has them.
+
+UI -> driver (the driver's stdin): the run's configuration as the first
+line, then commands, one per line: Mark, Stop. End of input means the UI is
+gone: the driver stops the run cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path, PurePath
+from typing import Any, Union
+
+import msgspec
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.config import RunConfig
+
+FLUSH_EVERY_S = 0.05  # events wait at most this long in the driver: the UI redraws at 10 Hz anyway
+
+
+class DriverStart(msgspec.Struct, tag="start"):
+    config: RunConfig
+    record: bool = True
+
+
+class DriverReady(msgspec.Struct, tag="ready"):
+    header: ev.Header
+    clock_origin: float  # the driver's time.perf_counter() at t = 0 (a system-wide clock)
+    recording: str | None = None
+
+
+class DriverFailed(msgspec.Struct, tag="failed"):
+    message: str
+    exit_code: int = 2
+
+
+class Mark(msgspec.Struct, tag="mark"):
+    note: str
+
+
+class Stop(msgspec.Struct, tag="stop"):
+    signal: int | None = None  # the signal that ended the UI; None: the user quit
+
+
+Command = Union[DriverStart, Mark, Stop]
+Handshake = Union[DriverReady, DriverFailed]
+
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, PurePath):
+        return str(obj)
+    raise NotImplementedError(f"cannot send {type(obj).__name__}")
+
+
+def _dec_hook(kind: type, obj: Any) -> Any:
+    if kind is Path:
+        return Path(obj)
+    raise NotImplementedError(f"cannot receive {kind}")
+
+
+encode = msgspec.json.Encoder(enc_hook=_enc_hook).encode
+decode_command = msgspec.json.Decoder(Command, dec_hook=_dec_hook).decode
+decode_handshake = msgspec.json.Decoder(Handshake).decode
+decode_event = msgspec.json.Decoder(ev.AnyEvent).decode
+
+
+class PipeWriter:
+    """Event lines to the UI without ever blocking the driver's loop: lines are
+    batched for FLUSH_EVERY_S and written through a non-blocking pipe
+    transport (which buffers if the UI is slow). A UI that went away makes
+    the pipe a no-op, never an error in the run."""
+
+    def __init__(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop):
+        self.transport, self.loop = transport, loop
+        self._pending: list[bytes] = []
+        self.broken = False
+
+    @classmethod
+    async def open(cls, fd: int) -> PipeWriter:
+        loop = asyncio.get_running_loop()
+        holder: list[PipeWriter] = []
+
+        class _Proto(asyncio.BaseProtocol):
+            def connection_lost(self, exc: Exception | None) -> None:
+                if holder:
+                    holder[0].broken = True
+
+        transport, _ = await loop.connect_write_pipe(_Proto, os.fdopen(fd, "wb", buffering=0))
+        writer = cls(transport, loop)  # type: ignore[arg-type]
+        holder.append(writer)
+        return writer
+
+    def write_line(self, line: bytes) -> None:
+        if self.broken:
+            return
+        if not self._pending:
+            self.loop.call_later(FLUSH_EVERY_S, self.flush)
+        self._pending.append(line)
+
+    def send(self, message: msgspec.Struct) -> None:
+        """A control message, written at once (the handshake)."""
+        self.write_line(encode(message))
+        self.flush()
+
+    def flush(self) -> None:
+        if self._pending and not self.broken and not self.transport.is_closing():
+            self._pending.append(b"")
+            self.transport.write(b"\n".join(self._pending))
+        self._pending = []
+
+    async def close(self) -> None:
+        """Write what is left and wait until the UI has it (or is gone)."""
+        self.flush()
+        for _ in range(200):  # at most ~2 s for a UI that stopped reading
+            if self.broken or self.transport.get_write_buffer_size() == 0:
+                break
+            await asyncio.sleep(0.01)
+        self.transport.close()
+
+
+class LineSplitter:
+    """Bytes in, whole lines out (the last partial line waits for more)."""
+
+    def __init__(self, on_line: Callable[[bytes], None]):
+        self.on_line = on_line
+        self._rest = b""
+
+    def feed(self, data: bytes) -> None:
+        data = self._rest + data if self._rest else data
+        *lines, self._rest = data.split(b"\n")
+        for line in lines:
+            if line:
+                self.on_line(line)
+
+    @property
+    def leftover(self) -> bytes:
+        return self._rest

@@ -1,0 +1,247 @@
+"""The UI process's handle on the driver process.
+
+It starts `python -m rampwatch.drivers.run.child`, hands it the run's
+configuration, and folds the event stream from its pipe into a RunState
+that this process alone owns (live and replay share one code path: a live
+run is a replay of a stream still being written). It sends marks and stop
+requests, and turns an unexpected death of the driver into
+RunEnded(crashed): in the state, so the UI shows it, and in the recording.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.clock import RunClock
+from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run import pipe
+from rampwatch.drivers.run.config import BadInput, RunConfig
+from rampwatch.drivers.run.runner import EXIT_CRASHED
+
+KEEP_LINES = 20_000  # recent event lines kept to restore what a killed driver had not yet written
+EXIT_WAIT_S = 30.0  # how long a stopping driver may take to cancel its turns and close the file
+
+
+class DriverCrashed(Exception):
+    """The driver process died before the run started; the message is one line."""
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "driver process did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"driver process killed by {name}"
+    return f"driver process exited with code {code}"
+
+
+class DriverProcess:
+    """Start, follow, command and stop one driver process (see module doc)."""
+
+    def __init__(self, cfg: RunConfig, record: bool = True):
+        self.cfg, self.record = cfg, record
+        self.state = RunState()
+        self.clock = RunClock()
+        self.recording: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stderr = tempfile.TemporaryFile()
+        self._splitter = pipe.LineSplitter(self._on_line)
+        self._recent: collections.deque[bytes] = collections.deque(maxlen=KEEP_LINES)
+        self._received = 0  # event lines received
+        self._transport: asyncio.ReadTransport | None = None
+        self._eof = False
+
+    # -- starting ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the driver and wait until its run is prepared. Raises BadInput
+        (exit 2) or DriverCrashed (exit 3) before any UI opens."""
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rampwatch.drivers.run.child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr, start_new_session=True,  # terminal signals reach the UI, which decides
+        )
+        try:
+            self._send(pipe.DriverStart(config=self.cfg, record=self.record))
+            line, rest = self._handshake_line()
+        except BaseException:
+            self.proc.kill()  # e.g. Ctrl-C while the server is probed
+            self.proc.wait()
+            raise
+        if not line:
+            code = self.proc.wait()
+            raise DriverCrashed(f"{describe_exit(code)} before the run started{self._stderr_tail()}")
+        msg = pipe.decode_handshake(line)
+        if isinstance(msg, pipe.DriverFailed):
+            self.proc.wait()
+            raise BadInput(msg.message)
+        self.state = RunState(msg.header)
+        self.clock = RunClock(msg.clock_origin)
+        self.recording = Path(msg.recording) if msg.recording else None
+        self._splitter.feed(rest)
+
+    def _handshake_line(self) -> tuple[bytes, bytes]:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd, data = self.proc.stdout.fileno(), b""
+        while b"\n" not in data:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"", b""
+            data += chunk
+        line, _, rest = data.partition(b"\n")
+        return line, rest
+
+    # -- following the stream ----------------------------------------------------
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """Fold the stream into `state` as it arrives, on `loop` (the UI's)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        owner = self
+
+        class _Reader(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                owner._splitter.feed(data)
+
+            def eof_received(self) -> bool:
+                owner._on_eof()
+                return False
+
+        # A duplicate descriptor: the transport may close it, the original stays for stop()'s drain.
+        stream = os.fdopen(os.dup(self.proc.stdout.fileno()), "rb", buffering=0)
+
+        async def connect() -> None:
+            self._transport, _ = await loop.connect_read_pipe(_Reader, stream)
+
+        return asyncio.ensure_future(connect(), loop=loop)
+
+    def _on_line(self, line: bytes) -> None:
+        try:
+            event = pipe.decode_event(line)
+        except Exception:  # noqa: BLE001 - a line we cannot read is not worth the run
+            return
+        self._received += 1
+        self._recent.append(line)
+        self.state.apply(event)
+
+    def _on_eof(self) -> None:
+        """The driver closed its end: it finished, or it died."""
+        self._eof = True
+        if self.state.ended is None:
+            self._reap(wait=5.0)
+
+    def _reap(self, wait: float) -> None:
+        """Wait for the driver to exit; if it ended without RunEnded, say it crashed."""
+        assert self.proc is not None
+        try:
+            code: int | None = self.proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        if self.state.ended is None:
+            self._crashed(describe_exit(code))
+
+    def _crashed(self, why: str) -> None:
+        end = ev.RunEnded(t=max(self.state.t, self.clock()), status="crashed", exit_code=EXIT_CRASHED, error=why)
+        self.state.apply(end)
+        self._complete_recording(end)
+
+    def _complete_recording(self, end: ev.RunEnded) -> None:
+        """After the driver died: cut a torn last line, append the events the
+        UI received that never reached the file, then the crash."""
+        path = self.recording
+        if path is None:
+            return
+        try:
+            with open(path, "r+b") as f:
+                data = f.read()
+                whole = data.rfind(b"\n") + 1
+                f.truncate(whole)
+                f.seek(whole)
+                in_file = max(0, data.count(b"\n", 0, whole) - 1)  # the header is the first line
+                missing = self._received - in_file
+                lines = list(self._recent)[-missing:] if 0 < missing <= len(self._recent) else []
+                lines.append(pipe.encode(end))
+                f.write(b"\n".join(lines) + b"\n")
+        except OSError:
+            pass  # the UI still shows the crash; the file stays readable up to its last whole line
+
+    # -- commands ----------------------------------------------------------------
+
+    def _send(self, message: object) -> bool:
+        proc = self.proc
+        if proc is None or proc.stdin is None or proc.poll() is not None:
+            return False
+        try:
+            proc.stdin.write(pipe.encode(message) + b"\n")
+            proc.stdin.flush()
+            return True
+        except (BrokenPipeError, ValueError, OSError):
+            return False
+
+    def mark(self, note: str) -> bool:
+        return self.state.ended is None and self._send(pipe.Mark(note=note))
+
+    def stop(self, sig: int | None = None) -> int:
+        """Stop the run (if still going), read the stream to its end, and
+        return the run's exit code. Called once the UI loop is done."""
+        if self.proc is None:
+            return EXIT_CRASHED
+        if self.state.ended is None:
+            self._send(pipe.Stop(signal=sig))
+        if self._transport is not None:
+            self._transport.pause_reading()
+        self._drain(time.monotonic() + EXIT_WAIT_S)
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        self._reap(wait=5.0)
+        assert self.state.ended is not None
+        return self.state.ended.exit_code
+
+    def _drain(self, deadline: float) -> None:
+        """Read what is left on the pipe, up to EOF or the deadline."""
+        assert self.proc is not None and self.proc.stdout is not None
+        if self._eof:
+            return
+        fd = self.proc.stdout.fileno()
+        os.set_blocking(fd, True)  # the UI loop's transport had made it non-blocking
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                self._eof = True
+                return
+            self._splitter.feed(chunk)
+
+    # -- what the driver said on stderr ------------------------------------------
+
+    def stderr_text(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode("utf-8", "replace")
+
+    def _stderr_tail(self) -> str:
+        lines = [line for line in self.stderr_text().splitlines() if line.strip()]
+        return f": {lines[-1].strip()}" if lines else ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state.ended is not None
+
+    def now(self) -> float:
+        return self.state.ended.t if self.state.ended else self.clock()

@@ -1,0 +1,200 @@
+"""The driver in its own process: the UI folds its stream, sees its death,
+and stops it cleanly; a bug in a session is a crash (exit 3), never "done"."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rampwatch.drivers.client import session
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.run.config import BadInput, RunConfig
+from rampwatch.drivers.run.process import DriverProcess
+from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.tui.app import RampwatchApp
+from rampwatch.tui.cli import load_state
+from rampwatch.tui.sources import LiveSource
+from rampwatch.tui.widgets.panels import EventsPanel, HeaderBar
+from tests.conftest import drive, rampwatch_cmd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Injected into the driver process through PYTHONPATH: session s1's turn 2 raises, as a bug would.
+BOOM = textwrap.dedent("""
+    from rampwatch.drivers.client import session
+
+    _run_turn = session.SessionRunner.run_turn
+
+    async def run_turn(self, turn):
+        if self.sid == "s1" and turn == 2:
+            raise RuntimeError("boom in a session task")
+        return await _run_turn(self, turn)
+
+    session.SessionRunner.run_turn = run_turn
+""")
+
+
+def config(url: str, rec: Path | None, **kw) -> RunConfig:
+    opts = dict(schedule=[2000, 4000, 8000, 12000], output_tokens=64, ignore_eos=True, sessions=2, gpu="none",
+                scrape_interval=0.2)
+    opts.update(kw)
+    return RunConfig(url=url, metrics_urls=[url + "/metrics"], record=rec, **opts)
+
+
+async def wait_for(pred, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        await asyncio.sleep(0.05)
+
+
+def screen_text(app: RampwatchApp) -> str:
+    return app.query_one(HeaderBar).shown.plain + "\n" + app.query_one(EventsPanel).plain_text()
+
+
+async def test_killing_the_driver_shows_crashed_in_the_ui_and_the_recording(tmp_path):
+    rec = tmp_path / "killed.jsonl"
+    with ThreadedSim(make_profile("tiny", time_scale=0.1)) as s:
+        driver = DriverProcess(config(s.url, rec))
+        driver.start()
+        source = LiveSource(driver)
+        app = RampwatchApp(source)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(lambda: any(x.state == "decoding" for x in source.state.sessions.values()))
+            os.kill(driver.proc.pid, signal.SIGKILL)
+            await wait_for(lambda: source.finished)
+            await pilot.pause(0.3)
+            shown = screen_text(app)
+            await pilot.press("q")
+        code = await asyncio.to_thread(source.stop)
+    assert code == 3
+    assert "crashed" in shown and "killed by SIGKILL" in shown
+    back = read_recording(rec)
+    assert not back.truncated_tail
+    end = back.events[-1]
+    assert isinstance(end, ev.RunEnded) and end.status == "crashed" and "SIGKILL" in (end.error or "")
+    # Events the UI had received but the driver had not yet flushed were restored into the file.
+    assert len(back.events) == source.state.version
+
+
+async def test_quitting_the_ui_stops_the_driver_and_records_cancelled_turns(tmp_path):
+    rec = tmp_path / "quit.jsonl"
+    with ThreadedSim(make_profile("tiny", time_scale=0.05)) as s:
+        driver = DriverProcess(config(s.url, rec))
+        driver.start()
+        source = LiveSource(driver)
+        app = RampwatchApp(source)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(lambda: any(x.state == "decoding" for x in source.state.sessions.values()))
+            await pilot.press("m")
+            await pilot.pause(0.2)
+            await pilot.press("q")
+        code = await asyncio.to_thread(source.stop)
+    assert code == 130 and driver.proc.returncode == 130
+    back = read_recording(rec)
+    assert isinstance(back.events[-1], ev.RunEnded) and back.events[-1].status == "interrupted"
+    done = [e for e in back.events if isinstance(e, ev.TurnDone)]
+    assert done and all(e.status == "cancelled" for e in done)
+    assert any(isinstance(e, ev.Mark) for e in back.events)
+    assert source.state.ended is not None and source.state.ended.status == "interrupted"
+
+
+def test_live_state_equals_the_replay_of_its_recording(tmp_path, sim):
+    rec = tmp_path / "whole.jsonl"
+    driver = DriverProcess(config(sim.url, rec))
+    driver.start()
+    assert driver.stop(signal.SIGTERM) in (0, 143)  # drains the stream; the run may have finished already
+    code = driver.state.ended.exit_code
+    driver = DriverProcess(config(sim.url, tmp_path / "whole2.jsonl"))
+    driver.start()
+
+    async def follow() -> None:
+        driver.attach(asyncio.get_running_loop())
+        await wait_for(lambda: driver.finished, timeout=60)
+
+    asyncio.run(follow())
+    assert driver.stop() == 0 and code in (0, 143)
+    replayed = load_state(tmp_path / "whole2.jsonl", skip_bad_lines=False)
+    assert build_report(driver.state) == build_report(replayed)
+    assert driver.state.version == replayed.version  # every recorded event reached the UI, and no other
+
+
+def test_bad_input_is_found_before_the_ui_opens(tmp_path, sim):
+    driver = DriverProcess(config(sim.url, None, model="no-such-model"), record=False)
+    with pytest.raises(BadInput, match="'no-such-model' is not served"):
+        driver.start()
+    assert driver.proc.returncode == 2
+    p = subprocess.run([*rampwatch_cmd(), "run", "http://127.0.0.1:9", "--gpu", "none", "--no-record"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "cannot reach http://127.0.0.1:9" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_session_task_that_raises_ends_the_run_as_crashed(tmp_path, sim, monkeypatch):
+    async def run_turn(self, turn):
+        if self.sid == "s1" and turn == 2:
+            raise RuntimeError("boom in a session task")
+        return await original(self, turn)
+
+    original = session.SessionRunner.run_turn
+    monkeypatch.setattr(session.SessionRunner, "run_turn", run_turn)
+    run = drive(sim.url, sessions=2, schedule=[2000, 4000, 8000], output_tokens=16, record=tmp_path / "boom.jsonl")
+    assert run.exit_code == 3
+    end = read_recording(tmp_path / "boom.jsonl").events[-1]
+    assert isinstance(end, ev.RunEnded) and (end.status, end.exit_code) == ("crashed", 3)
+    assert end.error == "RuntimeError: boom in a session task"
+
+
+async def test_a_session_task_that_raises_in_the_driver_process_shows_crashed(tmp_path, monkeypatch):
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(BOOM)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "inject"))
+    rec = tmp_path / "boom.jsonl"
+    with ThreadedSim(make_profile("tiny")) as s:
+        driver = DriverProcess(config(s.url, rec))
+        driver.start()
+        source = LiveSource(driver)
+        app = RampwatchApp(source)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(lambda: source.finished)
+            await pilot.pause(0.3)
+            shown = screen_text(app)
+            await pilot.press("q")
+        code = await asyncio.to_thread(source.stop)
+    assert code == 3 and driver.proc.returncode == 3
+    assert "CRASHED: RuntimeError: boom in a session task" in shown
+    end = read_recording(rec).events[-1]
+    assert isinstance(end, ev.RunEnded) and end.status == "crashed" and end.error == "RuntimeError: boom in a session task"
+    assert "Traceback" in driver.stderr_text()  # the details stay in the driver's stderr, shown after the UI
+
+
+def test_headless_crash_exits_3_with_one_line(tmp_path, sim):
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(BOOM)
+    p = subprocess.run([*rampwatch_cmd(), "run", sim.url, "--schedule", "2k,4k", "--output-tokens", "8", "--headless",
+                        "--gpu", "none", "--no-record"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path / "inject")})
+    assert p.returncode == 3
+    assert "rampwatch: crashed: RuntimeError: boom in a session task" in p.stderr
+
+
+def test_the_wheel_installs_only_the_rampwatch_namespace(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    wheel = next(tmp_path.glob("rampwatch-*.whl"))
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert tops == {"rampwatch", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "rampwatch/tui/app.tcss" in names and "rampwatch/drivers/run/child.py" in names
