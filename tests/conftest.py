@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rampwatch.drivers.run.runner import Run, RunConfig
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
 
 HERE = Path(__file__).resolve().parent

@@ -14,11 +14,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rampwatch.drivers.telemetry.gpu import NvmlReader  # noqa: E402
+from rampwatch.drivers.telemetry.gpu import NvmlReader
 
 
 def smi() -> list[list[str]]:

@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import read_recording
-from rampwatch.drivers.run.runner import Run, RunConfig
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
 
 SCHEDULE = [2000, 4000, 6000, 8000]

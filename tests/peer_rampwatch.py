@@ -22,9 +22,8 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rampwatch.drivers.run.runner import Run, RunConfig  # noqa: E402
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.runner import Run
 
 
 async def main(args: argparse.Namespace) -> None:

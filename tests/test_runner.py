@@ -7,7 +7,8 @@ import base64
 import httpx
 import pytest
 
-from rampwatch.drivers.run.runner import BadInput, RunConfig, probe
+from rampwatch.drivers.run.config import BadInput, RunConfig
+from rampwatch.drivers.run.probe import probe
 
 
 def client(models: dict, version: int = 404) -> httpx.AsyncClient:

@@ -28,6 +28,9 @@ class TurnOptions:
 
 
 class SessionRunner:
+    """One session's conversation, turn after turn: builds each request, streams
+    it over the session's own connection, and emits what it saw as events."""
+
     def __init__(self, sid: str, conv: Conversation, client: httpx.AsyncClient, base_url: str,
                  headers: dict[str, str], opts: TurnOptions,
                  emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float]):

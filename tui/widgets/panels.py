@@ -120,17 +120,32 @@ class SessionsPanel(Panel):
 
 
 class TimelinePanel(Panel):
-    """Decode tokens/s per session over time; red cells: another session was prefilling."""
+    """Decode tokens/s per session over time, one cell per second; red cells:
+    another session was prefilling. It draws whole seconds only, so it is
+    rebuilt once a second, not on every tick."""
 
     LABEL = 13
+    # A second is drawn this long after it ends: token times reach the UI in batches (~0.3 s).
+    SETTLE_S = 0.5
+
+    _cache_key: tuple[object, ...] | None = None
+    _cached: object = None
 
     def render_state(self, state: RunState, now: float) -> object:
         if not state.sessions:
             return Text("")
+        step = TIMELINE_BUCKET_S
+        last = int(now // step) if state.ended else int((now - self.SETTLE_S) // step) - 1
+        key = (last, self.size, self.compact, len(state.sessions), id(state))
+        if key != self._cache_key:
+            self._cache_key, self._cached = key, self._draw(state, last, now)
+        return self._cached
+
+    def _draw(self, state: RunState, last: int, now: float) -> object:
         width = max(10, self.size.width - self.LABEL)
         rows = 1 if self.compact else max(1, min(10, (self.size.height - 1) // max(1, len(state.sessions))))
         step = TIMELINE_BUCKET_S
-        first = int(now // step) - (width - 1)
+        first = last - (width - 1)
         start = first * step
         out = []
         for s in state.sessions.values():
