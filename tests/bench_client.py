@@ -183,7 +183,7 @@ def main() -> None:
     if hp["decode_tok_s_median"] and dp["decode_tok_s_median"]:
         diff = dp["decode_tok_s_median"] / hp["decode_tok_s_median"] - 1
         print(f"decode tok/s measured by the driver process vs headless (paced): {diff * 100:+.1f}%  (bar within ±5%)")
-    print(f"failed turns: {sum(r['failed'] for r in results.values())}; recording {h['recording_bytes'] / 1e6:.1f} MB")
+    print(f"failed turns: {sum(r.get('failed', 0) for r in results.values())}; recording {h['recording_bytes'] / 1e6:.1f} MB")
 
 
 if __name__ == "__main__":

@@ -198,3 +198,23 @@ def test_the_wheel_installs_only_the_rampwatch_namespace(tmp_path):
     assert tops == {"rampwatch", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
     names = zipfile.ZipFile(wheel).namelist()
     assert "rampwatch/tui/app.tcss" in names and "rampwatch/drivers/run/child.py" in names
+
+
+async def test_a_hung_driver_is_shown_silent_and_killed_at_stop(tmp_path):
+    rec = tmp_path / "hung.jsonl"
+    with ThreadedSim(make_profile("tiny", time_scale=0.1)) as s:
+        driver = DriverProcess(config(s.url, rec))
+        driver.start()
+        source = LiveSource(driver)
+        app = RampwatchApp(source)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(lambda: any(x.state == "decoding" for x in source.state.sessions.values()))
+            os.kill(driver.proc.pid, signal.SIGSTOP)  # alive, but its loop no longer turns
+            await wait_for(lambda: "driver silent" in source.mode(), timeout=10)
+            await pilot.pause(0.3)
+            shown = app.query_one(HeaderBar).shown.plain
+        code = await asyncio.to_thread(source.driver.stop, None, 1.0)
+    assert "driver silent" in shown
+    assert code == 3
+    end = read_recording(rec).events[-1]
+    assert isinstance(end, ev.RunEnded) and end.status == "crashed" and "hung" in (end.error or "")

@@ -41,7 +41,9 @@ class LiveSource:
         ended = self.state.ended
         if ended is not None:
             return f"{self.driver.cfg.mode} · {ended.status}"
-        return {"watch": "watch", "demo": "demo · SIMULATED"}.get(self.driver.cfg.mode, "live")
+        mode = {"watch": "watch", "demo": "demo · SIMULATED"}.get(self.driver.cfg.mode, "live")
+        silent = self.driver.silent_for()
+        return mode if silent is None else f"{mode} · driver silent {silent:.0f}s"
 
     def recording(self) -> str | None:
         return str(self.driver.recording) if self.driver.recording else None

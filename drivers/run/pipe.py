@@ -3,7 +3,9 @@
 Driver -> UI (the driver's stdout): one JSON message per line. First either
 DriverReady (the run's header, recording path and clock origin) or
 DriverFailed (bad input found while preparing, one line for the user); then
-the run's events, byte for byte as the recording has them.
+the run's events, byte for byte as the recording has them, and a DriverAlive
+heartbeat in each second that had nothing else to say (never recorded), so
+a hung driver is told apart from a quiet run.
 
 UI -> driver (the driver's stdin): the run's configuration as the first
 line, then commands, one per line: Mark, Stop. End of input means the UI is
@@ -24,6 +26,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import RunConfig
 
 FLUSH_EVERY_S = 0.05  # events wait at most this long in the driver: the UI redraws at 10 Hz anyway
+HEARTBEAT_S = 1.0
 
 
 class DriverStart(msgspec.Struct, tag="start"):
@@ -40,6 +43,10 @@ class DriverReady(msgspec.Struct, tag="ready"):
 class DriverFailed(msgspec.Struct, tag="failed"):
     message: str
     exit_code: int = 2
+
+
+class DriverAlive(msgspec.Struct, tag="alive"):
+    """The driver's loop is turning; sent only in seconds without events."""
 
 
 class Mark(msgspec.Struct, tag="mark"):
@@ -70,7 +77,7 @@ def _dec_hook(kind: type, obj: Any) -> Any:
 encode = msgspec.json.Encoder(enc_hook=_enc_hook).encode
 decode_command = msgspec.json.Decoder(Command, dec_hook=_dec_hook).decode
 decode_handshake = msgspec.json.Decoder(Handshake).decode
-decode_event = msgspec.json.Decoder(ev.AnyEvent).decode
+decode_stream = msgspec.json.Decoder(Union[ev.AnyEvent, DriverAlive]).decode
 
 
 class PipeWriter:
@@ -83,6 +90,8 @@ class PipeWriter:
         self.transport, self.loop = transport, loop
         self._pending: list[bytes] = []
         self.broken = False
+        self._wrote = False  # anything written since the last heartbeat check
+        self._heartbeat = loop.call_later(HEARTBEAT_S, self._beat)
 
     @classmethod
     async def open(cls, fd: int) -> PipeWriter:
@@ -99,9 +108,16 @@ class PipeWriter:
         holder.append(writer)
         return writer
 
+    def _beat(self) -> None:
+        if not self._wrote and not self.broken:
+            self.send(DriverAlive())
+        self._wrote = False
+        self._heartbeat = self.loop.call_later(HEARTBEAT_S, self._beat)
+
     def write_line(self, line: bytes) -> None:
         if self.broken:
             return
+        self._wrote = True
         if not self._pending:
             self.loop.call_later(FLUSH_EVERY_S, self.flush)
         self._pending.append(line)
@@ -119,6 +135,7 @@ class PipeWriter:
 
     async def close(self) -> None:
         """Write what is left and wait until the UI has it (or is gone)."""
+        self._heartbeat.cancel()
         self.flush()
         for _ in range(200):  # at most ~2 s for a UI that stopped reading
             if self.broken or self.transport.get_write_buffer_size() == 0:

@@ -30,6 +30,7 @@ from rampwatch.drivers.run.runner import EXIT_CRASHED
 
 KEEP_LINES = 20_000  # recent event lines kept to restore what a killed driver had not yet written
 EXIT_WAIT_S = 30.0  # how long a stopping driver may take to cancel its turns and close the file
+SILENT_AFTER_S = 3.0  # no event or heartbeat for this long: the driver is hung (it beats every second)
 
 
 class DriverCrashed(Exception):
@@ -63,6 +64,7 @@ class DriverProcess:
         self._received = 0  # event lines received
         self._transport: asyncio.ReadTransport | None = None
         self._eof = False
+        self._heard = time.monotonic()  # when the driver last said anything
 
     # -- starting ----------------------------------------------------------------
 
@@ -127,9 +129,12 @@ class DriverProcess:
         return asyncio.ensure_future(connect(), loop=loop)
 
     def _on_line(self, line: bytes) -> None:
+        self._heard = time.monotonic()
         try:
-            event = pipe.decode_event(line)
+            event = pipe.decode_stream(line)
         except Exception:  # noqa: BLE001 - a line we cannot read is not worth the run
+            return
+        if isinstance(event, pipe.DriverAlive):
             return
         self._received += 1
         self._recent.append(line)
@@ -145,12 +150,13 @@ class DriverProcess:
         """Wait for the driver to exit; if it ended without RunEnded, say it crashed."""
         assert self.proc is not None
         try:
-            code: int | None = self.proc.wait(timeout=wait)
+            why = describe_exit(self.proc.wait(timeout=wait))
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            code = self.proc.wait()
+            self.proc.wait()
+            why = "driver process hung (it did not stop when asked) and was killed"
         if self.state.ended is None:
-            self._crashed(describe_exit(code))
+            self._crashed(why)
 
     def _crashed(self, why: str) -> None:
         end = ev.RunEnded(t=max(self.state.t, self.clock()), status="crashed", exit_code=EXIT_CRASHED, error=why)
@@ -193,22 +199,23 @@ class DriverProcess:
     def mark(self, note: str) -> bool:
         return self.state.ended is None and self._send(pipe.Mark(note=note))
 
-    def stop(self, sig: int | None = None) -> int:
-        """Stop the run (if still going), read the stream to its end, and
-        return the run's exit code. Called once the UI loop is done."""
+    def stop(self, sig: int | None = None, wait: float = EXIT_WAIT_S) -> int:
+        """Stop the run (if still going), read the stream to its end (at most
+        `wait` seconds), and return the run's exit code. Called once the UI
+        loop is done."""
         if self.proc is None:
             return EXIT_CRASHED
         if self.state.ended is None:
             self._send(pipe.Stop(signal=sig))
         if self._transport is not None:
             self._transport.pause_reading()
-        self._drain(time.monotonic() + EXIT_WAIT_S)
+        self._drain(time.monotonic() + wait)
         if self.proc.stdin is not None:
             try:
                 self.proc.stdin.close()
             except OSError:
                 pass
-        self._reap(wait=5.0)
+        self._reap(wait=0.0 if self.state.ended is None and not self._eof else 5.0)
         assert self.state.ended is not None
         return self.state.ended.exit_code
 
@@ -242,6 +249,13 @@ class DriverProcess:
     @property
     def finished(self) -> bool:
         return self.state.ended is not None
+
+    def silent_for(self) -> float | None:
+        """Seconds the running driver has said nothing, when that is long enough to mean it hangs."""
+        if self.finished:
+            return None
+        quiet = time.monotonic() - self._heard
+        return quiet if quiet >= SILENT_AFTER_S else None
 
     def now(self) -> float:
         return self.state.ended.t if self.state.ended else self.clock()

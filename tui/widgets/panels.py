@@ -72,7 +72,8 @@ class HeaderBar(ChangingStatic):
         h = state.header
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(" rampwatch ", style="bold reverse")
-        t.append(f" {mode} ", style="bold black on yellow" if "replay" in mode else "bold black on green")
+        alarm = "silent" in mode or "crashed" in mode
+        t.append(f" {mode} ", style="bold white on red" if alarm else "bold black on yellow" if "replay" in mode else "bold black on green")
         t.append(f" {clock(now)} ", style="bold")
         if h is not None:
             engine = (h.engine or state.server.engine or "?") + (f" {h.engine_version}" if h.engine_version else "")
