@@ -4,6 +4,7 @@ and stops it cleanly; a bug in a session is a crash (exit 3), never "done"."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -60,6 +61,21 @@ async def wait_for(pred, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def live_ui(cfg: RunConfig):
+    """A driver process for `cfg` behind a live UI under Pilot: yields (driver, source, app, pilot)."""
+    driver = DriverProcess(cfg)
+    driver.start()
+    source = LiveSource(driver)
+    app = RampwatchApp(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        yield driver, source, app, pilot
+
+
+def decoding(source: LiveSource) -> bool:
+    return any(x.state == "decoding" for x in source.state.sessions.values())
+
+
 def screen_text(app: RampwatchApp) -> str:
     return app.query_one(HeaderBar).shown.plain + "\n" + app.query_one(EventsPanel).plain_text()
 
@@ -67,12 +83,8 @@ def screen_text(app: RampwatchApp) -> str:
 async def test_killing_the_driver_shows_crashed_in_the_ui_and_the_recording(tmp_path):
     rec = tmp_path / "killed.jsonl"
     with ThreadedSim(make_profile("tiny", time_scale=0.1)) as s:
-        driver = DriverProcess(config(s.url, rec))
-        driver.start()
-        source = LiveSource(driver)
-        app = RampwatchApp(source)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(lambda: any(x.state == "decoding" for x in source.state.sessions.values()))
+        async with live_ui(config(s.url, rec)) as (driver, source, app, pilot):
+            await wait_for(lambda: decoding(source))
             os.kill(driver.proc.pid, signal.SIGKILL)
             await wait_for(lambda: source.finished)
             await pilot.pause(0.3)
@@ -92,12 +104,8 @@ async def test_killing_the_driver_shows_crashed_in_the_ui_and_the_recording(tmp_
 async def test_quitting_the_ui_stops_the_driver_and_records_cancelled_turns(tmp_path):
     rec = tmp_path / "quit.jsonl"
     with ThreadedSim(make_profile("tiny", time_scale=0.05)) as s:
-        driver = DriverProcess(config(s.url, rec))
-        driver.start()
-        source = LiveSource(driver)
-        app = RampwatchApp(source)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(lambda: any(x.state == "decoding" for x in source.state.sessions.values()))
+        async with live_ui(config(s.url, rec)) as (driver, source, app, pilot):
+            await wait_for(lambda: decoding(source))
             await pilot.press("m")
             await pilot.pause(0.2)
             await pilot.press("q")
@@ -162,11 +170,7 @@ async def test_a_session_task_that_raises_in_the_driver_process_shows_crashed(tm
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "inject"))
     rec = tmp_path / "boom.jsonl"
     with ThreadedSim(make_profile("tiny")) as s:
-        driver = DriverProcess(config(s.url, rec))
-        driver.start()
-        source = LiveSource(driver)
-        app = RampwatchApp(source)
-        async with app.run_test(size=(120, 40)) as pilot:
+        async with live_ui(config(s.url, rec)) as (driver, source, app, pilot):
             await wait_for(lambda: source.finished)
             await pilot.pause(0.3)
             shown = screen_text(app)
@@ -203,12 +207,8 @@ def test_the_wheel_installs_only_the_rampwatch_namespace(tmp_path):
 async def test_a_hung_driver_is_shown_silent_and_killed_at_stop(tmp_path):
     rec = tmp_path / "hung.jsonl"
     with ThreadedSim(make_profile("tiny", time_scale=0.1)) as s:
-        driver = DriverProcess(config(s.url, rec))
-        driver.start()
-        source = LiveSource(driver)
-        app = RampwatchApp(source)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(lambda: any(x.state == "decoding" for x in source.state.sessions.values()))
+        async with live_ui(config(s.url, rec)) as (driver, source, app, pilot):
+            await wait_for(lambda: decoding(source))
             os.kill(driver.proc.pid, signal.SIGSTOP)  # alive, but its loop no longer turns
             await wait_for(lambda: "driver silent" in source.mode(), timeout=10)
             await pilot.pause(0.3)
