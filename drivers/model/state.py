@@ -91,7 +91,7 @@ class SessionView:
         pad = min(n, max(0, base - first_bucket))
         return [0.0] * pad + values + [0.0] * (n - pad - len(values))
 
-    def _count_arrivals(self, times: list[float]) -> None:
+    def count_arrivals(self, times: list[float]) -> None:
         counts = self.timeline
         for t in times:
             b = int(t // TIMELINE_BUCKET_S)
@@ -227,7 +227,7 @@ class RunState:
         recent.extend(times)
         while recent and recent[0] < prev - DECODE_WINDOW_S:
             recent.popleft()
-        s._count_arrivals(times)
+        s.count_arrivals(times)
 
     def _on_done(self, e: ev.TurnDone) -> None:
         s = self._session(e.session)
