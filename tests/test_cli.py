@@ -60,20 +60,31 @@ def test_report_reproduces_the_live_numbers(recorded):
 def test_report_json_schema(recorded):
     _, out = recorded
     rep = json.loads(rw("report", str(out), "--format", "json").stdout)
-    assert set(rep) == {"run", "sessions", "interference", "server"}
-    assert set(rep["run"]) == {"schema", "rampwatch_version", "server", "model", "engine", "started_at", "sessions"}
-    assert rep["run"]["schema"] == 1 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert set(rep) == {"run", "sessions", "interference", "server", "turn_spread", "ttft_ratio_median", "one_shot"}
+    assert set(rep["run"]) == {"schema", "rampwatch_version", "server", "model", "engine", "started_at", "sessions",
+                               "status", "lockstep", "needle_mode", "one_shot", "time_limit_s"}
+    assert rep["run"]["schema"] == 2 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {"turn", "context_tokens", "new_tokens", "cached_tokens", "ttft_s", "prefill_tok_s", "decode_tok_s",
-                 "output_tokens", "hit_rate", "kv_peak", "needle", "error"}
+                 "output_tokens", "hit_rate", "kv_peak", "needle", "error", "gap_p50_s", "gap_p99_s", "gap_max_s",
+                 "gaps_over_100ms", "gaps_over_1s"}
+    gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
         assert set(s) == {"id", "turns", "summary"}
-        assert set(s["summary"]) == {"ttft_sum_s", "ttft_max_s", "decode_tok_s_median", "needle_found", "turns"}
+        assert set(s["summary"]) == {"ttft_sum_s", "ttft_max_s", "decode_tok_s_median", "needle_found", "turns",
+                                     "planned_turns", "reached_turn", "gaps_alone", "gaps_during_foreign_prefill"}
+        assert s["summary"]["reached_turn"] == s["summary"]["planned_turns"] == 10
+        assert set(s["summary"]["gaps_alone"]) == gap_keys
         assert len(s["turns"]) == 10
         for t in s["turns"]:
             assert set(t) == turn_keys
             assert 0 <= t["hit_rate"] <= 1 and 0 <= t["kv_peak"] <= 1
-    assert set(rep["interference"]) == {"decode_tok_s_alone_median", "decode_tok_s_during_foreign_prefill_median", "overlapping_turns"}
+            assert t["gap_max_s"] >= t["gap_p99_s"] >= t["gap_p50_s"] >= 0
+    assert set(rep["interference"]) == {"decode_tok_s_alone_median", "decode_tok_s_during_foreign_prefill_median",
+                                        "overlapping_turns", "gaps_alone", "gaps_during_foreign_prefill"}
     assert set(rep["server"]) == {"kv_peak", "hit_rate_last_turn"}
+    for spread in rep["turn_spread"]:
+        assert set(spread) == {"turn", "slowest_ttft_s", "fastest_ttft_s", "ratio"} and spread["ratio"] >= 1
 
 
 def test_report_md_and_csv(recorded):

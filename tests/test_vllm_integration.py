@@ -85,3 +85,27 @@ def test_two_session_ramp_against_vllm(vllm_server, tmp_path):
     for e in back.events:
         state.apply(e)
     assert build_report(state) == rep
+
+
+def test_lockstep_one_shot_strict_needle_against_vllm(vllm_server, tmp_path):
+    schedule = scale_schedule(SEED_SCHEDULE, 24_576)
+    rec = tmp_path / "experiments.jsonl"
+    run = drive(vllm_server, sessions=2, schedule=schedule, output_tokens=32, ignore_eos=True, lockstep=True,
+                one_shot=True, strict_needle=True, record=rec)
+    assert run.exit_code == 0
+    rep = build_report(run.state)
+    assert rep.run.status == "done" and rep.run.lockstep and rep.run.needle_mode == "strict" and rep.run.one_shot
+    assert [s.summary.reached_turn for s in rep.sessions] == [10, 10]
+    # The baseline: as long as the last turn, from a salt no earlier prompt shares (less than one KV block cached).
+    shot = rep.one_shot.turn
+    assert shot.context_tokens == pytest.approx(schedule[-1], rel=0.02)
+    assert shot.cached_tokens is not None and shot.cached_tokens < 16
+    for sess in rep.sessions:
+        for r in sess.turns:
+            assert r.gap_max_s >= r.gap_p99_s >= r.gap_p50_s > 0, (sess.id, r.turn)
+    events = read_recording(rec).events
+    for turn in range(2, 11):  # lockstep: no turn left before every session had finished the one before
+        sent = min(e.t for e in events if type(e).__name__ == "RequestSent" and e.turn == turn and e.session != "one-shot")
+        done = max(e.t for e in events if type(e).__name__ == "TurnDone" and e.turn == turn - 1 and e.session != "one-shot")
+        assert sent >= done
+    assert len(rep.turn_spread) == 10

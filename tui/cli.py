@@ -19,7 +19,7 @@ from rampwatch.drivers.client.ramp import ScheduleError, parse_schedule, parse_t
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.report import FORMATS, render
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key
+from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, parse_duration
 from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
 from rampwatch.drivers.run.recording import RecordingError, read_recording
 from rampwatch.drivers.run.runner import EXIT_CRASHED, Run
@@ -30,6 +30,20 @@ from rampwatch.tui.headless import HeadlessPrinter
 EXIT_BAD_INPUT = 2
 # The glm-like profile at 10x: a full two-session 1M ramp in about two minutes.
 DEMO_TIME_SCALE = 10.0
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments get one line on stderr and exit 2, not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except BadInput as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def fail(message: str) -> int:
@@ -78,7 +92,7 @@ def add_server_watch_args(p: argparse.ArgumentParser) -> None:
     add_record_args(p)
 
 
-def add_ramp_args(p: argparse.ArgumentParser, sessions_default: int = 1) -> None:
+def add_ramp_args(p: argparse.ArgumentParser, sessions_default: int = 1, lockstep_default: bool = False) -> None:
     p.add_argument("--model", help="model to ask for (default: the first of /v1/models)")
     p.add_argument("--sessions", type=_positive_int, default=sessions_default, metavar="N",
                    help=f"conversations to run at once (default {sessions_default})")
@@ -99,10 +113,23 @@ def add_ramp_args(p: argparse.ArgumentParser, sessions_default: int = 1) -> None
                    help="how long sessions wait for a vanished server to come back (default 180)")
     p.add_argument("--record-text", action="store_true",
                    help="keep prompt and reply text in the recording (default: sizes, salts and hashes only)")
+    p.add_argument("--lockstep", action=argparse.BooleanOptionalAction, default=lockstep_default,
+                   help="turn k+1 of any session starts only when turn k of every live session has finished "
+                        f"(default {'on' if lockstep_default else 'off'})")
+    p.add_argument("--one-shot", action="store_true",
+                   help="after the ramp, send one fresh prompt as long as its last turn (unshared salt: no cache hit) "
+                        "as a baseline; with a one-turn --schedule, only that prompt")
+    p.add_argument("--strict-needle", action="store_true",
+                   help="re-send replies with the needle's code masked, so the only copy stays in turn 1 "
+                        "(default: replies go back verbatim, as in a real conversation)")
+    p.add_argument("--time-limit", type=_duration, metavar="DURATION",
+                   help="start no new turn after this long, e.g. 40s, 90m, 2h (the run ends with status time-limit)")
+    p.add_argument("--grace", type=_positive_float, default=0.0, metavar="S",
+                   help="with --time-limit: cancel turns still in flight S seconds after the limit (default 0: let them finish)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rampwatch",
         description="Drive growing long-context conversations against an OpenAI-compatible server and watch them.",
     )
@@ -119,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_watch_args(p)
 
     p = sub.add_parser("demo", help="run a ramp against the built-in simulated engine (no GPU, no network)")
-    add_ramp_args(p, sessions_default=2)
+    add_ramp_args(p, sessions_default=2, lockstep_default=True)
     add_sim_args(p, default_profile="glm-like")
     # Exactly --output-tokens a turn, so decode (and its interference) stays visible.
     p.set_defaults(time_scale=DEMO_TIME_SCALE, ignore_eos=True)
@@ -179,6 +206,11 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         cfg.request_timeout = args.request_timeout
         cfg.reconnect_timeout = args.reconnect_timeout
         cfg.record_text = args.record_text
+        cfg.lockstep = args.lockstep
+        cfg.one_shot = args.one_shot
+        cfg.strict_needle = args.strict_needle
+        cfg.time_limit = args.time_limit
+        cfg.grace = args.grace
     return cfg
 
 
@@ -258,8 +290,12 @@ def _execute_headless(cfg: RunConfig, record: bool) -> int:
         path = run.recording_path
         where = f", recording to {path}" if path else ""
         info = run.info
+        modes = [m for m in ("lockstep" if cfg.lockstep else "", "one-shot baseline" if cfg.one_shot else "",
+                             "strict needle" if cfg.strict_needle else "",
+                             f"time limit {cfg.time_limit:g}s" if cfg.time_limit else "") if m]
         print(f"rampwatch {cfg.mode}: {cfg.base_url} model {info.model if info else '?'} "
-              f"({(info.engine if info else None) or 'engine from /metrics'}){where}", flush=True)
+              f"({(info.engine if info else None) or 'engine from /metrics'}){where}"
+              + (f"; {', '.join(modes)}" if modes else ""), flush=True)
         return await _drive_headless(run)
 
     code = asyncio.run(main())

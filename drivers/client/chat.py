@@ -55,7 +55,8 @@ class StreamResult(msgspec.Struct):
     first_t: float | None = None
     last_t: float | None = None
     chunks: int = 0
-    text: str = ""
+    text: str = ""  # the reply's content (the answer); never the reasoning
+    reasoning: str = ""
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
@@ -112,6 +113,7 @@ class ChatStreamParser:
         self.res = StreamResult()
         self.done = False  # saw data: [DONE]
         self._text: list[str] = []
+        self._reasoning: list[str] = []
         self._batch: list[float] = []
         self._next_flush = 0.0
         self._buf = b""
@@ -138,8 +140,9 @@ class ChatStreamParser:
                     raise StreamError(error_text(_encode(chunk.error)))
                 for choice in chunk.choices:
                     d = choice.delta
-                    piece = choice.text if d is None else (d.content or d.reasoning or d.reasoning_content)
-                    if piece or (d is not None and d.tool_calls):
+                    piece = choice.text if d is None else d.content
+                    thought = None if d is None else (d.reasoning or d.reasoning_content)
+                    if piece or thought or (d is not None and d.tool_calls):
                         if res.first_t is None:
                             res.first_t = t
                             self.on_first(t)
@@ -149,6 +152,8 @@ class ChatStreamParser:
                         self._batch.append(t)
                         if piece:
                             self._text.append(piece)
+                        if thought:
+                            self._reasoning.append(thought)
                         break
                 u = chunk.usage
                 if u is not None:
@@ -169,6 +174,7 @@ class ChatStreamParser:
         if not self.done:
             raise StreamError("stream ended before any token" if self.res.first_t is None else "connection closed mid-stream")
         self.res.text = "".join(self._text)
+        self.res.reasoning = "".join(self._reasoning)
         return self.res
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -25,6 +27,18 @@ class TurnOptions:
     reconnect_timeout: float = 180.0
     request_timeout: float | None = 3600.0
     record_text: bool = False
+    strict_needle: bool = False  # replies go back into the history with the needle's code masked
+
+
+MASKED_CODE = "XXXX-XXXX"  # what a strict-needle history holds where a reply repeated the code
+
+
+class Gate(Protocol):
+    """When the next turn may start (drivers/run/pacing.py's TurnGate)."""
+
+    async def before(self, turn: int) -> bool: ...
+    def after(self, turn: int) -> None: ...
+    def leave(self) -> None: ...
 
 
 class SessionRunner:
@@ -33,7 +47,8 @@ class SessionRunner:
 
     def __init__(self, sid: str, conv: Conversation, client: httpx.AsyncClient, base_url: str,
                  headers: dict[str, str], opts: TurnOptions,
-                 emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float]):
+                 emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
+                 gate: Gate | None = None, role: ev.SessionRole = "ramp"):
         self.sid, self.conv, self.client, self.headers = sid, conv, client, headers
         self.base_url = base_url.rstrip("/")
         # The streaming turns go over a connection of their own (drivers/wire.py); httpx does the rest.
@@ -42,19 +57,27 @@ class SessionRunner:
         self.opts, self.emit, self.clock = opts, emit, clock
         self.history: list[bytes] = []  # encoded messages, re-sent every turn
         self.failed = False
+        self.gate, self.role = gate, role
 
     def plan_event(self) -> ev.SessionPlanned:
         c = self.conv
         return ev.SessionPlanned(t=self.clock(), session=self.sid, schedule=c.schedule, salt=c.salt,
-                                 needle_key=c.needle.key, needle_sha=c.needle.sha256)
+                                 needle_key=c.needle.key, needle_sha=c.needle.sha256, role=self.role)
 
     async def run(self) -> bool:
         """All turns in order. A turn that fails after its retries is recorded
         and the ramp goes on to the next turn; a server gone for longer than
         --reconnect-timeout ends the session."""
+        gate = self.gate
         try:
             for turn in range(1, len(self.conv.schedule) + 1):
+                if gate is not None and not await gate.before(turn):
+                    self.emit(ev.Notice(t=self.clock(), level="info", session=self.sid,
+                                        message=f"{self.sid}: time limit; stopped before turn {turn}"))
+                    break
                 outcome = await self.run_turn(turn)
+                if gate is not None:
+                    gate.after(turn)
                 if outcome != "ok":
                     self.failed = True
                 if outcome == "gone":
@@ -63,6 +86,8 @@ class SessionRunner:
                     return False
             return not self.failed
         finally:
+            if gate is not None:
+                gate.leave()
             self.conn.close()
 
     async def _user_message(self, turn: int) -> tuple[bytes, str | None]:
@@ -115,8 +140,15 @@ class SessionRunner:
                 needle=needle, reply_chars=len(res.text), text=res.text if self.opts.record_text else None,
             ))
             self.conv.add_reply(res.prompt_tokens, completion)
-            self.history += [user, encode_message("assistant", [res.text])]
+            self.history += [user, encode_message("assistant", [self._kept_reply(res.text)])]
             return "ok"
+
+    def _kept_reply(self, content: str) -> str:
+        """The reply as it goes back into the history: verbatim, or (strict
+        needle) with the code masked, so the only copy stays in turn 1."""
+        if not self.opts.strict_needle:
+            return content
+        return re.sub(re.escape(self.conv.needle.value), MASKED_CODE, content, flags=re.IGNORECASE)
 
     async def _await_server(self) -> bool | None:
         """After a dropped connection: wait for /health to answer again, up to

@@ -18,8 +18,10 @@ Mode = Literal["run", "watch", "demo"]
 Level = Literal["info", "warn", "error"]
 TurnOutcome = Literal["ok", "failed", "cancelled"]
 # done: every turn ran; failed: done with failed turns; interrupted: SIGINT/SIGTERM or the user quit;
-# crashed: the driver died or raised (exit 3).
-RunStatus = Literal["done", "failed", "interrupted", "crashed"]
+# crashed: the driver died or raised (exit 3); time-limit: --time-limit stopped new turns.
+RunStatus = Literal["done", "failed", "interrupted", "crashed", "time-limit"]
+NeedleMode = Literal["verbatim", "strict"]
+SessionRole = Literal["ramp", "one-shot"]
 
 
 class Header(msgspec.Struct, tag="header", kw_only=True):
@@ -39,6 +41,11 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     sessions: int = 0
     output_tokens: int = 0
     salt: str = ""
+    lockstep: bool = False  # turn k+1 of any session waits for turn k of every live session
+    needle_mode: NeedleMode = "verbatim"  # strict: replies go back into the history with the code masked
+    one_shot: bool = False  # a fresh prompt as long as the last turn is sent after the ramp
+    time_limit_s: float | None = None  # no new turn starts after this
+    grace_s: float = 0.0  # a turn in flight at the limit is cancelled after this (0: it finishes)
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
@@ -53,6 +60,7 @@ class SessionPlanned(Event):
     salt: str
     needle_key: str = ""  # the name the needle is tied to (its value stays out of the file)
     needle_sha: str = ""  # sha256 of the needle value, to verify a regenerated conversation
+    role: SessionRole = "ramp"  # one-shot: the baseline turn, a fresh prompt with an unshared salt
 
 
 class RequestSent(Event):

@@ -10,11 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from rampwatch.drivers.model.analysis import Report
-from rampwatch.drivers.model.turns import TurnRow
+from rampwatch.drivers.model.turns import GapStats, TurnRow
 from rampwatch.drivers.client.ramp import format_tokens
 
 FORMATS = ("table", "md", "csv", "json")
-COLUMNS = ("turn", "context", "new", "cached", "TTFT s", "prefill tok/s", "decode tok/s", "out", "hit", "KV peak", "needle", "error")
+COLUMNS = ("turn", "context", "new", "cached", "TTFT s", "prefill tok/s", "decode tok/s", "out", "hit", "KV peak",
+           "gap p50", "gap p99", "max gap", ">100ms", ">1s", "needle", "error")
 
 
 def _num(x: float | None, fmt: str) -> str:
@@ -33,7 +34,8 @@ def row_cells(r: TurnRow) -> list[str]:
     return [
         str(r.turn), format_tokens(r.context_tokens), format_tokens(r.new_tokens), format_tokens(r.cached_tokens),
         _num(r.ttft_s, ".2f"), _num(r.prefill_tok_s, ",.0f"), _num(r.decode_tok_s, ".1f"), str(r.output_tokens),
-        _pct(r.hit_rate), _pct(r.kv_peak), _needle(r.needle), r.error or "",
+        _pct(r.hit_rate), _pct(r.kv_peak), _num(r.gap_p50_s, ".3f"), _num(r.gap_p99_s, ".3f"), _num(r.gap_max_s, ".2f"),
+        str(r.gaps_over_100ms), str(r.gaps_over_1s), _needle(r.needle), r.error or "",
     ]
 
 
@@ -41,19 +43,53 @@ def summary_lines(rep: Report) -> list[str]:
     lines = []
     for s in rep.sessions:
         m = s.summary
+        reached = f", reached turn {m.reached_turn}/{m.planned_turns}" if m.reached_turn < m.planned_turns else ""
         lines.append(
-            f"{s.id}: {m.turns} turns, TTFT sum {m.ttft_sum_s:.2f}s, longest {m.ttft_max_s:.2f}s, "
+            f"{s.id}: {m.turns} turns{reached}, TTFT sum {m.ttft_sum_s:.2f}s, longest {m.ttft_max_s:.2f}s, "
             f"decode median {_num(m.decode_tok_s_median, '.1f')} tok/s, needle {m.needle_found}/{m.turns}"
         )
     i = rep.interference
     if i.overlapping_turns:
+        worst = i.gaps_during_foreign_prefill.max_s if i.gaps_during_foreign_prefill else None
         lines.append(
             f"interference: decode median {_num(i.decode_tok_s_alone_median, '.1f')} tok/s alone vs "
             f"{_num(i.decode_tok_s_during_foreign_prefill_median, '.1f')} tok/s while another session prefills "
-            f"({i.overlapping_turns} overlapping turns)"
+            f"({i.overlapping_turns} overlapping turns); worst gap during a foreign prefill {_num(worst, '.2f')}s"
         )
+    if i.gaps_alone or i.gaps_during_foreign_prefill:
+        lines.append(f"inter-token gaps: alone {_gaps(i.gaps_alone)}; during another session's prefill "
+                     f"{_gaps(i.gaps_during_foreign_prefill)}")
+    if rep.turn_spread:
+        ratios = ", ".join(f"{x.ratio:.2f}" for x in rep.turn_spread)
+        lines.append(f"slowest/fastest TTFT per turn: median {_num(rep.ttft_ratio_median, '.2f')} ({ratios})")
+    if rep.one_shot is not None:
+        shot = rep.one_shot.turn
+        for r in rep.one_shot.ramps:
+            lines.append(
+                f"ramp {r.session}: summed TTFT {r.ramp_ttft_sum_s:.2f}s, longest {r.ramp_ttft_max_s:.2f}s; "
+                f"one-shot ({format_tokens(shot.context_tokens)}, {format_tokens(shot.cached_tokens)} cached): "
+                f"{_num(shot.ttft_s, '.2f')}s; sum/one-shot {r.sum_ratio:.2f}, longest/one-shot {r.longest_ratio:.2f}"
+            )
+    run = rep.run
+    modes = [m for m in ("lockstep" if run.lockstep else "", "strict needle" if run.needle_mode == "strict" else "",
+                         f"time limit {run.time_limit_s:g}s" if run.time_limit_s else "") if m]
+    lines.append(f"run: {run.status or 'running'}" + (f" ({', '.join(modes)})" if modes else ""))
     lines.append(f"server: KV peak {_pct(rep.server.kv_peak)}, hit rate last turn {_pct(rep.server.hit_rate_last_turn)}")
     return lines
+
+
+def _gaps(g: GapStats | None) -> str:
+    if g is None:
+        return "-"
+    return f"p50 {g.p50_s:.3f}s p99 {g.p99_s:.3f}s max {g.max_s:.2f}s, {g.over_100ms} over 100 ms, {g.over_1s} over 1 s"
+
+
+def _turn_tables(rep: Report) -> list[tuple[str, str, list[TurnRow]]]:
+    """(session, title, rows) per ramp session, then the one-shot baseline."""
+    tables = [(s.id, f"session {s.id}", s.turns) for s in rep.sessions]
+    if rep.one_shot is not None:
+        tables.append(("one-shot", "one-shot baseline", [rep.one_shot.turn]))
+    return tables
 
 
 def render(rep: Report, fmt: str, width: int = 140) -> str:
@@ -63,27 +99,27 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
         out = io.StringIO()
         w = csv.writer(out)
         w.writerow(["session", *TurnRow.__struct_fields__])
-        for s in rep.sessions:
-            for r in s.turns:
-                w.writerow([s.id, *("" if v is None else v for v in msgspec.structs.astuple(r))])
+        for session, _, rows in _turn_tables(rep):
+            for r in rows:
+                w.writerow([session, *("" if v is None else v for v in msgspec.structs.astuple(r))])
         return out.getvalue()
     r = rep.run
     title = f"rampwatch report: {r.model} on {r.engine} at {r.server}, started {r.started_at}"
     if fmt == "md":
         parts = [f"## {title}", ""]
-        for s in rep.sessions:
-            parts += [f"### session {s.id}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-            parts += ["| " + " | ".join(row_cells(t)) + " |" for t in s.turns]
+        for _, title, rows in _turn_tables(rep):
+            parts += [f"### {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+            parts += ["| " + " | ".join(row_cells(t)) + " |" for t in rows]
             parts.append("")
         parts += [f"- {line}" for line in summary_lines(rep)]
         return "\n".join(parts) + "\n"
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(title)
-    for s in rep.sessions:
-        t = Table(title=f"session {s.id}", title_justify="left")
+    for _, title, rows in _turn_tables(rep):
+        t = Table(title=title, title_justify="left")
         for c in COLUMNS:
             t.add_column(c, justify="left" if c in ("needle", "error") else "right")
-        for row in s.turns:
+        for row in rows:
             t.add_row(*row_cells(row))
         console.print(t)
     for line in summary_lines(rep):

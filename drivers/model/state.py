@@ -48,6 +48,7 @@ class SessionView:
 
     id: str
     schedule: list[int]
+    role: ev.SessionRole = "ramp"
     state: SessionState = "queued"
     turn: int = 0
     current: TurnRecord | None = None
@@ -76,6 +77,13 @@ class SessionView:
         if rec is None or rec.cached_tokens is None or not rec.prompt_tokens:
             return None
         return rec.cached_tokens / rec.prompt_tokens
+
+    def current_gap(self, now: float) -> float | None:
+        """While decoding: seconds since the last text chunk arrived (a stall, when long)."""
+        rec = self.current
+        if self.state != "decoding" or rec is None or rec.last_t is None:
+            return None
+        return max(0.0, now - rec.last_t)
 
     def decode_rate_now(self) -> float | None:
         """Decode tokens/s over the last DECODE_WINDOW_S (chunks scaled to tokens)."""
@@ -169,7 +177,7 @@ class RunState:
             handler(self, e)
 
     def _on_planned(self, e: ev.SessionPlanned) -> None:
-        self.sessions[e.session] = SessionView(id=e.session, schedule=list(e.schedule))
+        self.sessions[e.session] = SessionView(id=e.session, schedule=list(e.schedule), role=e.role)
 
     def _session(self, sid: str) -> SessionView:
         s = self.sessions.get(sid)
@@ -215,11 +223,11 @@ class RunState:
             if prev is not None:
                 dt = t - prev
                 if spans and any(a <= t and (b is None or t < b) for a, b in spans):
-                    rec.during_n += 1
-                    rec.during_dt += dt
+                    rec.gaps_during.append(dt)
                 else:
-                    rec.alone_n += 1
-                    rec.alone_dt += dt
+                    rec.gaps_alone.append(dt)
+                if dt > rec.max_gap:
+                    rec.max_gap = dt
             prev = t
         rec.last_t = prev
         rec.chunks += len(times)

@@ -40,11 +40,10 @@ class TurnRecord:
     kv_peak: float | None = None
     counters_at_sent: dict[str, float] = field(default_factory=dict)
     counters_at_done: dict[str, float] = field(default_factory=dict)
-    # Decode intervals (between text chunks) split by whether another session was prefilling.
-    alone_n: int = 0
-    alone_dt: float = 0.0
-    during_n: int = 0
-    during_dt: float = 0.0
+    # Inter-token gaps (between text chunks' arrivals), split by whether another session was prefilling.
+    gaps_alone: list[float] = field(default_factory=list)
+    gaps_during: list[float] = field(default_factory=list)
+    max_gap: float = 0.0
 
     @property
     def ttft(self) -> float | None:
@@ -102,10 +101,46 @@ def split_decode_rates(rec: TurnRecord, min_intervals: int) -> tuple[float | Non
     tokens (chunk intervals scaled by the turn's tokens per chunk)."""
     scale = rec.tokens_per_chunk
 
-    def rate(n: int, dt: float) -> float | None:
-        return n * scale / dt if n >= min_intervals and dt > 0 else None
+    def rate(gaps: list[float]) -> float | None:
+        dt = sum(gaps)
+        return len(gaps) * scale / dt if len(gaps) >= min_intervals and dt > 0 else None
 
-    return rate(rec.alone_n, rec.alone_dt), rate(rec.during_n, rec.during_dt)
+    return rate(rec.gaps_alone), rate(rec.gaps_during)
+
+
+STALL_S = 0.1  # a gap longer than this is a stall worth showing live
+LONG_STALL_S = 1.0
+
+
+class GapStats(msgspec.Struct):
+    """Inter-token gaps: the waits between deliveries of generated text, as a
+    reader of the stream saw them (not engine steps). A chunk can carry
+    several tokens, and chunks that arrive in one network read share a
+    stamp: they are one delivery, so their zero gaps are not counted here
+    (the decode rates still count every chunk)."""
+
+    count: int
+    p50_s: float
+    p99_s: float
+    max_s: float
+    over_100ms: int
+    over_1s: int
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def gap_stats(gaps: list[float]) -> GapStats | None:
+    ordered = sorted(g for g in gaps if g > 0)
+    if not ordered:
+        return None
+    return GapStats(count=len(ordered), p50_s=_quantile(ordered, 0.5), p99_s=_quantile(ordered, 0.99), max_s=ordered[-1],
+                    over_100ms=sum(1 for g in ordered if g > STALL_S), over_1s=sum(1 for g in ordered if g > LONG_STALL_S))
 
 
 class TurnRow(msgspec.Struct):
@@ -123,12 +158,18 @@ class TurnRow(msgspec.Struct):
     kv_peak: float | None
     needle: bool | None
     error: str | None
+    gap_p50_s: float | None
+    gap_p99_s: float | None
+    gap_max_s: float | None
+    gaps_over_100ms: int
+    gaps_over_1s: int
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
     prompt = rec.prompt_tokens
     new = new_tokens(rec)
     ttft = rec.ttft
+    gaps = gap_stats(rec.gaps_alone + rec.gaps_during)
     return TurnRow(
         turn=rec.turn,
         context_tokens=prompt if prompt is not None else rec.target,
@@ -142,6 +183,11 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         kv_peak=rec.kv_peak,
         needle=rec.needle,
         error=rec.error if rec.status != "ok" else None,
+        gap_p50_s=gaps.p50_s if gaps else None,
+        gap_p99_s=gaps.p99_s if gaps else None,
+        gap_max_s=gaps.max_s if gaps else None,
+        gaps_over_100ms=gaps.over_100ms if gaps else 0,
+        gaps_over_1s=gaps.over_1s if gaps else 0,
     )
 
 
@@ -153,6 +199,8 @@ def turn_line(rec: TurnRecord) -> str:
         parts.append(f"TTFT {row.ttft_s:.2f}s")
     if row.decode_tok_s is not None:
         parts.append(f"decode {row.decode_tok_s:.1f} tok/s")
+    if row.gap_max_s is not None:
+        parts.append(f"max gap {row.gap_max_s:.2f}s")
     if row.needle is not None:
         parts.append("needle ✓" if row.needle else "needle ✗")
     parts.append(f"ctx {row.context_tokens:,}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +42,11 @@ class RunConfig:
     command: list[str] = field(default_factory=list)
     record_text: bool = False  # keep prompt and reply text in the recording (large, maybe private)
     concurrency: int | None = None  # sessions in flight at once (None: all); the peer benchmark adapter uses it
+    lockstep: bool = False  # a barrier per turn: turn k+1 starts when turn k of every live session is done
+    one_shot: bool = False  # after the ramp, one fresh prompt as long as its last turn (a baseline)
+    strict_needle: bool = False  # replies re-sent with the needle's code masked: the only copy stays in turn 1
+    time_limit: float | None = None  # seconds after which no new turn starts
+    grace: float = 0.0  # seconds a turn in flight at the time limit may go on (0: it finishes)
 
     @property
     def base_url(self) -> str:
@@ -56,6 +62,22 @@ class RunConfig:
             return {}
         pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
         return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """'40s', '90m', '2h', '1h30m' or plain seconds ('90') -> seconds; BadInput otherwise."""
+    s = text.strip().lower()
+    parts = _DURATION.findall(s)
+    if not s or "".join(n + u for n, u in parts) != s or any(u == "" for _, u in parts[:-1]):
+        raise BadInput(f"not a duration: {text!r} (use e.g. 40s, 90m, 2h or 1h30m)")
+    seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if seconds <= 0:
+        raise BadInput(f"a duration must be longer than zero: {text!r}")
+    return seconds
 
 
 def default_record_path(model: str, folder: Path = Path("recordings")) -> Path:

@@ -21,6 +21,7 @@ from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import BadInput, RunConfig, default_record_path
 from rampwatch.drivers.run.hub import EventHub
+from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, probe
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.telemetry.gpu import GpuSampler
@@ -111,10 +112,20 @@ class Run:
             max_model_len=info.max_model_len if info else None,
             host=platform.node(),
             started_at=self.started_at,
-            sessions=self.cfg.sessions if self.cfg.mode != "watch" else 0,
+            sessions=self.ramp_sessions if self.cfg.mode != "watch" else 0,
             output_tokens=self.cfg.output_tokens,
             salt=self.salt,
+            lockstep=self.cfg.lockstep,
+            needle_mode="strict" if self.cfg.strict_needle else "verbatim",
+            one_shot=self.cfg.one_shot,
+            time_limit_s=self.cfg.time_limit,
+            grace_s=self.cfg.grace,
         )
+
+    @property
+    def ramp_sessions(self) -> int:
+        """Sessions that ramp: none when --one-shot comes with a one-turn schedule (the baseline alone)."""
+        return 0 if self.cfg.one_shot and len(self.cfg.schedule) == 1 else self.cfg.sessions
 
     @property
     def recording_path(self) -> Path | None:
@@ -138,22 +149,37 @@ class Run:
             assert self.info is not None
             opts = TurnOptions(model=self.info.model, output_tokens=cfg.output_tokens, ignore_eos=cfg.ignore_eos,
                                retries=cfg.retries, reconnect_timeout=cfg.reconnect_timeout, record_text=cfg.record_text,
-                               request_timeout=cfg.request_timeout)
-            for k in range(cfg.sessions):
-                conv = self.conversation(k + 1)
-                r = SessionRunner(f"s{k + 1}", conv, self._client_for(), cfg.base_url, cfg.headers(), opts, emit, clock)
+                               request_timeout=cfg.request_timeout, strict_needle=cfg.strict_needle)
+            gate = TurnGate(self.ramp_sessions, lockstep=cfg.lockstep)
+            for k in range(self.ramp_sessions):
+                r = SessionRunner(f"s{k + 1}", self.conversation(k + 1), self._client_for(), cfg.base_url, cfg.headers(),
+                                  opts, emit, clock, gate=gate)
                 runners.append(r)
                 emit(r.plan_event())
+            baseline = None
+            if cfg.one_shot:
+                conv = Conversation(f"{self.salt}-one-shot-{secrets.token_hex(4)}", cfg.schedule[-1:], self.calibration)
+                baseline = SessionRunner("one-shot", conv, self._client_for(), cfg.base_url, cfg.headers(), opts, emit,
+                                         clock, gate=gate, role="one-shot")
+                emit(baseline.plan_event())
             slots = asyncio.Semaphore(cfg.concurrency or len(runners) or 1)
             tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
+            watchdog = asyncio.create_task(self._time_limit(gate, tasks)) if cfg.time_limit is not None else None
             try:
-                await asyncio.gather(*tasks)
+                await self._all(tasks)
+                if baseline is not None:
+                    # After the ramp, alone on the server, unless the time limit already stopped new turns.
+                    gate.live += 1
+                    runners.append(baseline)
+                    await self._all([asyncio.create_task(baseline.run())])
             finally:
+                if watchdog is not None:
+                    watchdog.cancel()
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
             self.exit_code = 1 if any(r.failed for r in runners) else 0
-            status = "failed" if self.exit_code else "done"
+            status = "time-limit" if gate.time_up else "failed" if self.exit_code else "done"
         except asyncio.CancelledError:
             status = "interrupted"
             self.exit_code = 143 if self.interrupted_by == signal.SIGTERM else 130
@@ -170,6 +196,30 @@ class Run:
             if self._client is not None:
                 await self._client.aclose()
         return self.exit_code
+
+    @staticmethod
+    async def _all(tasks: list[asyncio.Task[bool]]) -> None:
+        """Wait for every session; a session that raised (a bug) ends the wait at
+        once, and a session cancelled by the time limit's grace is not an error."""
+        if not tasks:
+            return
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+
+    async def _time_limit(self, gate: TurnGate, tasks: list[asyncio.Task[bool]]) -> None:
+        """At --time-limit no new turn starts; after --grace, turns in flight are cancelled."""
+        cfg = self.cfg
+        assert cfg.time_limit is not None
+        await asyncio.sleep(max(0.0, cfg.time_limit - self.clock()))
+        gate.expire()
+        waits = f"; turns in flight get {cfg.grace:g}s more" if cfg.grace > 0 else "; turns in flight finish"
+        self.hub.emit(ev.Notice(t=self.clock(), level="warn", message=f"time limit {cfg.time_limit:g}s reached: no new turns{waits}"))
+        if cfg.grace > 0:
+            await asyncio.sleep(cfg.grace)
+            for t in tasks:
+                t.cancel()
 
     async def _staggered(self, runner: SessionRunner, delay: float, slots: asyncio.Semaphore) -> None:
         if delay > 0:

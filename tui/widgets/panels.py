@@ -11,7 +11,8 @@ from rich.console import Console, Group
 from rich.text import Text
 from textual.widgets import Static
 
-from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState, SessionState
+from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState, SessionState, SessionView
+from rampwatch.drivers.model.turns import STALL_S
 from rampwatch.tui.fmt import bar, clock, duration, format_tokens, pct, rate, sparkline, whole
 
 STATE_STYLE: dict[SessionState, str] = {
@@ -76,6 +77,12 @@ class HeaderBar(ChangingStatic):
         t.append(f" {mode} ", style="bold white on red" if alarm else "bold black on yellow" if "replay" in mode else "bold black on green")
         t.append(f" {clock(now)} ", style="bold")
         if h is not None:
+            modes = [m for m in ("lockstep" if h.lockstep else "", "strict needle" if h.needle_mode == "strict" else "",
+                                 "one-shot" if h.one_shot else "") if m]
+            if h.time_limit_s:
+                modes.append(f"limit {clock(h.time_limit_s)}" + (" reached" if now >= h.time_limit_s else ""))
+            if modes:
+                t.append(f" {' · '.join(modes)} ", style="bold cyan")
             engine = (h.engine or state.server.engine or "?") + (f" {h.engine_version}" if h.engine_version else "")
             t.append(f" {h.model or '?'} · {engine} · {h.server}")
         if recording:
@@ -92,8 +99,8 @@ class SessionsPanel(Panel):
     """A row per session. Plain padded columns, not a Rich Table: with dozens
     of sessions redrawn ten times a second, a table costs too much."""
 
-    COLUMNS = (("", 4, "<"), ("turn", 5, ">"), ("ctx", 5, ">"), ("state", 17, "<"), ("TTFT", 6, ">"),
-               ("tok/s", 6, ">"), ("hit", 4, ">"))
+    COLUMNS = (("", 5, "<"), ("turn", 5, ">"), ("ctx", 5, ">"), ("state", 16, "<"), ("TTFT", 6, ">"),
+               ("tok/s", 6, ">"), ("stall", 6, ">"), ("hit", 4, ">"))
 
     def render_state(self, state: RunState, now: float) -> object:
         if not state.sessions:
@@ -101,23 +108,48 @@ class SessionsPanel(Panel):
         head = Text(" ".join(f"{name:{align}{width}}" for name, width, align in self.COLUMNS) + " needle", style="bold",
                     no_wrap=True, overflow="ellipsis")
         lines = [head]
+        room = self.size.width - sum(width + 1 for _, width, _ in self.COLUMNS)
         for s in state.sessions.values():
             label = s.state
             if s.state == "prefilling" and s.current is not None:
                 label = f"prefilling {duration(now - s.current.sent_t)}"
             last = s.last_done
             rate = s.decode_rate_now() if s.state == "decoding" else None
-            cells = (s.id, f"{s.turn}/{len(s.schedule)}", format_tokens(s.context_tokens), label,
-                     duration(last.ttft if last is not None else None), f"{rate:.1f}" if rate is not None else "-",
-                     pct(s.cached_share))
+            stall, stalled = self._stall(s, now)
+            cells = ("1shot" if s.role == "one-shot" else s.id, f"{s.turn}/{len(s.schedule)}",
+                     format_tokens(s.context_tokens), label, duration(last.ttft if last is not None else None),
+                     f"{rate:.1f}" if rate is not None else "-", stall, pct(s.cached_share))
             line = Text(no_wrap=True, overflow="ellipsis")
             for (_, width, align), cell in zip(self.COLUMNS, cells):
                 text = f"{cell:{align}{width}} "[: width + 1]
-                line.append(text, style=STATE_STYLE.get(s.state, "") if cell is label else "")
-            for n in s.needles:
-                line.append("✓" if n else ("✗" if n is False else "·"), style="green" if n else "bold red")
+                style = STATE_STYLE.get(s.state, "") if cell is label else ("bold red" if cell is stall and stalled else "")
+                line.append(text, style=style)
+            line.append_text(self._needles(s.needles, room))
             lines.append(line)
         return Group(*lines)
+
+
+    @staticmethod
+    def _stall(s: SessionView, now: float) -> tuple[str, bool]:
+        """(text, stalled): the gap since the last token while it exceeds
+        STALL_S (a stall in progress), else the turn's longest gap so far."""
+        gap = s.current_gap(now)
+        if gap is not None and gap > STALL_S:
+            return duration(gap), True
+        rec = s.current or s.last_done
+        return (duration(rec.max_gap) if rec is not None and rec.max_gap else "-"), False
+
+    @staticmethod
+    def _needles(needles: list[bool | None], room: int) -> Text:
+        """One mark per turn (✓ found, ✗ missed) when they fit, else found/asked and the last mark."""
+        if len(needles) <= room:
+            out = Text()
+            for n in needles:
+                out.append("✓" if n else ("✗" if n is False else "·"), style="green" if n else "bold red")
+            return out
+        found = sum(1 for n in needles if n)
+        last = needles[-1]
+        return Text(f"{'✓' if last else '✗'}{found}/{len(needles)}", style="green" if found == len(needles) else "bold red")
 
 
 class TimelinePanel(Panel):
