@@ -145,3 +145,14 @@ def test_foreign_prefill_cells_shade_other_sessions_only():
     assert [i for i, c in enumerate(cells) if c] == list(range(6, 23))
     own = s.foreign_prefill_cells("s2", 0.0, 1.0, 30, now=30.0)
     assert [i for i, c in enumerate(own) if c] == [0, 1]
+
+
+def test_inter_token_gaps_split_alone_and_during_a_foreign_prefill():
+    rep = build_report(fold(two_session_run()))
+    s1 = rep.sessions[0]
+    row = s1.turns[0]
+    # Four 1 s gaps alone, then four 4 s gaps while s2 prefilled.
+    assert (row.gap_p50_s, row.gap_max_s, row.gaps_over_100ms, row.gaps_over_1s) == (2.5, 4.0, 8, 4)
+    assert s1.summary.gaps_alone.max_s == 1.0 and s1.summary.gaps_during_foreign_prefill.max_s == 4.0
+    assert rep.interference.gaps_during_foreign_prefill.max_s == 4.0
+    assert rep.turn_spread[0].ratio == pytest.approx(16.5 / 2.0)

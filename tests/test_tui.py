@@ -149,3 +149,20 @@ def test_watch_headless_server_line():
     assert server_line(src.state) == "server: no metrics yet"
     src.seek(10.0)
     assert server_line(src.state) == ("server: KV 50% · running 2 · waiting 0 · hit 90% · prefill - tok/s · decode 50 tok/s")
+
+
+async def test_stall_column_shows_a_stall_in_progress_then_the_turns_longest_gap():
+    app, src = replay_app(two_session_run())
+    async with app.run_test(size=(120, 40)) as pilot:
+        src.seek(9.5)  # s1 decoding, its last token at 6.0: a 3.5 s stall while s2 prefills
+        app.refresh_panels()
+        await pilot.pause()
+        s1 = next(line for line in app.query_one(SessionsPanel).plain_text().splitlines() if line.strip().startswith("s1"))
+        assert "3.50s" in s1
+        stall = app.query_one(SessionsPanel).shown.renderables[1]
+        assert any(span.style == "bold red" and "3.50s" in stall.plain[span.start:span.end] for span in stall.spans)
+        src.seek(22.5)  # s1's turn is done: its longest gap (4 s, during s2's prefill)
+        app.refresh_panels()
+        await pilot.pause()
+        s1 = next(line for line in app.query_one(SessionsPanel).plain_text().splitlines() if line.strip().startswith("s1"))
+        assert "4.00s" in s1
