@@ -13,10 +13,15 @@ from rampwatch.drivers.run.recording import Recording, read_recording
 from tests.test_state_analysis import header, two_session_run
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
-from rampwatch.tui.widgets.panels import EventsPanel, GpuPanel, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
+from rampwatch.tui.widgets.panels import EventsPanel, GpuPanel, PrefillPanel, ServerPanel, TimelinePanel
+from rampwatch.tui.widgets.sessions import SessionsTable
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
+
+
+def sessions_text(app: RampwatchApp) -> str:
+    return "\n".join(app.query_one(SessionsTable).lines_text())
 
 
 def replay_app(events: list[ev.AnyEvent]) -> tuple[RampwatchApp, ReplaySource]:
@@ -31,7 +36,7 @@ async def test_prefilling_session_shows_as_prefilling_with_elapsed_time():
         src.seek(10.0)  # s2 sent at 6.5 and has no first token yet
         app.refresh_panels()
         await pilot.pause()
-        sessions = app.query_one(SessionsPanel).plain_text()
+        sessions = sessions_text(app)
         s2 = next(line for line in sessions.splitlines() if line.strip().startswith("s2"))
         assert "prefilling 3.50s" in s2
         prefill = app.query_one(PrefillPanel).plain_text()
@@ -45,7 +50,7 @@ async def test_needle_miss_shows_a_cross_and_report_screen_opens():
         src.seek(src.end_t)
         app.refresh_panels()
         await pilot.pause()
-        sessions = app.query_one(SessionsPanel).plain_text()
+        sessions = sessions_text(app)
         assert "✓" in next(line for line in sessions.splitlines() if line.strip().startswith("s1"))
         assert "✗" in next(line for line in sessions.splitlines() if line.strip().startswith("s2"))
         assert "needle ✗" in app.query_one(EventsPanel).plain_text()
@@ -157,12 +162,13 @@ async def test_stall_column_shows_a_stall_in_progress_then_the_turns_longest_gap
         src.seek(9.5)  # s1 decoding, its last token at 6.0: a 3.5 s stall while s2 prefills
         app.refresh_panels()
         await pilot.pause()
-        s1 = next(line for line in app.query_one(SessionsPanel).plain_text().splitlines() if line.strip().startswith("s1"))
+        s1 = next(line for line in sessions_text(app).splitlines() if line.strip().startswith("s1"))
         assert "3.50s" in s1
-        stall = app.query_one(SessionsPanel).shown.renderables[1]
+        table = app.query_one(SessionsTable)
+        stall = table.row_text([s.id for s in table.rows].index("s1"))
         assert any(span.style == "bold red" and "3.50s" in stall.plain[span.start:span.end] for span in stall.spans)
         src.seek(22.5)  # s1's turn is done: its longest gap (4 s, during s2's prefill)
         app.refresh_panels()
         await pilot.pause()
-        s1 = next(line for line in app.query_one(SessionsPanel).plain_text().splitlines() if line.strip().startswith("s1"))
+        s1 = next(line for line in sessions_text(app).splitlines() if line.strip().startswith("s1"))
         assert "4.00s" in s1

@@ -18,7 +18,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Input, Static
 
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.report import render
@@ -27,7 +27,9 @@ from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import Recording
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.sources import LiveSource, ReplaySource
-from rampwatch.tui.widgets.panels import ChangingStatic, EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, SessionsPanel, TimelinePanel
+from rampwatch.tui.widgets.focus import SessionScreen
+from rampwatch.tui.widgets.panels import ChangingStatic, EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, TimelinePanel
+from rampwatch.tui.widgets.sessions import SessionsTable
 
 REFRESH_HZ = 10.0
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
@@ -86,6 +88,10 @@ HELP = """[b]rampwatch keys[/b]
   q            quit (a live run: sessions stop cleanly, the recording is closed)
   r            report: the per-turn table of the run so far
   m            mark this moment (recorded as an event)
+  ↑ / ↓        move the cursor in Sessions (also the mouse wheel and a click)
+  enter        the selected session's own screen (escape returns)
+  s            sort Sessions: id, state, TTFT (slowest first), tok/s (slowest first), turn
+  /            filter Sessions (e.g. prefilling, decoding, s12); empty clears
   ?            this help
   ctrl+p       command palette
 
@@ -105,6 +111,26 @@ HELP = """[b]rampwatch keys[/b]
   Server: KV occupancy, prefix hit rate, requests, throughput, preemptions;
     a metric the server does not expose says why.
 """
+
+
+class FilterScreen(ModalScreen[str]):
+    """One line: what the Sessions rows must contain (state or id)."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, current: str):
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        yield Input(value=self.current, placeholder="filter sessions: prefilling, decoding, queued, s12 … (empty: all)",
+                    id="filter-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip())
+
+    def action_cancel(self) -> None:
+        self.dismiss(self.current)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -128,6 +154,8 @@ class RampwatchApp(App[int]):
         Binding("q,ctrl+c", "quit", "quit", priority=True),
         Binding("r", "report", "report"),
         Binding("m", "mark", "mark"),
+        Binding("s", "sort", "sort"),
+        Binding("slash", "filter", "filter"),
         Binding("question_mark", "help", "help"),
         Binding("space", "pause", "pause", show=False),
         Binding("plus,equals_sign", "speed(1)", "faster", show=False),
@@ -157,7 +185,7 @@ class RampwatchApp(App[int]):
         yield HeaderBar(id="header")
         with Horizontal(id="body"):
             with Vertical(id="left"):
-                yield SessionsPanel("Sessions", id="sessions")
+                yield SessionsTable("Sessions", id="sessions")
                 yield PrefillPanel("Prefill in flight", id="prefill")
                 yield TimelinePanel("Decode tokens/s", id="timeline")
             with Vertical(id="right"):
@@ -186,7 +214,9 @@ class RampwatchApp(App[int]):
         self._apply_size(self.size.width, self.size.height)
         # Looked up once: the tick redraws them ten times a second.
         self._header = self.query_one(HeaderBar)
-        self._panels = [self.query_one(p) for p in (SessionsPanel, TimelinePanel, PrefillPanel, ServerPanel, GpuPanel, EventsPanel)]
+        self._sessions = self.query_one(SessionsTable)
+        self._sessions.focus()
+        self._panels = [self.query_one(p) for p in (TimelinePanel, PrefillPanel, ServerPanel, GpuPanel, EventsPanel)]
         self._position = self.query_one(PositionBar) if isinstance(self.source, ReplaySource) else None
         if self.autostart:
             self.set_interval(1.0 / self.refresh_hz, self.refresh_panels)
@@ -219,11 +249,19 @@ class RampwatchApp(App[int]):
         self._sessions_laid_out = (n, len(state.gpus))
         compact = self.screen.has_class("-compact")
         frame = 1 if compact else 2  # compact panels have a top rule only
-        self.query_one(SessionsPanel).styles.height = max(1, n) + 1 + frame
-        self.query_one(PrefillPanel).styles.height = max(1, min(n, 6)) + frame
+        gpus = max(2, min(8, len(state.gpus))) + frame
+        # Rows left for Sessions, Prefill in flight and the decode chart, beside
+        # the header, events, footer (and in compact form the server and GPUs).
+        fixed = 1 + (4 if compact else 9) + 1 + (self._position is not None) + (4 + gpus if compact else 0)
+        room = max(6, self.size.height - fixed)
+        share = room // 2 if compact else room * 2 // 5
+        sessions = min(n + 3, max(4, share - frame)) + frame  # the aggregate (1-2 lines), the heads, the rows
+        prefill = min(max(1, n), max(1, room // 5 - frame)) + frame
+        self._sessions.styles.height = sessions
+        self.query_one(PrefillPanel).styles.height = prefill
         if compact:
-            self.query_one(TimelinePanel).styles.height = max(1, n) + frame
-            self.query_one(GpuPanel).styles.height = max(2, min(8, len(state.gpus))) + frame
+            self.query_one(TimelinePanel).styles.height = max(1 + frame, min(n + frame, room - sessions - prefill))
+            self.query_one(GpuPanel).styles.height = gpus
         else:
             self.query_one(TimelinePanel).styles.height = "1fr"
             self.query_one(GpuPanel).styles.height = "1fr"
@@ -243,8 +281,12 @@ class RampwatchApp(App[int]):
         if key == self._drawn:
             return
         self._drawn = key
+        if isinstance(self.screen, SessionScreen):
+            self.screen.show(state, now)
+            return
         self._lay_out(state)
         self._header.show(state, now, src.mode(), src.recording())
+        self._sessions.show(state, now)
         for panel in self._panels:
             panel.show(state, now)
         if self._position is not None:
@@ -258,6 +300,26 @@ class RampwatchApp(App[int]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_sort(self) -> None:
+        self.notify(f"sessions sorted by {self._sessions.cycle_sort()}")
+        self.redraw()
+
+    def action_filter(self) -> None:
+        def apply(text: str | None) -> None:
+            self._sessions.filter = text or ""
+            self.redraw()
+
+        self.push_screen(FilterScreen(self._sessions.filter), apply)
+
+    def on_sessions_table_open(self, message: SessionsTable.Open) -> None:
+        self.push_screen(SessionScreen(message.session))
+        self.call_after_refresh(self.redraw)
+
+    def redraw(self) -> None:
+        """Draw at once, whatever the last tick drew (after a key changed what is shown)."""
+        self._drawn = None
+        self.refresh_panels()
 
     def action_mark(self) -> None:
         self._marks += 1

@@ -24,7 +24,7 @@ class HeadlessPrinter:
     def __call__(self, _event: ev.AnyEvent | None = None) -> None:
         state = self.state
         if state.log_total != self.seen:
-            for t, level, text in state.new_log_entries(self.seen):
+            for t, level, text, _ in state.new_log_entries(self.seen):
                 tag = "" if level in ("info", "mark") else f"{level.upper()}: "
                 print(f"[{clock(t)}] {tag}{text}", file=self.out, flush=True)
             self.seen = state.log_total

@@ -8,9 +8,10 @@ Widgets and reports read it; they never compute statistics of their own.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, hit_rate, new_tokens, turn_line
@@ -27,6 +28,27 @@ RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
 
 # Normalized counters (drivers/metrics.py) that analysis takes deltas of.
 COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed", "generation_tokens", "preemptions")
+
+
+class LogEntry(NamedTuple):
+    """One line of the run's log; `ttft` marks a finished turn (the events panel groups those)."""
+
+    t: float
+    level: str  # info | warn | error | mark
+    text: str
+    ttft: float | None = None
+
+
+@dataclass(slots=True)
+class SessionsAggregate:
+    """The Sessions panel's one-line summary, over every session."""
+
+    total: int
+    by_state: dict[str, int]
+    ttft_p50: float | None  # of each session's last finished turn
+    ttft_max: float | None
+    decode_p50: float | None  # of the sessions decoding now
+    decode_min: float | None
 
 
 @dataclass(slots=True)
@@ -154,7 +176,7 @@ class RunState:
         self.server = ServerView()
         self.gpus: list[ev.GpuReading] = []
         self.gpu_reason: str | None = None
-        self.log: deque[tuple[float, str, str]] = deque(maxlen=LOG_LEN)
+        self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
         self.log_total = 0  # entries ever logged, so a reader can tell which are new
         self.ended: ev.RunEnded | None = None
         self.recording_error: str | None = None
@@ -264,12 +286,12 @@ class RunState:
         if e.status == "ok":
             s.state = "done" if e.turn >= len(s.schedule) else "idle"
             s.needles.append(e.needle)
-            self._log((e.t, "info", turn_line(rec)))
+            self._log(LogEntry(e.t, "info", turn_line(rec), rec.ttft))
         else:
             s.state = "failed" if e.status == "failed" else "cancelled"
             s.failed_turns += e.status == "failed"
-            self._log((e.t, "error" if e.status == "failed" else "warn",
-                       f"{e.session} turn {e.turn} {e.status}: {e.error or ''}".rstrip(": ")))
+            self._log(LogEntry(e.t, "error" if e.status == "failed" else "warn",
+                               f"{e.session} turn {e.turn} {e.status}: {e.error or ''}".rstrip(": ")))
 
     def _on_metrics(self, e: ev.MetricsSample) -> None:
         srv = self.server
@@ -318,7 +340,7 @@ class RunState:
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
         if self.server.errors.get(e.source) != e.error:
-            self._log((e.t, "warn", f"metrics {e.source}: {e.error}"))
+            self._log(LogEntry(e.t, "warn", f"metrics {e.source}: {e.error}"))
         self.server.errors[e.source] = e.error
 
     def _on_gpu(self, e: ev.GpuSample) -> None:
@@ -326,29 +348,29 @@ class RunState:
 
     def _on_gpu_missing(self, e: ev.GpuUnavailable) -> None:
         if self.gpu_reason != e.reason:
-            self._log((e.t, "warn", f"GPU: {e.reason}"))
+            self._log(LogEntry(e.t, "warn", f"GPU: {e.reason}"))
         self.gpus, self.gpu_reason = [], e.reason
 
     def _on_mark(self, e: ev.Mark) -> None:
-        self._log((e.t, "mark", f"mark: {e.note}"))
+        self._log(LogEntry(e.t, "mark", f"mark: {e.note}"))
 
     def _on_notice(self, e: ev.Notice) -> None:
         if e.topic == "recording":
             self.recording_error = e.message if e.level == "error" else None
-        self._log((e.t, e.level, e.message))
+        self._log(LogEntry(e.t, e.level, e.message))
 
     def _on_ended(self, e: ev.RunEnded) -> None:
         self.ended = e
         if e.status == "crashed":
-            self._log((e.t, "error", f"run crashed (exit {e.exit_code}): {e.error or 'unknown cause'}"))
+            self._log(LogEntry(e.t, "error", f"run crashed (exit {e.exit_code}): {e.error or 'unknown cause'}"))
         else:
-            self._log((e.t, "info", f"run {e.status} (exit {e.exit_code})"))
+            self._log(LogEntry(e.t, "info", f"run {e.status} (exit {e.exit_code})"))
 
-    def _log(self, entry: tuple[float, str, str]) -> None:
+    def _log(self, entry: LogEntry) -> None:
         self.log.append(entry)
         self.log_total += 1
 
-    def new_log_entries(self, seen: int) -> list[tuple[float, str, str]]:
+    def new_log_entries(self, seen: int) -> list[LogEntry]:
         """Entries logged after the first `seen` (those still kept)."""
         n = min(self.log_total - seen, len(self.log))
         return list(self.log)[len(self.log) - n:] if n > 0 else []
@@ -361,6 +383,30 @@ class RunState:
 
     def prefilling(self) -> list[TurnRecord]:
         return list(self._prefilling.values())
+
+    def aggregate(self) -> SessionsAggregate:
+        """Sessions by state, TTFT p50/max of their last turns, decode tok/s p50/min now."""
+        by_state: dict[str, int] = {}
+        ttfts, rates = [], []
+        for s in self.sessions.values():
+            by_state[s.state] = by_state.get(s.state, 0) + 1
+            if s.last_done is not None and s.last_done.ttft is not None:
+                ttfts.append(s.last_done.ttft)
+            if s.state == "decoding" and (r := s.decode_rate_now()) is not None:
+                rates.append(r)
+        return SessionsAggregate(
+            total=len(self.sessions), by_state=by_state,
+            ttft_p50=statistics.median(ttfts) if ttfts else None, ttft_max=max(ttfts, default=None),
+            decode_p50=statistics.median(rates) if rates else None, decode_min=min(rates, default=None))
+
+    def timeline_aggregate(self, first_bucket: int, n: int) -> tuple[list[float], list[float]]:
+        """Per bucket, across the sessions that decoded in it: decode tok/s p50 and min."""
+        columns: list[list[float]] = [[] for _ in range(n)]
+        for s in self.sessions.values():
+            for i, v in enumerate(s.timeline_values(first_bucket, n)):
+                if v > 0:
+                    columns[i].append(v)
+        return ([statistics.median(c) if c else 0.0 for c in columns], [min(c) if c else 0.0 for c in columns])
 
     def prefill_progress(self, now: float) -> list[PrefillProgress]:
         """Each waiting prefill: elapsed time and, from the session's (or else
@@ -416,6 +462,37 @@ class RunState:
             return None
         dq = now["prefix_queries"] - first.get("prefix_queries", 0.0)
         return (now["prefix_hits"] - first.get("prefix_hits", 0.0)) / dq if dq > 0 else None
+
+
+COLLAPSE_AT = 3  # finished turns in one second that the log shows as one line
+
+
+def collapsed_log(entries: list[LogEntry]) -> list[LogEntry]:
+    """The log with runs of COLLAPSE_AT or more turns that finished within the
+    same second folded into one line: "12 turns done: TTFT 0.31-0.42s"."""
+    out: list[LogEntry] = []
+    group: list[LogEntry] = []
+
+    def close() -> None:
+        if len(group) >= COLLAPSE_AT:
+            ttfts = [g.ttft for g in group if g.ttft is not None]
+            span = f"TTFT {min(ttfts):.2f}-{max(ttfts):.2f}s" if ttfts else "no TTFT"
+            out.append(LogEntry(group[-1].t, "info", f"{len(group)} turns done: {span}"))
+        else:
+            out.extend(group)
+        group.clear()
+
+    for e in entries:
+        if e.ttft is not None and group and int(e.t) == int(group[0].t):
+            group.append(e)
+            continue
+        close()
+        if e.ttft is not None:
+            group.append(e)
+        else:
+            out.append(e)
+    close()
+    return out
 
 
 def _spans_overlapping(s: SessionView, lo: float, hi: float) -> list[tuple[float, float | None]]:

@@ -11,14 +11,9 @@ from rich.console import Console, Group
 from rich.text import Text
 from textual.widgets import Static
 
-from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState, SessionState, SessionView
-from rampwatch.drivers.model.turns import STALL_S
+from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState, SessionView, collapsed_log
 from rampwatch.tui.fmt import bar, clock, duration, format_tokens, pct, rate, sparkline, whole
 
-STATE_STYLE: dict[SessionState, str] = {
-    "queued": "dim", "prefilling": "bold yellow", "decoding": "bold green", "idle": "cyan",
-    "failed": "bold red", "done": "bold blue", "cancelled": "magenta",
-}
 LEVEL_STYLE = {"info": "", "warn": "yellow", "error": "bold red", "mark": "bold magenta"}
 
 
@@ -95,63 +90,6 @@ class HeaderBar(ChangingStatic):
         self.show_content(t)
 
 
-class SessionsPanel(Panel):
-    """A row per session. Plain padded columns, not a Rich Table: with dozens
-    of sessions redrawn ten times a second, a table costs too much."""
-
-    COLUMNS = (("", 5, "<"), ("turn", 5, ">"), ("ctx", 5, ">"), ("state", 16, "<"), ("TTFT", 6, ">"),
-               ("tok/s", 6, ">"), ("stall", 6, ">"), ("hit", 4, ">"))
-
-    def render_state(self, state: RunState, now: float) -> object:
-        if not state.sessions:
-            return Text("no sessions (watch mode)" if state.header and state.header.mode == "watch" else "starting…", style="dim")
-        head = Text(" ".join(f"{name:{align}{width}}" for name, width, align in self.COLUMNS) + " needle", style="bold",
-                    no_wrap=True, overflow="ellipsis")
-        lines = [head]
-        room = self.size.width - sum(width + 1 for _, width, _ in self.COLUMNS)
-        for s in state.sessions.values():
-            label = s.state
-            if s.state == "prefilling" and s.current is not None:
-                label = f"prefilling {duration(now - s.current.sent_t)}"
-            last = s.last_done
-            rate = s.decode_rate_now() if s.state == "decoding" else None
-            stall, stalled = self._stall(s, now)
-            cells = ("1shot" if s.role == "one-shot" else s.id, f"{s.turn}/{len(s.schedule)}",
-                     format_tokens(s.context_tokens), label, duration(last.ttft if last is not None else None),
-                     f"{rate:.1f}" if rate is not None else "-", stall, pct(s.cached_share))
-            line = Text(no_wrap=True, overflow="ellipsis")
-            for (_, width, align), cell in zip(self.COLUMNS, cells):
-                text = f"{cell:{align}{width}} "[: width + 1]
-                style = STATE_STYLE.get(s.state, "") if cell is label else ("bold red" if cell is stall and stalled else "")
-                line.append(text, style=style)
-            line.append_text(self._needles(s.needles, room))
-            lines.append(line)
-        return Group(*lines)
-
-
-    @staticmethod
-    def _stall(s: SessionView, now: float) -> tuple[str, bool]:
-        """(text, stalled): the gap since the last token while it exceeds
-        STALL_S (a stall in progress), else the turn's longest gap so far."""
-        gap = s.current_gap(now)
-        if gap is not None and gap > STALL_S:
-            return duration(gap), True
-        rec = s.current or s.last_done
-        return (duration(rec.max_gap) if rec is not None and rec.max_gap else "-"), False
-
-    @staticmethod
-    def _needles(needles: list[bool | None], room: int) -> Text:
-        """One mark per turn (✓ found, ✗ missed) when they fit, else found/asked and the last mark."""
-        if len(needles) <= room:
-            out = Text()
-            for n in needles:
-                out.append("✓" if n else ("✗" if n is False else "·"), style="green" if n else "bold red")
-            return out
-        found = sum(1 for n in needles if n)
-        last = needles[-1]
-        return Text(f"{'✓' if last else '✗'}{found}/{len(needles)}", style="green" if found == len(needles) else "bold red")
-
-
 class TimelinePanel(Panel):
     """Decode tokens/s per session over time, one cell per second; red cells:
     another session was prefilling. It draws whole seconds only, so it is
@@ -176,36 +114,64 @@ class TimelinePanel(Panel):
 
     def _draw(self, state: RunState, last: int, now: float) -> object:
         width = max(10, self.size.width - self.LABEL)
-        rows = 1 if self.compact else max(1, min(10, (self.size.height - 1) // max(1, len(state.sessions))))
         step = TIMELINE_BUCKET_S
         first = last - (width - 1)
         start = first * step
+        space = max(1, self.size.height - (0 if self.compact else 1))  # rows for lanes (the legend takes one)
+        sessions = list(state.sessions.values())
+        aggregate = len(sessions) > space
+        lanes = self._by_interest(sessions, now)[:max(0, space - 2)] if aggregate else sessions
+        rows = 1 if self.compact or aggregate else max(1, min(10, space // max(1, len(lanes))))
         out = []
-        for s in state.sessions.values():
+        for s in lanes:
             values = s.timeline_values(first, width)
             marks = state.foreign_prefill_cells(s.id, start, step, width, now)
             top = max(values) or 1.0
             for k, line in enumerate(sparkline(values, top, marks, rows=rows)):
                 label = f"{s.id:<5}{top:>6.0f}▕ " if k == 0 else f"{'':11}▕ "
                 out.append(Text(label, style="bold" if k == 0 else "dim") + line)
+        if aggregate:
+            p50, low = state.timeline_aggregate(first, width)
+            marks = state.foreign_prefill_cells("", start, step, width, now)  # any session prefilling
+            top = max(p50) or 1.0
+            out.append(Text(f"{'p50':<5}{top:>6.0f}▕ ", style="bold") + sparkline(p50, top, marks)[0])
+            if space >= 2:
+                out.append(Text(f"{'min':<11}▕ ", style="bold") + sparkline(low, top, marks)[0])
         if not self.compact:
             legend = Text(f"{'':5}peak tok/s, 1 cell = {step:g}s  ", style="dim")
+            if aggregate:
+                legend.append(f"lanes: {len(lanes)}/{len(sessions)}, p50/min of all  ", style="dim")
             legend.append("  ", style="on #5f0000")
             legend.append(" another session prefilling", style="dim")
             out.append(legend)
         return Group(*out)
+
+    @staticmethod
+    def _by_interest(sessions: list[SessionView], now: float) -> list[SessionView]:
+        """Who gets a lane when not all fit: those prefilling (longest wait
+        first), then those decoding slowest, then the rest."""
+        def key(s: SessionView) -> tuple[int, float]:
+            if s.state == "prefilling" and s.current is not None:
+                return (0, s.current.sent_t)
+            if s.state == "decoding":
+                return (1, s.decode_rate_now() or 0.0)
+            return (2, 0.0)
+
+        return sorted(sessions, key=key)
 
 
 class PrefillPanel(Panel):
     """Each session waiting for its first token: elapsed time, new tokens, expected total."""
 
     def render_state(self, state: RunState, now: float) -> object:
-        progress = state.prefill_progress(now)
+        progress = sorted(state.prefill_progress(now), key=lambda p: -p.elapsed)  # the longest wait first
         if not progress:
             return Text("no prefill in flight", style="dim")
         rows = []
         width = max(8, self.size.width - 52)
-        for p in progress:
+        fit = max(1, self.size.height)
+        shown = progress if len(progress) <= fit else progress[:fit - 1]
+        for p in shown:
             line = Text(f"{p.session} turn {p.turn}", style="bold yellow")
             line.append(f"  ~{format_tokens(p.new_tokens)} new  {duration(p.elapsed)}")
             if p.expected is not None:
@@ -215,6 +181,8 @@ class PrefillPanel(Panel):
             else:
                 line.append("  (no earlier prefill rate to estimate from)", style="dim")
             rows.append(line)
+        if len(shown) < len(progress):
+            rows.append(Text(f"+{len(progress) - len(shown)} more prefilling", style="dim"))
         return Group(*rows)
 
 
@@ -339,11 +307,11 @@ class EventsPanel(Panel):
 
     def render_state(self, state: RunState, now: float) -> object:
         height = max(1, self.size.height)  # size is the content box: borders excluded
-        entries = list(state.log)[-height:]
+        entries = collapsed_log(list(state.log))[-height:]  # the log is bounded (LOG_LEN)
         if not entries:
             return Text("no events yet", style="dim")
         lines = []
-        for t, level, text in entries:
+        for t, level, text, _ in entries:
             line = Text(f"{clock(t)} ", style="dim", no_wrap=True, overflow="ellipsis")
             line.append(text, style=LEVEL_STYLE.get(level, ""))
             lines.append(line)

@@ -1,0 +1,94 @@
+"""One session's own screen (`enter` on a session, `escape` back): its
+per-turn table (prefill history, decode, gaps, needle), and its decode lane
+at full height with the other sessions' prefills shaded."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer
+
+from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState
+from rampwatch.drivers.model.turns import turn_row
+from rampwatch.tui.fmt import duration, format_tokens, pct, rate, sparkline
+from rampwatch.tui.widgets.panels import ChangingStatic
+from rampwatch.tui.widgets.sessions import session_row
+
+TURN_COLUMNS = ("turn", "context", "new", "cached", "TTFT", "prefill tok/s", "decode tok/s", "gap p99", "max gap",
+                ">100ms", "hit", "needle")
+
+
+class SessionScreen(Screen[None]):
+    """The focused session; the app refreshes it on its tick while it is shown."""
+
+    BINDINGS = [Binding("escape", "back", "back")]
+
+    def __init__(self, session: str):
+        super().__init__()
+        self.session = session
+        self._turns_shown = -1
+        self._lane_key: tuple[object, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield ChangingStatic(id="focus-head")
+        yield DataTable(id="focus-turns", zebra_stripes=True, cursor_type="row")
+        lane = ChangingStatic(id="focus-lane")
+        lane.border_title = "Decode tokens/s"
+        yield lane
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*TURN_COLUMNS)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+        self.app.call_after_refresh(self.app.redraw)  # type: ignore[attr-defined]
+
+    def show(self, state: RunState, now: float) -> None:
+        s = state.sessions.get(self.session)
+        head = self.query_one("#focus-head", ChangingStatic)
+        if s is None:
+            head.show_content(Text(f"{self.session}: no such session in this run", style="bold red"))
+            return
+        line = Text(f" {self.session} ", style="bold reverse")
+        line.append("  ")
+        line.append_text(session_row(s, now, max(40, self.size.width - 4)))
+        head.show_content(line)
+        records = [r for r in state.turns if r.session == self.session]
+        if len(records) != self._turns_shown:
+            self._turns_shown = len(records)
+            table = self.query_one(DataTable)
+            table.clear()
+            for rec in records:
+                r = turn_row(rec)
+                table.add_row(str(r.turn), format_tokens(r.context_tokens), format_tokens(r.new_tokens),
+                              format_tokens(r.cached_tokens), duration(r.ttft_s), rate(r.prefill_tok_s),
+                              "-" if r.decode_tok_s is None else f"{r.decode_tok_s:.1f}", duration(r.gap_p99_s),
+                              duration(r.gap_max_s), str(r.gaps_over_100ms), pct(r.hit_rate),
+                              "-" if r.needle is None else ("✓" if r.needle else "✗"))
+        self._show_lane(state, now)
+
+    def _show_lane(self, state: RunState, now: float) -> None:
+        lane = self.query_one("#focus-lane", ChangingStatic)
+        step = TIMELINE_BUCKET_S
+        last = int(now // step) if state.ended else int((now - 0.5) // step) - 1
+        key = (last, lane.size)
+        if key == self._lane_key:
+            return
+        self._lane_key = key
+        s = state.sessions[self.session]
+        width = max(10, lane.size.width - 8)
+        first = last - (width - 1)
+        values = s.timeline_values(first, width)
+        marks = state.foreign_prefill_cells(s.id, first * step, step, width, now)
+        top = max(values) or 1.0
+        rows = max(1, lane.size.height - 1)
+        lines = [Text(f"{top:>6.0f}▕ " if k == 0 else f"{'':6}▕ ", style="dim") + spark
+                 for k, spark in enumerate(sparkline(values, top, marks, rows=rows))]
+        legend = Text("  1 cell = 1s  ", style="dim")
+        legend.append("  ", style="on #5f0000")
+        legend.append(" another session prefilling", style="dim")
+        lane.show_content(Group(*lines, legend))
