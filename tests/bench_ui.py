@@ -17,7 +17,13 @@ Bars (issue 8): UI TTFT overhead within 1 ms/turn of headless; UI process
 <= 15% of a core while 16 sessions stream at 10 refreshes/s, <= 3% with a
 finished run on screen.
 
-usage: python tests/bench_ui.py [--sessions 16] [--scale-to 16k] [--output-tokens 256] [--repeats 1]
+With --many (issue 15): 64 sessions streaming under the UI at 120x40 (UI
+process CPU; bar <= 25% of a core), then 256 sessions: how long a key press
+takes to show on screen (`?` until the help screen is drawn, read with tmux
+capture-pane; bar <= 200 ms) and the UI process's memory over the run
+(bounded: the state keeps per-session windows, not every token).
+
+usage: python tests/bench_ui.py [--sessions 16] [--scale-to 16k] [--output-tokens 256] [--repeats 3] [--many]
 """
 
 from __future__ import annotations
@@ -124,12 +130,77 @@ def with_ui(url: str, args: argparse.Namespace, record: Path) -> dict:
             "ui_streaming": (ui1 - ui0) / (t1 - t0), "ui_finished": (ui2 - ui1) / (t2 - t1), "driver_cpu": driver_cpu}
 
 
+def _screen(session: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+
+
+def key_latency(session: str, key: str, shows: str, back: str) -> float:
+    """Seconds from sending `key` until the screen shows `shows` (then `back` closes it again)."""
+    t0 = time.perf_counter()
+    subprocess.run(["tmux", "send-keys", "-t", session, key], check=True)
+    while shows not in _screen(session):
+        if time.perf_counter() - t0 > 10:
+            return float("inf")
+        time.sleep(0.005)
+    took = time.perf_counter() - t0
+    subprocess.run(["tmux", "send-keys", "-t", session, back], check=True)
+    while shows in _screen(session) and time.perf_counter() - t0 < 20:
+        time.sleep(0.01)
+    return took
+
+
+def many(url: str, folder: Path, sessions: int, scale_to: str, output_tokens: int, presses: int) -> dict:
+    """The UI at 120x40 over `sessions` sessions: its CPU while they stream, key latency, memory."""
+    session = f"rw-many-{os.getpid()}"
+    record = folder / f"many-{sessions}.jsonl"
+    command = " ".join([RAMPWATCH, "run", url, "--sessions", str(sessions), "--scale-to", scale_to, "--ignore-eos",
+                        "--output-tokens", str(output_tokens), "--gpu", "none", "--record", str(record)])
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", f"exec {command}"], check=True)
+    try:
+        ui = psutil.Process(int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"],
+                                               capture_output=True, text=True, check=True).stdout))
+        while not _recorded(record, b'"FirstToken"'):
+            time.sleep(0.05)
+        rss0, cpu0, t0 = ui.memory_info().rss, cpu(ui), time.perf_counter()
+        latencies = []
+        for _ in range(presses):
+            time.sleep(1.0)
+            latencies.append(key_latency(session, "?", "rampwatch keys", "Escape"))
+        rss_peak = rss0
+        while not _recorded(record, b'"RunEnded"'):
+            rss_peak = max(rss_peak, ui.memory_info().rss)
+            time.sleep(0.5)
+        cpu1, t1, rss1 = cpu(ui), time.perf_counter(), ui.memory_info().rss
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        ui.wait(timeout=60)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    return {"sessions": sessions, "ui_cpu": (cpu1 - cpu0) / (t1 - t0), "wall": t1 - t0, "latencies": latencies,
+            "rss0": rss0, "rss_peak": rss_peak, "rss_end": rss1}
+
+
+def main_many(args: argparse.Namespace, folder: Path, sim_url: str) -> None:
+    a = many(sim_url, folder, 64, "8k", 128, presses=0)
+    b = many(sim_url, folder, 256, "4k", 64, presses=8)
+    print("UI in tmux at 120x40, simulated 'tiny' engine\n")
+    for r in (a, b):
+        lat = sorted(r["latencies"])
+        lat_text = f"key → screen median {statistics.median(lat) * 1000:.0f} ms, max {lat[-1] * 1000:.0f} ms; " if lat else ""
+        print(f"{r['sessions']:>4} sessions: UI {r['ui_cpu'] * 100:.1f}% of a core over {r['wall']:.0f} s streaming; {lat_text}"
+              f"UI RSS {r['rss0'] / 2**20:.0f} MB at the first token, peak {r['rss_peak'] / 2**20:.0f} MB, "
+              f"{r['rss_end'] / 2**20:.0f} MB at the end")
+    print(f"\nUI process CPU with 64 sessions streaming: {a['ui_cpu'] * 100:.1f}% of a core  (bar <= 25%)")
+    print(f"key press answered with 256 sessions: max {max(b['latencies']) * 1000:.0f} ms  (bar <= 200 ms)")
+    print(f"recordings: {folder}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, default=16)
     ap.add_argument("--scale-to", default="16k")
     ap.add_argument("--output-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3, help="headless/UI pairs to run, alternating (default 3)")
+    ap.add_argument("--many", action="store_true", help="issue 15's figures: 64 and 256 sessions under the UI")
     args = ap.parse_args()
     if not shutil.which("tmux"):
         raise SystemExit("bench_ui needs tmux (apt-get install tmux): the UI runs in a real terminal")
@@ -137,6 +208,9 @@ def main() -> None:
     sim_args = argparse.Namespace(profile="tiny", time_scale=None, max_num_batched_tokens=None, kv_tokens=None,
                                   block_size=None, max_model_len=None, step_ms=None)
     pairs = []
+    if args.many:
+        with ChildSim(sim_args) as sim:
+            return main_many(args, folder, sim.url)
     with ChildSim(sim_args) as sim:
         for k in range(args.repeats):
             h = headless(sim.url, args, folder / f"headless-{k}.jsonl")

@@ -8,7 +8,9 @@ through these functions, so the events panel, the headless lines and
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Literal
 
 import msgspec
@@ -40,9 +42,10 @@ class TurnRecord:
     kv_peak: float | None = None
     counters_at_sent: dict[str, float] = field(default_factory=dict)
     counters_at_done: dict[str, float] = field(default_factory=dict)
-    # Inter-token gaps (between text chunks' arrivals), split by whether another session was prefilling.
-    gaps_alone: list[float] = field(default_factory=list)
-    gaps_during: list[float] = field(default_factory=list)
+    # Inter-token gaps (between text chunks' arrivals), split by whether another session was prefilling;
+    # arrays of doubles: a long run keeps every finished turn's gaps for the report.
+    gaps_alone: array[float] = field(default_factory=lambda: array("d"))
+    gaps_during: array[float] = field(default_factory=lambda: array("d"))
     max_gap: float = 0.0
 
     @property
@@ -101,7 +104,7 @@ def split_decode_rates(rec: TurnRecord, min_intervals: int) -> tuple[float | Non
     tokens (chunk intervals scaled by the turn's tokens per chunk)."""
     scale = rec.tokens_per_chunk
 
-    def rate(gaps: list[float]) -> float | None:
+    def rate(gaps: array[float]) -> float | None:
         dt = sum(gaps)
         return len(gaps) * scale / dt if len(gaps) >= min_intervals and dt > 0 else None
 
@@ -135,7 +138,7 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def gap_stats(gaps: list[float]) -> GapStats | None:
+def gap_stats(gaps: Iterable[float]) -> GapStats | None:
     ordered = sorted(g for g in gaps if g > 0)
     if not ordered:
         return None
