@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer
 from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState
 from rampwatch.drivers.model.turns import turn_row
 from rampwatch.tui.fmt import duration, format_tokens, pct, rate, sparkline
-from rampwatch.tui.widgets.panels import ChangingStatic
+from rampwatch.tui.widgets.panels import ChangingStatic, last_whole_second, prefill_legend
 from rampwatch.tui.widgets.sessions import session_row
 
 TURN_COLUMNS = ("turn", "context", "new", "cached", "TTFT", "prefill tok/s", "decode tok/s", "gap p99", "max gap",
@@ -74,7 +74,7 @@ class SessionScreen(Screen[None]):
     def _show_lane(self, state: RunState, now: float) -> None:
         lane = self.query_one("#focus-lane", ChangingStatic)
         step = TIMELINE_BUCKET_S
-        last = int(now // step) if state.ended else int((now - 0.5) // step) - 1
+        last = last_whole_second(state, now)
         key = (last, lane.size)
         if key == self._lane_key:
             return
@@ -88,7 +88,4 @@ class SessionScreen(Screen[None]):
         rows = max(1, lane.size.height - 1)
         lines = [Text(f"{top:>6.0f}▕ " if k == 0 else f"{'':6}▕ ", style="dim") + spark
                  for k, spark in enumerate(sparkline(values, top, marks, rows=rows))]
-        legend = Text("  1 cell = 1s  ", style="dim")
-        legend.append("  ", style="on #5f0000")
-        legend.append(" another session prefilling", style="dim")
-        lane.show_content(Group(*lines, legend))
+        lane.show_content(Group(*lines, prefill_legend(f"  1 cell = {step:g}s  ")))

@@ -90,14 +90,28 @@ class HeaderBar(ChangingStatic):
         self.show_content(t)
 
 
+SETTLE_S = 0.5  # a second is drawn this long after it ends: token times reach the UI in batches (~0.3 s)
+
+
+def last_whole_second(state: RunState, now: float) -> int:
+    """The newest bucket a decode chart draws: whole seconds only, so it changes once a second."""
+    step = TIMELINE_BUCKET_S
+    return int(now // step) if state.ended else int((now - SETTLE_S) // step) - 1
+
+
+def prefill_legend(lead: str) -> Text:
+    legend = Text(lead, style="dim")
+    legend.append("  ", style="on #5f0000")
+    legend.append(" another session prefilling", style="dim")
+    return legend
+
+
 class TimelinePanel(Panel):
     """Decode tokens/s per session over time, one cell per second; red cells:
     another session was prefilling. It draws whole seconds only, so it is
     rebuilt once a second, not on every tick."""
 
     LABEL = 13
-    # A second is drawn this long after it ends: token times reach the UI in batches (~0.3 s).
-    SETTLE_S = 0.5
 
     _cache_key: tuple[object, ...] | None = None
     _cached: object = None
@@ -105,8 +119,7 @@ class TimelinePanel(Panel):
     def render_state(self, state: RunState, now: float) -> object:
         if not state.sessions:
             return Text("")
-        step = TIMELINE_BUCKET_S
-        last = int(now // step) if state.ended else int((now - self.SETTLE_S) // step) - 1
+        last = last_whole_second(state, now)
         key = (last, self.size, self.compact, len(state.sessions), id(state))
         if key != self._cache_key:
             self._cache_key, self._cached = key, self._draw(state, last, now)
@@ -138,12 +151,8 @@ class TimelinePanel(Panel):
             if space >= 2:
                 out.append(Text(f"{'min':<11}▕ ", style="bold") + sparkline(low, top, marks)[0])
         if not self.compact:
-            legend = Text(f"{'':5}peak tok/s, 1 cell = {step:g}s  ", style="dim")
-            if aggregate:
-                legend.append(f"lanes: {len(lanes)}/{len(sessions)}, p50/min of all  ", style="dim")
-            legend.append("  ", style="on #5f0000")
-            legend.append(" another session prefilling", style="dim")
-            out.append(legend)
+            lanes_note = f"lanes: {len(lanes)}/{len(sessions)}, p50/min of all  " if aggregate else ""
+            out.append(prefill_legend(f"{'':5}peak tok/s, 1 cell = {step:g}s  {lanes_note}"))
         return Group(*out)
 
     @staticmethod
