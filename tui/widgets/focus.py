@@ -53,10 +53,7 @@ class SessionScreen(Screen[None]):
         if s is None:
             head.show_content(Text(f"{self.session}: no such session in this run", style="bold red"))
             return
-        line = Text(f" {self.session} ", style="bold reverse")
-        line.append("  ")
-        line.append_text(session_row(s, now, max(40, self.size.width - 4)))
-        head.show_content(line)
+        head.show_content(session_row(s, now, max(40, self.size.width - 2)))
         records = [r for r in state.turns if r.session == self.session]
         if len(records) != self._turns_shown:
             self._turns_shown = len(records)
