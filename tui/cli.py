@@ -1,4 +1,4 @@
-"""The `rampwatch` command: run, watch, replay, report, demo, sim.
+"""The `rampwatch` command: run, watch, replay, report, demo, sim, compare, sweep.
 
 Exit codes: 0 done, 1 done with failed turns, 2 bad input, 3 crashed (the
 driver died or raised), 130/143 interrupted.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import signal
 import sys
 from collections.abc import Callable
@@ -17,12 +18,14 @@ import rampwatch.drivers as drivers
 from rampwatch.drivers.telemetry.metrics import redact_url
 from rampwatch.drivers.client.ramp import ScheduleError, parse_schedule, parse_tokens, scale_schedule
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.report import FORMATS, render
+from rampwatch.drivers.model.compare import compare
+from rampwatch.drivers.model.report import FORMATS, fmt_num, fmt_pct, render, render_comparison
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, parse_duration
+from rampwatch.drivers.run.config import BadInput, RunConfig, default_record_path, load_api_key, parse_duration
 from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
-from rampwatch.drivers.run.recording import RecordingError, read_recording
+from rampwatch.drivers.run.recording import Recorder, RecordingError, read_recording
 from rampwatch.drivers.run.runner import EXIT_CRASHED, Run
+from rampwatch.drivers.run.sweep import SweepFile, read_sweep, why_stop, write_sweep
 from rampwatch.drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
 from rampwatch.drivers.sim.server import loopback_socket
 from rampwatch.tui.headless import HeadlessPrinter
@@ -92,10 +95,25 @@ def add_server_watch_args(p: argparse.ArgumentParser) -> None:
     add_record_args(p)
 
 
-def add_ramp_args(p: argparse.ArgumentParser, sessions_default: int = 1, lockstep_default: bool = False) -> None:
+def _session_counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of session counts: {text!r} (e.g. 1,2,4,8)") from None
+    if not counts or any(c < 1 for c in counts) or counts != sorted(set(counts)):
+        raise argparse.ArgumentTypeError(f"session counts must be growing whole numbers >= 1: {text!r}")
+    return counts
+
+
+def add_ramp_args(p: argparse.ArgumentParser, sessions_default: int = 1, lockstep_default: bool = False,
+                  sweep: bool = False) -> None:
     p.add_argument("--model", help="model to ask for (default: the first of /v1/models)")
-    p.add_argument("--sessions", type=_positive_int, default=sessions_default, metavar="N",
-                   help=f"conversations to run at once (default {sessions_default})")
+    if sweep:
+        p.add_argument("--sessions", type=_session_counts, required=True, metavar="N,N,...",
+                       help="session counts to run, in lockstep, one after the other (e.g. 1,2,4,8)")
+    else:
+        p.add_argument("--sessions", type=_positive_int, default=sessions_default, metavar="N",
+                       help=f"conversations to run at once (default {sessions_default})")
     p.add_argument("--stagger", type=_positive_float, default=0.0, metavar="S",
                    help="seconds between the starts of consecutive sessions (default 0)")
     p.add_argument("--schedule", default="seed", metavar="seed|LIST",
@@ -165,6 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed, 0.25 to 64 (default 1)")
     p.add_argument("--headless", action="store_true", help="print the run's turn lines instead of the UI")
     p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
+
+    p = sub.add_parser("compare", help="recordings side by side (a sweep file counts as its runs)")
+    p.add_argument("paths", type=Path, nargs="+", metavar="RUN")
+    p.add_argument("--format", choices=FORMATS, default="table", help="table (default), md, csv or json")
+    p.add_argument("--baseline", metavar="RUN", help="the run the per-turn ratios divide by: its path or label (default the first)")
+    p.add_argument("--label", action="append", default=[], metavar="NAME",
+                   help="a label per run, in order (repeatable; default model@engine)")
+    p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
+
+    p = sub.add_parser("sweep", help="the same ramp at several session counts, in lockstep: a capacity curve")
+    p.add_argument("url", metavar="URL", help="server base URL")
+    add_ramp_args(p, sweep=True)
+    add_server_watch_args(p)
 
     p = sub.add_parser("report", help="per-turn tables of a recording")
     p.add_argument("path", type=Path, metavar="PATH")
@@ -279,6 +310,10 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool) -> int:
 
 
 def _execute_headless(cfg: RunConfig, record: bool) -> int:
+    return _run_headless(cfg, record).exit_code
+
+
+def _run_headless(cfg: RunConfig, record: bool) -> Run:
     run = Run(cfg, record=record)
 
     async def main() -> int:
@@ -298,7 +333,7 @@ def _execute_headless(cfg: RunConfig, record: bool) -> int:
               + (f"; {', '.join(modes)}" if modes else ""), flush=True)
         return await _drive_headless(run)
 
-    code = asyncio.run(main())
+    run.exit_code = asyncio.run(main())
     assert run.state is not None
     if cfg.mode != "watch":
         print(render(build_report(run.state), "table"))
@@ -309,7 +344,7 @@ def _execute_headless(cfg: RunConfig, record: bool) -> int:
     ended = run.state.ended
     if ended is not None and ended.status == "crashed":
         print(f"rampwatch: crashed: {ended.error}", file=sys.stderr)
-    return code
+    return run
 
 
 def load_state(path: Path, skip_bad_lines: bool, listener: Callable[[RunState], None] | None = None) -> RunState:
@@ -326,6 +361,96 @@ def load_state(path: Path, skip_bad_lines: bool, listener: Callable[[RunState], 
         if listener is not None:
             listener(state)
     return state
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    paths: list[Path] = []
+    for path in args.paths:
+        paths += read_sweep(path) or [path]
+    if args.label and len(args.label) != len(paths):
+        return fail(f"{len(args.label)} --label for {len(paths)} runs: give one per run, in order")
+    runs = []
+    for k, path in enumerate(paths):
+        state = load_state(path, args.skip_bad_lines)
+        rep = build_report(state)
+        h = state.header
+        label = args.label[k] if args.label else f"{rep.run.model or '?'}@{rep.run.engine or '?'}"
+        ramp = [s for s in state.sessions.values() if s.role == "ramp"]
+        runs.append((label, str(path), rep, (h.engine_version or "") if h else "", ramp[0].schedule if ramp else []))
+    labels = [r[0] for r in runs]
+    if len(set(labels)) < len(labels):  # default labels of same-model runs: tell them apart
+        runs = [(f"{label} #{k + 1}", *rest) for k, (label, *rest) in enumerate(runs)]
+    baseline = 0
+    if args.baseline:
+        names = [[r[0], r[1], str(Path(r[1]).name)] for r in runs]
+        match = [k for k, n in enumerate(names) if args.baseline in n or str(Path(args.baseline)) in n]
+        if not match:
+            return fail(f"--baseline {args.baseline}: not one of the runs compared")
+        baseline = match[0]
+    sys.stdout.write(render_comparison(compare(runs, baseline), args.format))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace, argv: list[str]) -> int:
+    """Each session count in turn, in lockstep, recorded; stops when the server starts to fail or preempt."""
+    counts: list[int] = args.sessions
+    sweep_path = None if args.no_record else (args.record or default_record_path("sweep").with_suffix(".sweep.json"))
+    if sweep_path is not None:
+        problem = Recorder.check_path(sweep_path) if sweep_path.parent.is_dir() or args.record else None
+        if problem:
+            return fail(problem)
+        sweep_path.parent.mkdir(parents=True, exist_ok=True)
+    sweep = SweepFile(sessions=counts, runs=[])
+    points: list[tuple[int, RunState]] = []
+    for n in counts:
+        args.sessions = n
+        cfg = config_from(args, "run", argv)
+        cfg.lockstep = True
+        if sweep_path is not None:
+            cfg.record = sweep_path.with_name(f"{sweep_path.name.removesuffix('.sweep.json')}-{n}s.jsonl")
+        print(f"rampwatch sweep: {n} session(s)", flush=True)
+        run = _run_headless(cfg, record=sweep_path is not None)
+        assert run.state is not None
+        points.append((n, run.state))
+        if sweep_path is not None and run.recording_path is not None:
+            sweep.runs.append(run.recording_path.name)
+            write_sweep(sweep_path, sweep)
+        if run.exit_code in (130, 143, EXIT_CRASHED):
+            return run.exit_code
+        sweep.stopped = why_stop(run.state)
+        if sweep.stopped:
+            print(f"rampwatch sweep: stopped: {sweep.stopped}", flush=True)
+            break
+    if sweep_path is not None:
+        write_sweep(sweep_path, sweep)
+        print(f"sweep: {sweep_path}", file=sys.stderr)
+    print(render_curve(points))
+    return 1 if sweep.stopped and "failed" in sweep.stopped else 0
+
+
+def render_curve(points: list[tuple[int, RunState]]) -> str:
+    """Per point: last-turn TTFT slowest/fastest, decode alone/during a foreign prefill, worst stall, KV, preemptions."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="sweep: one point per session count (lockstep)", title_justify="left")
+    for c in ("sessions", "last turn TTFT slowest s", "fastest s", "decode alone tok/s", "decode during prefill tok/s",
+              "worst stall s", "KV peak", "preemptions", "status"):
+        table.add_column(c, justify="right")
+    for n, state in points:
+        rep = build_report(state)
+        last = max((t.turn for s in rep.sessions for t in s.turns if t.ttft_s is not None), default=0)
+        ttfts = [t.ttft_s for s in rep.sessions for t in s.turns if t.turn == last and t.ttft_s is not None]
+        i = rep.interference
+        worst = max((t.gap_max_s for s in rep.sessions for t in s.turns if t.gap_max_s is not None), default=None)
+        pre = state.preemptions_this_run()
+        table.add_row(str(n), fmt_num(max(ttfts, default=None), ".2f"), fmt_num(min(ttfts, default=None), ".2f"),
+                      fmt_num(i.decode_tok_s_alone_median, ".1f"), fmt_num(i.decode_tok_s_during_foreign_prefill_median, ".1f"),
+                      fmt_num(worst, ".2f"), fmt_pct(rep.server.kv_peak), "-" if pre is None else f"{pre:.0f}",
+                      rep.run.status or "-")
+    console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
+    console.print(table)
+    return console.file.getvalue()  # type: ignore[attr-defined]
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -392,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_sim(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "compare":
+            return cmd_compare(args)
+        if args.command == "sweep":
+            return cmd_sweep(args, argv)
         if args.command == "replay":
             return cmd_replay(args)
     except (BadInput, ScheduleError, RecordingError) as e:

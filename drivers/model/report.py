@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rampwatch.drivers.model.analysis import Report
+from rampwatch.drivers.model.compare import Comparison, RunRow
 from rampwatch.drivers.model.turns import GapStats, TurnRow
 from rampwatch.drivers.client.ramp import format_tokens
 
@@ -18,11 +19,11 @@ COLUMNS = ("turn", "context", "new", "cached", "TTFT s", "prefill tok/s", "decod
            "gap p50", "gap p99", "max gap", ">100ms", ">1s", "needle", "error")
 
 
-def _num(x: float | None, fmt: str) -> str:
+def fmt_num(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def _pct(x: float | None) -> str:
+def fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.0f}%"
 
 
@@ -33,8 +34,8 @@ def _needle(x: bool | None) -> str:
 def row_cells(r: TurnRow) -> list[str]:
     return [
         str(r.turn), format_tokens(r.context_tokens), format_tokens(r.new_tokens), format_tokens(r.cached_tokens),
-        _num(r.ttft_s, ".2f"), _num(r.prefill_tok_s, ",.0f"), _num(r.decode_tok_s, ".1f"), str(r.output_tokens),
-        _pct(r.hit_rate), _pct(r.kv_peak), _num(r.gap_p50_s, ".3f"), _num(r.gap_p99_s, ".3f"), _num(r.gap_max_s, ".2f"),
+        fmt_num(r.ttft_s, ".2f"), fmt_num(r.prefill_tok_s, ",.0f"), fmt_num(r.decode_tok_s, ".1f"), str(r.output_tokens),
+        fmt_pct(r.hit_rate), fmt_pct(r.kv_peak), fmt_num(r.gap_p50_s, ".3f"), fmt_num(r.gap_p99_s, ".3f"), fmt_num(r.gap_max_s, ".2f"),
         str(r.gaps_over_100ms), str(r.gaps_over_1s), _needle(r.needle), r.error or "",
     ]
 
@@ -46,35 +47,35 @@ def summary_lines(rep: Report) -> list[str]:
         reached = f", reached turn {m.reached_turn}/{m.planned_turns}" if m.reached_turn < m.planned_turns else ""
         lines.append(
             f"{s.id}: {m.turns} turns{reached}, TTFT sum {m.ttft_sum_s:.2f}s, longest {m.ttft_max_s:.2f}s, "
-            f"decode median {_num(m.decode_tok_s_median, '.1f')} tok/s, needle {m.needle_found}/{m.turns}"
+            f"decode median {fmt_num(m.decode_tok_s_median, '.1f')} tok/s, needle {m.needle_found}/{m.turns}"
         )
     i = rep.interference
     if i.overlapping_turns:
         worst = i.gaps_during_foreign_prefill.max_s if i.gaps_during_foreign_prefill else None
         lines.append(
-            f"interference: decode median {_num(i.decode_tok_s_alone_median, '.1f')} tok/s alone vs "
-            f"{_num(i.decode_tok_s_during_foreign_prefill_median, '.1f')} tok/s while another session prefills "
-            f"({i.overlapping_turns} overlapping turns); worst gap during a foreign prefill {_num(worst, '.2f')}s"
+            f"interference: decode median {fmt_num(i.decode_tok_s_alone_median, '.1f')} tok/s alone vs "
+            f"{fmt_num(i.decode_tok_s_during_foreign_prefill_median, '.1f')} tok/s while another session prefills "
+            f"({i.overlapping_turns} overlapping turns); worst gap during a foreign prefill {fmt_num(worst, '.2f')}s"
         )
     if i.gaps_alone or i.gaps_during_foreign_prefill:
         lines.append(f"inter-token gaps: alone {_gaps(i.gaps_alone)}; during another session's prefill "
                      f"{_gaps(i.gaps_during_foreign_prefill)}")
     if rep.turn_spread:
         ratios = ", ".join(f"{x.ratio:.2f}" for x in rep.turn_spread)
-        lines.append(f"slowest/fastest TTFT per turn: median {_num(rep.ttft_ratio_median, '.2f')} ({ratios})")
+        lines.append(f"slowest/fastest TTFT per turn: median {fmt_num(rep.ttft_ratio_median, '.2f')} ({ratios})")
     if rep.one_shot is not None:
         shot = rep.one_shot.turn
         for r in rep.one_shot.ramps:
             lines.append(
                 f"ramp {r.session}: summed TTFT {r.ramp_ttft_sum_s:.2f}s, longest {r.ramp_ttft_max_s:.2f}s; "
                 f"one-shot ({format_tokens(shot.context_tokens)}, {format_tokens(shot.cached_tokens)} cached): "
-                f"{_num(shot.ttft_s, '.2f')}s; sum/one-shot {r.sum_ratio:.2f}, longest/one-shot {r.longest_ratio:.2f}"
+                f"{fmt_num(shot.ttft_s, '.2f')}s; sum/one-shot {r.sum_ratio:.2f}, longest/one-shot {r.longest_ratio:.2f}"
             )
     run = rep.run
     modes = [m for m in ("lockstep" if run.lockstep else "", "strict needle" if run.needle_mode == "strict" else "",
                          f"time limit {run.time_limit_s:g}s" if run.time_limit_s else "") if m]
     lines.append(f"run: {run.status or 'running'}" + (f" ({', '.join(modes)})" if modes else ""))
-    lines.append(f"server: KV peak {_pct(rep.server.kv_peak)}, hit rate last turn {_pct(rep.server.hit_rate_last_turn)}")
+    lines.append(f"server: KV peak {fmt_pct(rep.server.kv_peak)}, hit rate last turn {fmt_pct(rep.server.hit_rate_last_turn)}")
     return lines
 
 
@@ -124,4 +125,55 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
         console.print(t)
     for line in summary_lines(rep):
         console.print(line)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+COMPARE_COLUMNS = (
+    ("run", lambda r: r.label), ("engine", lambda r: f"{r.engine} {r.engine_version}".strip()),
+    ("sessions", lambda r: f"{r.sessions}{' lockstep' if r.lockstep else ''}"),
+    ("turns", lambda r: f"{r.turns_completed}/{r.turns_planned}"), ("context", lambda r: format_tokens(r.context_reached)),
+    ("TTFT sum s", lambda r: fmt_num(r.ttft_sum_s, ".2f")), ("longest s", lambda r: fmt_num(r.ttft_max_s, ".2f")),
+    ("last turn s", lambda r: fmt_num(r.last_turn_ttft_s, ".2f")), ("one-shot s", lambda r: fmt_num(r.one_shot_ttft_s, ".2f")),
+    ("prefill tok/s first", lambda r: fmt_num(r.prefill_tok_s_first_turn, ",.0f")),
+    ("prefill tok/s last", lambda r: fmt_num(r.prefill_tok_s_last_turn, ",.0f")),
+    ("decode tok/s", lambda r: fmt_num(r.decode_tok_s_median, ".1f")),
+    ("hit last", lambda r: r.hit_rate_last_turn if isinstance(r.hit_rate_last_turn, str) else fmt_pct(r.hit_rate_last_turn)),
+    ("KV peak", lambda r: fmt_pct(r.kv_peak)), ("needle", lambda r: f"{r.needle_found}/{r.needle_asked}"),
+    ("worst stall s", lambda r: fmt_num(r.worst_gap_during_foreign_prefill_s, ".2f")), ("failed", lambda r: str(r.failed_turns)),
+)
+
+
+def render_comparison(cmp: Comparison, fmt: str, width: int = 200) -> str:
+    """The runs table, then TTFT per turn side by side with the ratio to the baseline run."""
+    if fmt == "json":
+        return msgspec.json.format(msgspec.json.encode(cmp).decode(), indent=2)
+    heads = [name for name, _ in COMPARE_COLUMNS]
+    rows = [[cell(r) for _, cell in COMPARE_COLUMNS] for r in cmp.runs]
+    turn_heads = ["turn"] + [f"{r.label} TTFT s" for r in cmp.runs] + [f"{r.label} / {cmp.baseline}" for r in cmp.runs[1:]]
+    turn_rows = [[str(c.turn)] + [fmt_num(x, ".2f") for x in c.ttft_s] + [fmt_num(x, ".2f") for x in c.ratio_to_baseline[1:]]
+                 for c in cmp.turns]
+    if fmt == "csv":
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow(RunRow.__struct_fields__)
+        for r in cmp.runs:
+            w.writerow(["" if v is None else v for v in msgspec.structs.astuple(r)])
+        return out.getvalue()
+    if fmt == "md":
+        parts = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+        parts += ["| " + " | ".join(row) + " |" for row in rows]
+        parts += ["", "| " + " | ".join(turn_heads) + " |", "|" + "---|" * len(turn_heads)]
+        parts += ["| " + " | ".join(row) + " |" for row in turn_rows]
+        parts += [""] + [f"- {n}" for n in cmp.notes]
+        return "\n".join(parts) + "\n"
+    console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
+    for title, h, body in (("runs", heads, rows), (f"TTFT per turn (slowest session), ratio to {cmp.baseline}", turn_heads, turn_rows)):
+        t = Table(title=title, title_justify="left")
+        for c in h:
+            t.add_column(c, justify="left" if c in ("run", "engine", "hit last") else "right")
+        for row in body:
+            t.add_row(*row)
+        console.print(t)
+    for n in cmp.notes:
+        console.print(f"note: {n}")
     return console.file.getvalue()  # type: ignore[attr-defined]

@@ -1,0 +1,121 @@
+"""Several runs side by side: the campaign's cross-model table and the TTFT of
+every turn, each figure taken from the run's own report (so `compare` and
+`report --format json` can never disagree)."""
+
+from __future__ import annotations
+
+import statistics
+
+import msgspec
+
+from rampwatch.drivers.model.analysis import Report
+
+COMPARE_SCHEMA = 1  # the JSON comparison's schema (README: "rampwatch compare"); bump on any change
+NO_HIT_COUNTERS = "n/a: engine exposes no prefix-cache counters"
+
+
+class RunRow(msgspec.Struct):
+    """One recording. Multi-session runs give their slowest session's figures."""
+
+    label: str
+    path: str
+    engine: str
+    engine_version: str
+    model: str
+    sessions: int
+    lockstep: bool
+    turns_completed: int
+    turns_planned: int
+    context_reached: int | None
+    ttft_sum_s: float | None  # the slowest session's summed TTFT
+    ttft_max_s: float | None  # the longest single wait
+    last_turn_ttft_s: float | None  # the slowest session's last turn
+    one_shot_ttft_s: float | None
+    prefill_tok_s_first_turn: float | None  # median over sessions
+    prefill_tok_s_last_turn: float | None
+    decode_tok_s_median: float | None
+    hit_rate_last_turn: float | str | None  # a fraction, or why it is not available
+    kv_peak: float | None
+    needle_found: int
+    needle_asked: int
+    worst_gap_during_foreign_prefill_s: float | None
+    failed_turns: int
+
+
+class TurnColumn(msgspec.Struct):
+    """Turn k of every run: the slowest session's TTFT, and its ratio to the baseline run's."""
+
+    turn: int
+    ttft_s: list[float | None]
+    ratio_to_baseline: list[float | None]
+
+
+class Comparison(msgspec.Struct):
+    schema: int
+    baseline: str  # the label the ratios divide by
+    runs: list[RunRow]
+    turns: list[TurnColumn]
+    notes: list[str]
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _slowest_by_turn(rep: Report) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for s in rep.sessions:
+        for t in s.turns:
+            if t.ttft_s is not None and t.error is None:
+                out[t.turn] = max(out.get(t.turn, 0.0), t.ttft_s)
+    return out
+
+
+def run_row(label: str, path: str, rep: Report, engine_version: str, planned_schedule: list[int]) -> RunRow:
+    sessions = rep.sessions
+    rows = [t for s in sessions for t in s.turns]
+    ok = [t for t in rows if t.error is None and t.ttft_s is not None]
+    last_turn = max((t.turn for t in ok), default=0)
+    worst = max(sessions, key=lambda s: s.summary.ttft_sum_s, default=None)
+    by_turn = _slowest_by_turn(rep)
+    first_rates = [t.prefill_tok_s for t in ok if t.turn == 1 and t.prefill_tok_s is not None]
+    last_rates = [t.prefill_tok_s for t in ok if t.turn == last_turn and t.prefill_tok_s is not None]
+    hit: float | str | None = rep.server.hit_rate_last_turn
+    if hit is None and ok:
+        hit = NO_HIT_COUNTERS
+    gaps = rep.interference.gaps_during_foreign_prefill
+    return RunRow(
+        label=label, path=path, engine=rep.run.engine, engine_version=engine_version, model=rep.run.model,
+        sessions=rep.run.sessions, lockstep=rep.run.lockstep,
+        turns_completed=len(ok), turns_planned=len(planned_schedule) * len(sessions),
+        context_reached=max((t.context_tokens for t in ok), default=None),
+        ttft_sum_s=worst.summary.ttft_sum_s if worst else None,
+        ttft_max_s=max((s.summary.ttft_max_s for s in sessions), default=None),
+        last_turn_ttft_s=by_turn.get(last_turn),
+        one_shot_ttft_s=rep.one_shot.turn.ttft_s if rep.one_shot else None,
+        prefill_tok_s_first_turn=_median(first_rates), prefill_tok_s_last_turn=_median(last_rates),
+        decode_tok_s_median=_median([t.decode_tok_s for t in ok if t.decode_tok_s is not None]),
+        hit_rate_last_turn=hit, kv_peak=rep.server.kv_peak,
+        needle_found=sum(s.summary.needle_found for s in sessions), needle_asked=len(ok),
+        worst_gap_during_foreign_prefill_s=gaps.max_s if gaps else None,
+        failed_turns=sum(1 for t in rows if t.error is not None and t.error != "cancelled"),
+    )
+
+
+def compare(runs: list[tuple[str, str, Report, str, list[int]]], baseline: int = 0) -> Comparison:
+    """`runs`: (label, path, report, engine version, schedule) each; ratios divide by run `baseline`."""
+    rows = [run_row(*r) for r in runs]
+    per_run = [_slowest_by_turn(rep) for _, _, rep, _, _ in runs]
+    turns = sorted({k for d in per_run for k in d})
+    base = per_run[baseline]
+    columns = []
+    for k in turns:
+        ttfts = [d.get(k) for d in per_run]
+        b = base.get(k)
+        columns.append(TurnColumn(turn=k, ttft_s=ttfts,
+                                  ratio_to_baseline=[t / b if t is not None and b else None for t in ttfts]))
+    notes = []
+    schedules = {tuple(r[4]) for r in runs}
+    if len(schedules) > 1:
+        notes.append("the runs' schedules differ: turns are compared by index, not by context size")
+    return Comparison(schema=COMPARE_SCHEMA, baseline=rows[baseline].label, runs=rows, turns=columns, notes=notes)

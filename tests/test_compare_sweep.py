@@ -1,0 +1,82 @@
+"""`rampwatch compare` and `rampwatch sweep`, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from tests.conftest import rampwatch_cmd
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = [ROOT / "recordings" / "glm-like-2x1m.sample.jsonl", ROOT / "recordings" / "vllm-cpu-2x32k.sample.jsonl"]
+
+
+def rw(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*rampwatch_cmd(), *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def demo_recording(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("demo") / "demo.jsonl"
+    p = rw("demo", "--headless", "--scale-to", "128k", "--time-scale", "200", "--record", str(out))
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording):
+    runs = [*map(str, SHIPPED), str(demo_recording)]
+    out = {fmt: rw("compare", *runs, "--format", fmt, "--label", "glm", "--label", "vllm", "--label", "demo")
+           for fmt in ("table", "md", "csv", "json")}
+    assert all(p.returncode == 0 for p in out.values()), {k: p.stderr for k, p in out.items()}
+    assert "TTFT per turn" in out["table"].stdout and "| run |" in out["md"].stdout
+    assert out["csv"].stdout.splitlines()[0].startswith("label,path,engine") and len(out["csv"].stdout.splitlines()) == 4
+    cmp = json.loads(out["json"].stdout)
+    assert cmp["schema"] == 1 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
+    assert "schedules differ" in " ".join(cmp["notes"])
+    for row, path in zip(cmp["runs"], runs):
+        rep = json.loads(rw("report", path, "--format", "json").stdout)
+        worst = max(rep["sessions"], key=lambda s: s["summary"]["ttft_sum_s"])
+        assert row["ttft_sum_s"] == worst["summary"]["ttft_sum_s"]
+        assert row["ttft_max_s"] == max(s["summary"]["ttft_max_s"] for s in rep["sessions"])
+        assert row["kv_peak"] == rep["server"]["kv_peak"] and row["hit_rate_last_turn"] == rep["server"]["hit_rate_last_turn"]
+        assert row["lockstep"] == rep["run"]["lockstep"] and row["sessions"] == rep["run"]["sessions"]
+    first = cmp["turns"][0]
+    assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3
+
+
+def test_compare_baseline_and_bad_input(tmp_path):
+    p = rw("compare", *map(str, SHIPPED), "--baseline", SHIPPED[1].name, "--format", "json")
+    assert p.returncode == 0 and json.loads(p.stdout)["baseline"].startswith("tiny@vllm")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("id,ttft\n1,2\n")
+    p = rw("compare", str(SHIPPED[0]), str(bad))
+    assert p.returncode == 2 and "not a rampwatch recording" in p.stderr and p.stderr.count("\n") == 1
+    p = rw("compare", *map(str, SHIPPED), "--label", "only-one")
+    assert p.returncode == 2 and "--label" in p.stderr
+    p = rw("compare", *map(str, SHIPPED), "--baseline", "nope")
+    assert p.returncode == 2 and "not one of the runs" in p.stderr
+
+
+def test_sweep_writes_a_recording_per_point_and_a_curve(tmp_path):
+    sweep = tmp_path / "s.sweep.json"
+    with ThreadedSim(make_profile("tiny", time_scale=0.5)) as s:
+        p = rw("sweep", s.url, "--sessions", "1,2,4", "--schedule", "4k,8k,16k", "--output-tokens", "16", "--ignore-eos",
+               "--gpu", "none", "--record", str(sweep))
+    assert p.returncode == 0, p.stderr
+    listed = json.loads(sweep.read_text())
+    assert listed["sessions"] == [1, 2, 4] and listed["runs"] == ["s-1s.jsonl", "s-2s.jsonl", "s-4s.jsonl"]
+    assert all((tmp_path / r).exists() for r in listed["runs"]) and listed["stopped"] is None
+    assert "sweep: one point per session count" in p.stdout
+    cmp = json.loads(rw("compare", str(sweep), "--format", "json").stdout)
+    assert [r["sessions"] for r in cmp["runs"]] == [1, 2, 4] and all(r["lockstep"] for r in cmp["runs"])
+    slowest = [r["last_turn_ttft_s"] for r in cmp["runs"]]
+    assert slowest[0] < slowest[1] < slowest[2], slowest
+
+
+def test_sweep_refuses_bad_counts():
+    p = rw("sweep", "http://127.0.0.1:9", "--sessions", "4,2")
+    assert p.returncode == 2 and "growing" in p.stderr and p.stderr.count("\n") == 1
