@@ -1,4 +1,4 @@
-"""The `rampwatch` command: run, watch, replay, report, demo, sim, compare, sweep.
+"""The `rampwatch` command: run, watch, replay, report, demo, sim, compare, sweep, export.
 
 Exit codes: 0 done, 1 done with failed turns, 2 bad input, 3 crashed (the
 driver died or raised), 130/143 interrupted.
@@ -19,11 +19,12 @@ from rampwatch.drivers.telemetry.metrics import redact_url
 from rampwatch.drivers.client.ramp import ScheduleError, parse_schedule, parse_tokens, scale_schedule
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.compare import compare
-from rampwatch.drivers.model.report import FORMATS, fmt_num, fmt_pct, render, render_comparison
+from rampwatch.drivers.model import picture
+from rampwatch.drivers.model.report import COMPARE_COLUMNS, FORMATS, fmt_num, fmt_pct, render, render_comparison, summary_lines
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import BadInput, RunConfig, default_record_path, load_api_key, parse_duration
 from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
-from rampwatch.drivers.run.recording import Recorder, RecordingError, read_recording
+from rampwatch.drivers.run.recording import Recorder, Recording, RecordingError, read_recording
 from rampwatch.drivers.run.runner import EXIT_CRASHED, Run
 from rampwatch.drivers.run.sweep import SweepFile, read_sweep, why_stop, write_sweep
 from rampwatch.drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
@@ -190,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="RUN", help="the run the per-turn ratios divide by: its path or label (default the first)")
     p.add_argument("--label", action="append", default=[], metavar="NAME",
                    help="a label per run, in order (repeatable; default model@engine)")
+    p.add_argument("--html", type=Path, metavar="OUT", help="also write the table and a TTFT-per-turn chart as one HTML page")
+    p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
+
+    p = sub.add_parser("export", help="pictures of a recording: a self-contained HTML page and/or SVG")
+    p.add_argument("path", type=Path, metavar="RUN")
+    p.add_argument("--html", type=Path, metavar="OUT", help="the timeline, TTFT against context and the summary, as HTML")
+    p.add_argument("--svg", type=Path, metavar="OUT", help="the timeline and the TTFT chart as one SVG")
     p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
 
     p = sub.add_parser("sweep", help="the same ramp at several session counts, in lockstep: a capacity curve")
@@ -347,14 +355,19 @@ def _run_headless(cfg: RunConfig, record: bool) -> Run:
     return run
 
 
-def load_state(path: Path, skip_bad_lines: bool, listener: Callable[[RunState], None] | None = None) -> RunState:
-    """Fold a recording into a RunState (calling `listener(state)` after each event);
-    what had to be skipped is said on stderr."""
+def read_noting(path: Path, skip_bad_lines: bool) -> Recording:
+    """Read a recording; what had to be skipped is said on stderr."""
     rec = read_recording(path, skip_bad_lines=skip_bad_lines)
     if rec.truncated_tail:
         print("rampwatch: note: the last line was cut off (a killed run); read up to the last complete event", file=sys.stderr)
     if rec.skipped_lines:
         print(f"rampwatch: note: skipped corrupt lines: {', '.join(map(str, rec.skipped_lines[:10]))}", file=sys.stderr)
+    return rec
+
+
+def load_state(path: Path, skip_bad_lines: bool, listener: Callable[[RunState], None] | None = None) -> RunState:
+    """Fold a recording into a RunState (calling `listener(state)` after each event)."""
+    rec = read_noting(path, skip_bad_lines)
     state = RunState(rec.header)
     for e in rec.events:
         state.apply(e)
@@ -387,8 +400,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not match:
             return fail(f"--baseline {args.baseline}: not one of the runs compared")
         baseline = match[0]
-    sys.stdout.write(render_comparison(compare(runs, baseline), args.format))
+    cmp = compare(runs, baseline)
+    sys.stdout.write(render_comparison(cmp, args.format))
+    if args.html:
+        fields = [(name, [cell(r) for r in cmp.runs]) for name, cell in COMPARE_COLUMNS]
+        return _write(args.html, picture.compare_html(cmp, fields))
     return 0
+
+
+def _write(path: Path, text: str) -> int:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        return fail(f"cannot write {path}: {e.strerror or e}")
+    print(f"wrote {path} ({len(text.encode()) / 1024:,.0f} KB)", file=sys.stderr)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if not args.html and not args.svg:
+        return fail("export needs --html OUT and/or --svg OUT")
+    rec = read_noting(args.path, args.skip_bad_lines)
+    series = picture.fold(rec.header, rec.events)
+    code = 0
+    if args.html:
+        code = code or _write(args.html, picture.run_html(series, summary_lines(build_report(series.state))))
+    if args.svg:
+        code = code or _write(args.svg, picture.run_svg(series))
+    return code
 
 
 def cmd_sweep(args: argparse.Namespace, argv: list[str]) -> int:
@@ -521,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compare(args)
         if args.command == "sweep":
             return cmd_sweep(args, argv)
+        if args.command == "export":
+            return cmd_export(args)
         if args.command == "replay":
             return cmd_replay(args)
     except (BadInput, ScheduleError, RecordingError) as e:

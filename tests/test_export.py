@@ -1,0 +1,89 @@
+"""Pictures of runs: self-contained HTML and SVG, checked in a real browser
+(headless Chromium from Debian's packages; .ci/run installs it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rampwatch.drivers.model import picture
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.model.report import summary_lines
+from rampwatch.drivers.run.recording import read_recording
+from tests.conftest import rampwatch_cmd
+
+ROOT = Path(__file__).resolve().parents[1]
+GLM = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
+VLLM = ROOT / "recordings" / "vllm-cpu-2x32k.sample.jsonl"
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        msg = "no chromium on PATH (apt-get install chromium; .ci/run installs it)"
+        if os.environ.get("RAMPWATCH_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exe
+
+
+def browse(page: Path, tmp: Path) -> tuple[str, str, Path]:
+    """(the DOM after load, the browser's log, a screenshot) of `page` in headless Chromium."""
+    base = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp / 'profile'}",
+            "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    shot = tmp / "shot.png"
+    subprocess.run([*base, "--window-size=1450,1000", f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                   text=True, timeout=120)
+    return dom.stdout, dom.stderr, shot
+
+
+def test_export_is_small_fast_and_self_contained(tmp_path):
+    t0 = time.perf_counter()
+    p = subprocess.run([*rampwatch_cmd(), "export", str(GLM), "--html", str(tmp_path / "r.html"), "--svg", str(tmp_path / "r.svg")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    rec = read_recording(GLM)
+    t1 = time.perf_counter()
+    series = picture.fold(rec.header, rec.events)
+    page = picture.run_html(series, summary_lines(build_report(series.state)))
+    render_s = time.perf_counter() - t1
+    assert render_s < 2.0 and time.perf_counter() - t0 < 10
+    for out in (tmp_path / "r.html", tmp_path / "r.svg"):
+        text = out.read_text()
+        assert out.stat().st_size < 5_000_000
+        assert "<script" not in text and "<link" not in text and not re.search(r'(src|href)="https?://', text)
+    assert page.count('class="lane"') == 2 and 'class="chart ttft"' in page
+
+
+def test_export_renders_in_a_real_browser(tmp_path):
+    page = tmp_path / "run.html"
+    assert subprocess.run([*rampwatch_cmd(), "export", str(GLM), "--html", str(page)], cwd=ROOT, capture_output=True).returncode == 0
+    dom, log, shot = browse(page, tmp_path)
+    assert dom.count('class="lane"') == 2 and 'data-session="s1"' in dom and 'data-session="s2"' in dom
+    assert dom.count('class="decode"') == 20 and dom.count('class="prefill"') == 20 and 'class="foreign"' in dom
+    assert ">KV cache<" in dom and ">prefix hit rate<" in dom and "TTFT against context" in dom
+    assert "Uncaught" not in log and "SyntaxError" not in log
+    assert shot.exists() and shot.stat().st_size > 20_000
+
+
+def test_compare_html_renders_in_a_real_browser(tmp_path):
+    page = tmp_path / "cmp.html"
+    p = subprocess.run([*rampwatch_cmd(), "compare", str(GLM), str(VLLM), "--label", "glm", "--label", "vllm", "--html", str(page)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    dom, log, shot = browse(page, tmp_path)
+    assert dom.count("<tr>") == 3 and ">glm<" in dom and ">vllm<" in dom
+    assert dom.count('class="series"') == 2 and "Uncaught" not in log
+    assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_export_needs_an_output():
+    p = subprocess.run([*rampwatch_cmd(), "export", str(GLM)], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "--html" in p.stderr
