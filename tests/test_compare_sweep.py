@@ -44,6 +44,12 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         assert row["ttft_max_s"] == max(s["summary"]["ttft_max_s"] for s in rep["sessions"])
         assert row["kv_peak"] == rep["server"]["kv_peak"] and row["hit_rate_last_turn"] == rep["server"]["hit_rate_last_turn"]
         assert row["lockstep"] == rep["run"]["lockstep"] and row["sessions"] == rep["run"]["sessions"]
+    assert set(cmp) == {"schema", "baseline", "runs", "turns", "notes"}
+    assert set(cmp["runs"][0]) == {
+        "label", "path", "engine", "engine_version", "model", "sessions", "lockstep", "turns_completed", "turns_planned",
+        "context_reached", "ttft_sum_s", "ttft_max_s", "last_turn_ttft_s", "one_shot_ttft_s", "prefill_tok_s_first_turn",
+        "prefill_tok_s_last_turn", "decode_tok_s_median", "hit_rate_last_turn", "kv_peak", "needle_found", "needle_asked",
+        "worst_gap_during_foreign_prefill_s", "failed_turns"}
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3
 
@@ -80,3 +86,14 @@ def test_sweep_writes_a_recording_per_point_and_a_curve(tmp_path):
 def test_sweep_refuses_bad_counts():
     p = rw("sweep", "http://127.0.0.1:9", "--sessions", "4,2")
     assert p.returncode == 2 and "growing" in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_sweep_stops_when_the_server_starts_to_preempt(tmp_path):
+    sweep = tmp_path / "p.sweep.json"
+    with ThreadedSim(make_profile("tiny", kv_tokens=20_000)) as s:  # two 16K sessions do not fit
+        p = rw("sweep", s.url, "--sessions", "1,2,4", "--schedule", "4k,8k,16k", "--output-tokens", "64", "--ignore-eos",
+               "--gpu", "none", "--scrape-interval", "0.1", "--record", str(sweep))
+    assert p.returncode == 0, p.stderr
+    listed = json.loads(sweep.read_text())
+    assert listed["runs"] == ["p-1s.jsonl", "p-2s.jsonl"] and "preempted" in listed["stopped"]
+    assert "stopped: the server preempted" in p.stdout

@@ -73,6 +73,14 @@ def test_export_renders_in_a_real_browser(tmp_path):
     assert shot.exists() and shot.stat().st_size > 20_000
 
 
+def test_export_svg_renders_in_a_real_browser(tmp_path):
+    svg = tmp_path / "run.svg"
+    assert subprocess.run([*rampwatch_cmd(), "export", str(GLM), "--svg", str(svg)], cwd=ROOT, capture_output=True).returncode == 0
+    dom, log, shot = browse(svg, tmp_path)
+    assert dom.count('class="lane"') == 2 and 'class="chart ttft"' in dom and "Uncaught" not in log
+    assert shot.exists() and shot.stat().st_size > 20_000
+
+
 def test_compare_html_renders_in_a_real_browser(tmp_path):
     page = tmp_path / "cmp.html"
     p = subprocess.run([*rampwatch_cmd(), "compare", str(GLM), str(VLLM), "--label", "glm", "--label", "vllm", "--html", str(page)],
@@ -87,3 +95,41 @@ def test_compare_html_renders_in_a_real_browser(tmp_path):
 def test_export_needs_an_output():
     p = subprocess.run([*rampwatch_cmd(), "export", str(GLM)], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "--html" in p.stderr
+
+
+def long_run(sessions: int = 32, hours: float = 2.0, turns: int = 10) -> tuple:
+    """A 2-hour, 32-session ramp to 1M tokens: turns spread over the run, metrics twice a second."""
+    from rampwatch.drivers.model import events as ev
+    from tests.test_state_analysis import header
+
+    end = hours * 3600
+    out: list = []
+    schedule = [100_000 * (k + 1) for k in range(turns)]
+    for k in range(sessions):
+        sid = f"s{k + 1}"
+        out.append(ev.SessionPlanned(t=0.0, session=sid, schedule=schedule, salt=sid))
+        for turn in range(1, turns + 1):
+            sent = (turn - 1) * end / turns + k * 3.0
+            first = sent + 60.0 + 5 * k
+            times = [first + 0.03 * i for i in range(128)]
+            out += [ev.RequestSent(t=sent, session=sid, turn=turn, target_tokens=schedule[turn - 1], new_tokens_est=100_000,
+                                   body_bytes=400_000),
+                    ev.FirstToken(t=first, session=sid, turn=turn),
+                    ev.TokenTimes(t=times[-1], session=sid, turn=turn, times=times),
+                    ev.TurnDone(t=times[-1], session=sid, turn=turn, status="ok", prompt_tokens=schedule[turn - 1],
+                                cached_tokens=schedule[turn - 1] - 100_000, completion_tokens=128, chunks=128, needle=True)]
+    for i in range(int(end * 2)):
+        out.append(ev.MetricsSample(t=i / 2, source="m", engine="vllm", values={
+            "kv_usage": (i % 7200) / 7200, "running": 32, "waiting": 0, "prefix_queries": i * 100.0, "prefix_hits": i * 90.0}))
+    return header(), sorted(out, key=lambda e: e.t)
+
+
+def test_a_two_hour_32_session_run_stays_small_and_fast():
+    head, events = long_run()
+    t0 = time.perf_counter()
+    series = picture.fold(head, events)
+    page = picture.run_html(series, summary_lines(build_report(series.state)))
+    took = time.perf_counter() - t0
+    assert len(page.encode()) < 5_000_000 and took < 2.0, (len(page), took)  # the fold of 15K events included
+    assert page.count('class="lane"') == 32 and page.count('class="decode"') == 320
+    assert max(len(p.split()) for p in re.findall(r'points="([^"]*)"', page)) <= picture.MAX_POINTS

@@ -172,3 +172,45 @@ async def test_stall_column_shows_a_stall_in_progress_then_the_turns_longest_gap
         await pilot.pause()
         s1 = next(line for line in sessions_text(app).splitlines() if line.strip().startswith("s1"))
         assert "4.00s" in s1
+
+
+# -- the report screen -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size,dropped", [((80, 24), True), ((160, 50), False)])
+async def test_report_screen_fits_the_terminal_and_sorts(size, dropped):
+    from textual.widgets import DataTable
+
+    from rampwatch.tui.widgets.report import ReportScreen
+
+    app = _shipped_app()
+    async with app.run_test(size=size) as pilot:
+        app.source.seek(app.source.end_t)
+        await pilot.press("r")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ReportScreen)
+        table = screen.query_one("#turns-s1", DataTable)
+        heads = [str(c.label) for c in table.columns.values()]
+        assert {"turn", "TTFT s", "decode tok/s", "max gap", "needle"} <= set(heads)
+        assert ("gap p50" not in heads) is dropped and table.row_count == 10
+        screen.sort("s1", "TTFT s")
+        ttfts = [float(table.get_row_at(i)[heads.index("TTFT s")]) for i in range(table.row_count)]
+        assert ttfts == sorted(ttfts)
+        screen.sort("s1", "TTFT s")
+        assert float(table.get_row_at(0)[heads.index("TTFT s")]) == max(ttfts)
+        assert "interference:" in str(screen.query_one("#report-summary").render())
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ReportScreen)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+def test_report_screen_snapshot(snap_compare, size):
+    app = _shipped_app()
+
+    async def open_report(pilot) -> None:  # noqa: ANN001
+        app.source.seek(app.source.end_t)
+        await pilot.press("r")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=open_report)

@@ -21,13 +21,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.report import render
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import Recording
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.sources import LiveSource, ReplaySource
 from rampwatch.tui.widgets.focus import SessionScreen
+from rampwatch.tui.widgets.report import ReportScreen
 from rampwatch.tui.widgets.panels import ChangingStatic, EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, TimelinePanel
 from rampwatch.tui.widgets.sessions import SessionsTable
 
@@ -68,25 +68,10 @@ class PositionBar(ChangingStatic):
         self.show_content(t)
 
 
-class ReportScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,r,q", "dismiss", "close")]
-
-    def __init__(self, text: str):
-        super().__init__()
-        self.text = text
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="report-box"):
-            yield Static(self.text, id="report-text")
-
-    def action_dismiss(self) -> None:  # type: ignore[override]
-        self.dismiss(None)
-
-
 HELP = """[b]rampwatch keys[/b]
 
   q            quit (a live run: sessions stop cleanly, the recording is closed)
-  r            report: the per-turn table of the run so far
+  r            report: a sortable table per session, the summary, TTFT per turn
   m            mark this moment (recorded as an event)
   ↑ / ↓        move the cursor in Sessions (also the mouse wheel and a click)
   enter        the selected session's own screen (escape returns)
@@ -295,8 +280,7 @@ class RampwatchApp(App[int]):
     # -- actions -----------------------------------------------------------------
 
     def action_report(self) -> None:
-        text = render(build_report(self.source.state), "table", width=max(100, self.size.width - 6))
-        self.push_screen(ReportScreen(text))
+        self.push_screen(ReportScreen(build_report(self.source.state)))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

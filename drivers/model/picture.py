@@ -63,7 +63,7 @@ def fold(header: ev.Header, events: list[ev.AnyEvent]) -> Series:
 
 
 def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    step = max(1, len(points) // MAX_POINTS)
+    step = max(1, -(-len(points) // MAX_POINTS))  # ceiling: at most MAX_POINTS
     return points[::step]
 
 
