@@ -161,6 +161,77 @@ async def test_stream_over_a_socket_with_chunks_split_anywhere():
     assert len(requests) == 2 and b"Authorization: Bearer k" in requests[0] and requests[0].endswith(b'{"x":1}')
 
 
+HELLO = [_chunk(role="assistant", content=""), _chunk(content="Hel"), _chunk(content="lo"), USAGE, DONE]
+
+
+async def _one_response(raw: bytes) -> object:
+    """Serve `raw` as the whole response to one request (the server may close after it)."""
+    async def handle(reader, writer):
+        await _read_request(reader)
+        writer.write(raw)
+        await writer.drain()
+        writer.close()
+
+    server, url = await _server(handle)
+    async with server:
+        conn = Connection(url, lambda: 0.0)
+        try:
+            return await stream_chat(conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b: None, timeout=10)
+        finally:
+            conn.close()
+
+
+async def test_http10_body_delimited_by_the_close():
+    """HTTP/1.0 servers and some proxies send neither Content-Length nor chunks: the close ends the body."""
+    res = await _one_response(b"HTTP/1.0 200 OK\r\ncontent-type: text/event-stream\r\n\r\n" + b"".join(HELLO))
+    assert res.text == "Hello" and res.chunks == 2
+
+
+async def test_interim_1xx_responses_are_skipped():
+    body = b"".join(_chunked(HELLO))
+    res = await _one_response(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"
+                              b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body)
+    assert res.text == "Hello"
+
+
+async def test_content_length_body():
+    body = b"".join(HELLO)
+    res = await _one_response(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+    assert res.text == "Hello"
+
+
+def test_ipv6_literal_host_header():
+    assert Connection("http://[::1]:8000", lambda: 0.0).host_header == "[::1]:8000"
+    assert Connection("http://[fe80::1]/v1", lambda: 0.0).host_header == "[fe80::1]"
+    conn = Connection("https://[2001:db8::5]", lambda: 0.0)
+    assert (conn.host, conn.port, conn.host_header) == ("2001:db8::5", 443, "[2001:db8::5]")
+    assert Connection("http://example.com:81", lambda: 0.0).host_header == "example.com:81"
+
+
+async def test_a_keepalive_connection_the_server_dropped_is_retried_on_a_fresh_one():
+    """The race every keep-alive client meets: the server drops the idle connection just as the
+    next request goes out on it. The request is sent again, once, on a new connection."""
+    connections = []
+
+    async def handle(reader, writer):
+        connections.append(writer)
+        await _read_request(reader)
+        body = b"".join(_chunked([_chunk(content="a"), DONE]))
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body)
+        await writer.drain()
+        if len(connections) == 1:
+            await _read_request(reader)  # the reused connection's request: drop it unanswered
+            writer.close()
+
+    server, url = await _server(handle)
+    async with server:
+        conn = Connection(url, lambda: 0.0)
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None, timeout=10)).text == "a"
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None, timeout=10)).text == "a"
+        conn.close()
+    assert len(connections) == 2  # the second request went out twice: on the old connection, then a new one
+
+
 async def test_stale_keepalive_connection_is_retried_once_and_drops_are_reported():
     served = []
 

@@ -23,14 +23,18 @@ class ConnectionDropped(Exception):
 
 
 class ResponseParser:
-    """Incremental HTTP/1.1 response parser: status and headers, then the
-    body (chunked or Content-Length), handed to `on_body(status, bytes, t)`."""
+    """Incremental HTTP/1.x response parser: status and headers (interim 1xx
+    responses skipped), then the body, framed by chunked encoding, by
+    Content-Length, or by the connection closing (RFC 9112 §6.3), handed to
+    `on_body(status, bytes, t)`."""
 
     def __init__(self, on_body: Callable[[int, bytes, float], None]):
         self.on_body = on_body
         self.status: int | None = None
+        self.version = "HTTP/1.1"
         self.headers: dict[str, str] = {}
         self.done = False
+        self.until_close = False  # neither chunked nor Content-Length: the body ends when the connection does
         self._buf = b""
         self._chunked = False
         self._remaining: int | None = None  # Content-Length left, or the current chunk's
@@ -39,10 +43,19 @@ class ResponseParser:
 
     @property
     def keep_alive(self) -> bool:
-        return self.headers.get("connection", "").lower() != "close"
+        connection = self.headers.get("connection", "").lower()
+        if self.until_close or connection == "close":
+            return False
+        return self.version != "HTTP/1.0" or connection == "keep-alive"  # HTTP/1.0 closes unless told otherwise
+
+    def connection_closed(self) -> bool:
+        """The connection ended: True when that completes the response (a close-delimited body)."""
+        if self.until_close and not self._in_head:
+            self.done = True
+        return self.done
 
     def feed(self, data: bytes, t: float) -> None:
-        if self._in_head:
+        while self._in_head:
             self._buf += data
             end = self._buf.find(b"\r\n\r\n")
             if end < 0:
@@ -51,7 +64,9 @@ class ResponseParser:
             self._buf = b""
             lines = head.split("\r\n")
             parts = lines[0].split(" ", 2)
-            self.status = int(parts[1])
+            self.version, self.status = parts[0], int(parts[1])
+            if 100 <= self.status < 200 and self.status != 101:
+                continue  # an interim response (100 Continue, 103 Early Hints): the real one follows
             for line in lines[1:]:
                 k, _, v = line.partition(":")
                 self.headers[k.strip().lower()] = v.strip()
@@ -63,6 +78,7 @@ class ResponseParser:
                 if self._remaining == 0 or self.status in (204, 304):
                     self.done = True
                     return
+                self.until_close = self._remaining is None
             if not data:
                 return
         if self._chunked:
@@ -141,7 +157,11 @@ class _Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         fut = self.finished
-        if fut is not None and not fut.done():
+        if fut is None or fut.done():
+            return
+        if self.parser is not None and exc is None and self.parser.connection_closed():
+            fut.set_result(None)  # a body delimited by the close is complete
+        else:
             fut.set_exception(ConnectionDropped("connection closed mid-response"))
 
 
@@ -153,7 +173,8 @@ class Connection:
         self.https = u.scheme == "https"
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or (443 if self.https else 80)
-        self.host_header = self.host if u.port is None else f"{self.host}:{self.port}"
+        name = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal keeps its brackets (RFC 9110 §7.2)
+        self.host_header = name if u.port is None else f"{name}:{self.port}"
         self.clock, self.connect_timeout = clock, connect_timeout
         self._proto: _Protocol | None = None
 
