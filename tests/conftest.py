@@ -99,8 +99,10 @@ def drive(url: str, **overrides) -> Run:
     import asyncio
 
     record = overrides.pop("record", None)
-    cfg = RunConfig(url=url, metrics_urls=[url + "/metrics"], gpu="none", scrape_interval=0.2, record=record, **overrides)
-    run = Run(cfg, record=record is not None)
+    keep_events = overrides.pop("keep_events", False)
+    options = {"metrics_urls": [url + "/metrics"], "gpu": "none", "scrape_interval": 0.2, **overrides}
+    cfg = RunConfig(url=url, record=record, **options)
+    run = Run(cfg, record=record is not None, keep_events=keep_events)
 
     async def main() -> int:
         await run.prepare()

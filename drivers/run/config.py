@@ -91,7 +91,8 @@ def load_api_key(env_var: str | None, key_file: str | None) -> str | None:
     only ever put in request headers: never printed, logged or recorded."""
     if key_file:
         try:
-            key = Path(key_file).read_text().strip()
+            lines = Path(key_file).read_text().splitlines()
+            key = lines[0].strip() if lines else ""  # the first line: a trailing newline or a comment below is fine
         except OSError as e:
             raise BadInput(f"--api-key-file {key_file}: {e.strerror or e}") from None
         if not key:

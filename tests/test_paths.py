@@ -1,0 +1,148 @@
+"""Paths a user takes that had no test: each fails when its behaviour is removed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.recording import Recording, read_recording
+from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.telemetry.gpu import GpuSampler
+from rampwatch.tui.sources import ReplaySource
+from tests.conftest import drive, free_port, rampwatch_cmd
+from tests.faults import run_scenario
+from tests.test_state_analysis import header, two_session_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rw(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*rampwatch_cmd(), *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def test_api_key_file_reads_its_first_line(tmp_path):
+    secret = "sk-from-a-file-123"
+    key = tmp_path / "key"
+    key.write_text(secret + "\n# the team's staging key\n")
+    with ThreadedSim(make_profile("tiny"), api_key=secret) as s:
+        ok = rw("run", s.url, "--schedule", "2k", "--output-tokens", "4", "--headless", "--gpu", "none", "--no-record",
+                "--api-key-file", str(key), env={"OPENAI_API_KEY": ""})
+        (tmp_path / "empty").write_text("\n")
+        empty = rw("run", s.url, "--headless", "--no-record", "--api-key-file", str(tmp_path / "empty"))
+        missing = rw("run", s.url, "--headless", "--no-record", "--api-key-file", str(tmp_path / "nope"))
+    assert ok.returncode == 0, ok.stderr
+    assert empty.returncode == 2 and "the file is empty" in empty.stderr
+    assert missing.returncode == 2 and "No such file" in missing.stderr
+    assert "first line" in rw("run", "--help").stdout
+
+
+def test_stagger_delays_each_session_start(sim, tmp_path):
+    run = drive(sim.url, sessions=3, stagger=0.7, schedule=[2000], output_tokens=8, record=tmp_path / "st.jsonl")
+    sent = {e.session: e.t for e in read_recording(tmp_path / "st.jsonl").events if isinstance(e, ev.RequestSent)}
+    assert run.exit_code == 0
+    assert sent["s1"] < 0.7 <= sent["s2"] < 1.4 <= sent["s3"]  # session k starts (k - 1) x 0.7 s into the run
+
+
+def test_replay_speed_scales_playback_and_is_range_checked(tmp_path):
+    src = ReplaySource(Recording(header=header(), events=two_session_run()), speed=4.0)
+    src.tick(0.5)
+    assert src.position == pytest.approx(2.0)
+    src.change_speed(1)
+    assert src.speed == 8.0
+    rec = tmp_path / "r.jsonl"
+    rec.write_text('{"type":"header","schema":1,"rampwatch_version":"0","command":[],"mode":"run","server":"s"}\n')
+    bad = rw("replay", str(rec), "--speed", "100")
+    assert bad.returncode == 2 and "--speed" in bad.stderr
+
+
+def test_several_metrics_urls_are_summed_and_kept_apart():
+    with ThreadedSim(make_profile("tiny")) as a, ThreadedSim(make_profile("tiny")) as b:
+        run = drive(a.url, schedule=[2000, 4000], output_tokens=16, metrics_urls=[a.url + "/metrics", b.url + "/metrics"],
+                    keep_events=True)
+    sources = {e.source for e in run.hub.events if isinstance(e, ev.MetricsSample)}
+    assert sources == {a.url + "/metrics", b.url + "/metrics"}
+    capacity = make_profile("tiny").kv_tokens
+    assert run.state.server.values["kv_capacity_tokens"] == 2 * capacity  # counters and sizes add up over sources
+
+
+DCGM = """# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",device="nvidia0",modelName="NVIDIA H200",Hostname="node1"} 87
+DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",device="nvidia1",modelName="NVIDIA H200",Hostname="node1"} 12
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a",device="nvidia0",modelName="NVIDIA H200",Hostname="node1"} 40960
+DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-a",device="nvidia0",modelName="NVIDIA H200",Hostname="node1"} 102400
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a",device="nvidia0",modelName="NVIDIA H200",Hostname="node1"} 512.5
+DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-a",device="nvidia0",modelName="NVIDIA H200",Hostname="node1"} 1980
+"""
+
+
+async def test_dcgm_exporter_over_http():
+    class Exporter(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = DCGM.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    got: list[ev.AnyEvent] = []
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    task = asyncio.create_task(GpuSampler(url, 0.05, got.append, lambda: 0.0).run())
+    await asyncio.sleep(0.3)
+    task.cancel()
+    server.shutdown()
+    sample = next(e for e in got if isinstance(e, ev.GpuSample))
+    g0, g1 = sample.gpus
+    assert (g0.index, g0.name, g0.util, g0.power, g0.sm_clock) == (0, "NVIDIA H200", 87.0, 512.5, 1980.0)
+    assert g0.mem_used == 40960 * 2**20 and g0.mem_total == (40960 + 102400) * 2**20 and g1.util == 12.0
+
+
+def test_reconnect_timeout_expiring_ends_the_sessions_as_gone(tmp_path):
+    def kill(holder, run):
+        from tests.faults import wait_then
+
+        wait_then(0.5, lambda h, r: h["sim"].__exit__())(holder, run)
+
+    t0 = time.monotonic()
+    out = run_scenario("gone", tmp_path, time_scale=0.1, during=kill, reconnect_timeout=2.0)
+    notices = " ".join(e.message for e in out.run.hub.events if isinstance(e, ev.Notice))
+    assert out.exit_code == 1 and "server still gone after 2s" in notices and "did not come back" in notices
+    assert out.turns_lost > 0 and time.monotonic() - t0 < 30
+    assert out.events_lost == 0
+
+
+def test_watch_follows_a_server_that_goes_and_comes_back(tmp_path):
+    rec = tmp_path / "watch.jsonl"
+    port = free_port()
+    sim = ThreadedSim(make_profile("tiny"), port=port).__enter__()
+    p = subprocess.Popen([*rampwatch_cmd(), "watch", sim.url, "--headless", "--gpu", "none", "--scrape-interval", "0.2",
+                          "--record", str(rec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        time.sleep(2.0)
+        sim.__exit__()
+        time.sleep(1.5)
+        sim = ThreadedSim(make_profile("tiny"), port=port).__enter__()
+        time.sleep(3.0)  # the scraper backs off (0.4, 0.8, 1.6 s) then finds it again
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+        sim.__exit__()
+    kinds = [type(e).__name__ for e in read_recording(rec).events if isinstance(e, (ev.MetricsSample, ev.MetricsError))]
+    first_error = kinds.index("MetricsError")
+    assert "MetricsSample" in kinds[:first_error] and "MetricsSample" in kinds[first_error:]
+    assert p.returncode == 143
