@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -146,3 +147,44 @@ def test_watch_follows_a_server_that_goes_and_comes_back(tmp_path):
     first_error = kinds.index("MetricsError")
     assert "MetricsSample" in kinds[:first_error] and "MetricsSample" in kinds[first_error:]
     assert p.returncode == 143
+
+
+def test_a_proxied_url_is_refused_in_one_line_and_no_proxy_lets_it_through(sim):
+    proxy = {"HTTP_PROXY": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9", "NO_PROXY": "", "no_proxy": ""}
+    refused = rw("run", sim.url, "--schedule", "2k", "--headless", "--gpu", "none", "--no-record", env=proxy)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "would go through the proxy http://127.0.0.1:9" in refused.stderr and "NO_PROXY" in refused.stderr
+    bypass = {**proxy, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    ok = rw("run", sim.url, "--schedule", "2k", "--output-tokens", "4", "--headless", "--gpu", "none", "--no-record", env=bypass)
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.fixture(scope="module")
+def self_signed(tmp_path_factory) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 that no default store trusts."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a self-signed certificate (apt-get install openssl)")
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = str(d / "cert.pem"), str(d / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return cert, key
+
+
+def test_tls_one_configuration_for_probes_and_stream(self_signed, tmp_path):
+    cert, key = self_signed
+    args = ["--schedule", "2k,4k", "--output-tokens", "8", "--headless", "--gpu", "none"]
+    with ThreadedSim(make_profile("tiny"), tls=(cert, key)) as s:
+        untrusted = rw("run", s.url, *args, "--no-record")
+        trusted = rw("run", s.url, *args, "--ca-bundle", cert, "--record", str(tmp_path / "ok.jsonl"))
+        insecure = rw("run", s.url, *args, "--insecure", "--record", str(tmp_path / "insecure.jsonl"))
+        missing = rw("run", s.url, *args, "--no-record", "--ca-bundle", str(tmp_path / "nope.pem"))
+    assert untrusted.returncode == 2 and "TLS certificate is not trusted" in untrusted.stderr
+    assert untrusted.stderr.count("\n") == 1 and "--ca-bundle" in untrusted.stderr
+    assert trusted.returncode == 0, trusted.stderr
+    back = read_recording(tmp_path / "ok.jsonl")
+    assert back.header.tls_verified and sum(isinstance(e, ev.TurnDone) and e.status == "ok" for e in back.events) == 2
+    assert insecure.returncode == 0 and "TLS NOT VERIFIED" in insecure.stdout
+    back = read_recording(tmp_path / "insecure.jsonl")
+    assert not back.header.tls_verified and any(isinstance(e, ev.Notice) and "NOT verified" in e.message for e in back.events)
+    assert missing.returncode == 2 and "--ca-bundle" in missing.stderr

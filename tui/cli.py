@@ -92,6 +92,10 @@ def add_server_watch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", metavar="VAR",
                    help="read the API key from this environment variable (default: OPENAI_API_KEY when set)")
     p.add_argument("--api-key-file", metavar="PATH", help="read the API key from this file (first line)")
+    p.add_argument("--ca-bundle", type=Path, metavar="PATH",
+                   help="trust these CA certificates (PEM) for https URLs, instead of certifi's bundle")
+    p.add_argument("--insecure", action="store_true",
+                   help="verify no TLS certificate (said in the header, the recording and the output)")
     p.add_argument("--headless", action="store_true", help="line output instead of the UI (for scripts and CI)")
     add_record_args(p)
 
@@ -232,6 +236,8 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         record=args.record,
         api_key=load_api_key(args.api_key_env, args.api_key_file),
         command=scrub_argv(argv),
+        ca_bundle=args.ca_bundle,
+        insecure=args.insecure,
     )
     cfg.metrics_urls = cfg.metrics_urls or [cfg.base_url + "/metrics"]
     if mode != "watch":
@@ -333,7 +339,8 @@ def _run_headless(cfg: RunConfig, record: bool) -> Run:
         path = run.recording_path
         where = f", recording to {path}" if path else ""
         info = run.info
-        modes = [m for m in ("lockstep" if cfg.lockstep else "", "one-shot baseline" if cfg.one_shot else "",
+        modes = [m for m in ("TLS NOT VERIFIED (--insecure)" if cfg.insecure else "",
+                             "lockstep" if cfg.lockstep else "", "one-shot baseline" if cfg.one_shot else "",
                              "strict needle" if cfg.strict_needle else "",
                              f"time limit {cfg.time_limit:g}s" if cfg.time_limit else "") if m]
         print(f"rampwatch {cfg.mode}: {cfg.base_url} model {info.model if info else '?'} "
@@ -520,6 +527,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
     args.url = "http://127.0.0.1"  # replaced by the child's address below
     args.metrics_url, args.gpu, args.scrape_interval, args.api_key_env, args.api_key_file = None, "auto", 0.5, None, None
+    args.ca_bundle, args.insecure = None, False
     cfg = config_from(args, "demo", argv)  # validate before starting anything
     try:
         child = ChildSim(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -48,11 +49,11 @@ class SessionRunner:
     def __init__(self, sid: str, conv: Conversation, client: httpx.AsyncClient, base_url: str,
                  headers: dict[str, str], opts: TurnOptions,
                  emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 gate: Gate | None = None, role: ev.SessionRole = "ramp"):
+                 gate: Gate | None = None, role: ev.SessionRole = "ramp", tls: ssl.SSLContext | None = None):
         self.sid, self.conv, self.client, self.headers = sid, conv, client, headers
         self.base_url = base_url.rstrip("/")
         # The streaming turns go over a connection of their own (drivers/wire.py); httpx does the rest.
-        self.conn = Connection(self.base_url, clock)
+        self.conn = Connection(self.base_url, clock, tls=tls)
         self.path = urlsplit(self.base_url).path + "/v1/chat/completions"
         self.opts, self.emit, self.clock = opts, emit, clock
         self.history: list[bytes] = []  # encoded messages, re-sent every turn

@@ -13,6 +13,8 @@ import ssl
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from rampwatch.drivers.client.tls import tls_context
+
 
 class ConnectionFailed(Exception):
     """Could not open a connection: the server is not there."""
@@ -168,7 +170,8 @@ class _Protocol(asyncio.Protocol):
 class Connection:
     """One keep-alive HTTP/1.1 connection to `base_url`, reopened when needed."""
 
-    def __init__(self, base_url: str, clock: Callable[[], float], connect_timeout: float = 10.0):
+    def __init__(self, base_url: str, clock: Callable[[], float], connect_timeout: float = 10.0,
+                 tls: ssl.SSLContext | None = None):
         u = urlsplit(base_url)
         self.https = u.scheme == "https"
         self.host = u.hostname or "127.0.0.1"
@@ -176,11 +179,12 @@ class Connection:
         name = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal keeps its brackets (RFC 9110 §7.2)
         self.host_header = name if u.port is None else f"{name}:{self.port}"
         self.clock, self.connect_timeout = clock, connect_timeout
+        self.tls = tls
         self._proto: _Protocol | None = None
 
     async def _connect(self) -> _Protocol:
         loop = asyncio.get_running_loop()
-        ctx = ssl.create_default_context() if self.https else None
+        ctx = (self.tls or tls_context()) if self.https else None
         try:
             _, proto = await asyncio.wait_for(
                 loop.create_connection(lambda: _Protocol(self.clock), self.host, self.port, ssl=ctx),

@@ -46,6 +46,7 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     one_shot: bool = False  # a fresh prompt as long as the last turn is sent after the ramp
     time_limit_s: float | None = None  # no new turn starts after this
     grace_s: float = 0.0  # a turn in flight at the limit is cancelled after this (0: it finishes)
+    tls_verified: bool = True  # False: --insecure, no certificate was checked
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):

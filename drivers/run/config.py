@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +48,8 @@ class RunConfig:
     strict_needle: bool = False  # replies re-sent with the needle's code masked: the only copy stays in turn 1
     time_limit: float | None = None  # seconds after which no new turn starts
     grace: float = 0.0  # seconds a turn in flight at the time limit may go on (0: it finishes)
+    ca_bundle: Path | None = None  # trust these certificates instead of certifi's bundle
+    insecure: bool = False  # verify no certificate (said loudly: header, recording, output)
 
     @property
     def base_url(self) -> str:
@@ -78,6 +81,29 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise BadInput(f"a duration must be longer than zero: {text!r}")
     return seconds
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy that HTTP(S)_PROXY / ALL_PROXY would send `url` through (NO_PROXY honoured), or None."""
+    proxies = urllib.request.getproxies_environment()
+    u = urlsplit(url)
+    proxy = proxies.get(u.scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass_environment(u.hostname or "", proxies):
+        return None
+    return redact_url(proxy)
+
+
+def check_direct(cfg: RunConfig) -> None:
+    """rampwatch connects directly (its streaming client has no proxy support, and
+    its probes must take the same route), so a URL the proxy variables would
+    route elsewhere is bad input, said in one line with the fix."""
+    urls = [cfg.base_url, *cfg.metrics_urls, *([cfg.gpu] if "://" in cfg.gpu else [])]
+    for url in urls:
+        proxy = proxy_for(url)
+        if proxy is not None:
+            host = urlsplit(url).hostname
+            raise BadInput(f"{redact_url(url)} would go through the proxy {proxy} (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY); "
+                           f"rampwatch connects directly: add {host} to NO_PROXY, or unset the proxy variables")
 
 
 def default_record_path(model: str, folder: Path = Path("recordings")) -> Path:

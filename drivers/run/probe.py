@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import httpx
 
 from rampwatch.drivers.client.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler
+from rampwatch.drivers.client.tls import is_untrusted
 from rampwatch.drivers.run.config import BadInput, RunConfig
 
 
@@ -26,6 +27,9 @@ async def probe(client: httpx.AsyncClient, cfg: RunConfig) -> ServerInfo:
     try:
         r = await client.get(base + "/v1/models", headers=cfg.headers(), timeout=10.0)
     except httpx.HTTPError as e:
+        if is_untrusted(e):
+            raise BadInput(f"{where}: its TLS certificate is not trusted (give its CA with --ca-bundle PATH, "
+                           "or skip verification with --insecure)") from None
         raise BadInput(f"cannot reach {where}: {type(e).__name__} (is the server up?)") from None
     if r.status_code in (401, 403):
         raise BadInput(f"{where} refused the request (HTTP {r.status_code}): check --api-key-env / --api-key-file")

@@ -16,10 +16,11 @@ import httpx
 import rampwatch.drivers as drivers
 from rampwatch.drivers.client.ramp import Calibration, Conversation
 from rampwatch.drivers.client.session import SessionRunner, TurnOptions
+from rampwatch.drivers.client.tls import TlsError, tls_context
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run.config import BadInput, RunConfig, default_record_path
+from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, default_record_path
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, probe
@@ -56,11 +57,14 @@ class Run:
         self.exit_code = 0
         self.interrupted_by: int | None = None
         self._client: httpx.AsyncClient | None = None
+        self.tls = tls_context()
 
     def _client_for(self) -> httpx.AsyncClient:
         if self._client is None:
             n = max(1, self.cfg.sessions) + 4
             self._client = httpx.AsyncClient(
+                trust_env=False,  # no proxy from the environment: the same direct route as the streams
+                verify=self.tls,
                 timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
                 limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
             )
@@ -68,6 +72,11 @@ class Run:
 
     async def prepare(self) -> None:
         cfg = self.cfg
+        check_direct(cfg)
+        try:
+            self.tls = tls_context(cfg.ca_bundle, cfg.insecure)
+        except TlsError as e:
+            raise BadInput(str(e)) from None
         client = self._client_for()
         if cfg.mode == "watch":
             info = ServerInfo(model=cfg.model or "", max_model_len=None, engine=None, engine_version=None)
@@ -120,6 +129,7 @@ class Run:
             one_shot=self.cfg.one_shot,
             time_limit_s=self.cfg.time_limit,
             grace_s=self.cfg.grace,
+            tls_verified=not self.cfg.insecure,
         )
 
     @property
@@ -136,9 +146,13 @@ class Run:
         130/143 interrupted, 3 crashed (an unexpected exception, recorded as
         RunEnded(crashed) with its one-line summary)."""
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
-        samplers = [MetricsScraper(u, cfg.scrape_interval, emit, clock, headers=cfg.headers()) for u in cfg.metrics_urls]
+        samplers = [MetricsScraper(u, cfg.scrape_interval, emit, clock, headers=cfg.headers(), verify=self.tls)
+                    for u in cfg.metrics_urls]
         background = [asyncio.create_task(s.run()) for s in samplers]
-        background.append(asyncio.create_task(GpuSampler(cfg.gpu, max(cfg.scrape_interval, 1.0), emit, clock).run()))
+        gpus = GpuSampler(cfg.gpu, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls)
+        background.append(asyncio.create_task(gpus.run()))
+        if cfg.insecure:
+            emit(ev.Notice(t=clock(), level="warn", message="TLS certificates are NOT verified (--insecure)"))
         background.append(asyncio.create_task(self._flush_loop()))
         runners: list[SessionRunner] = []
         status: ev.RunStatus = "done"
@@ -153,14 +167,14 @@ class Run:
             gate = TurnGate(self.ramp_sessions, lockstep=cfg.lockstep)
             for k in range(self.ramp_sessions):
                 r = SessionRunner(f"s{k + 1}", self.conversation(k + 1), self._client_for(), cfg.base_url, cfg.headers(),
-                                  opts, emit, clock, gate=gate)
+                                  opts, emit, clock, gate=gate, tls=self.tls)
                 runners.append(r)
                 emit(r.plan_event())
             baseline = None
             if cfg.one_shot:
                 conv = Conversation(f"{self.salt}-one-shot-{secrets.token_hex(4)}", cfg.schedule[-1:], self.calibration)
                 baseline = SessionRunner("one-shot", conv, self._client_for(), cfg.base_url, cfg.headers(), opts, emit,
-                                         clock, gate=gate, role="one-shot")
+                                         clock, gate=gate, role="one-shot", tls=self.tls)
                 emit(baseline.plan_event())
             slots = asyncio.Semaphore(cfg.concurrency or len(runners) or 1)
             tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]

@@ -395,22 +395,25 @@ class SimulatedDrop(ConnectionAbortedError):
 logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
 
 
-def uvicorn_server(app: Any) -> uvicorn.Server:
+def uvicorn_server(app: Any, tls: tuple[str, str] | None = None) -> uvicorn.Server:
+    """`tls`: (certificate, key) PEM files to serve https."""
     # Shutdown drops open streams after a second instead of waiting for them (like a crashed server).
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=3600,
-                            timeout_graceful_shutdown=1)
+                            timeout_graceful_shutdown=1, ssl_certfile=tls[0] if tls else None,
+                            ssl_keyfile=tls[1] if tls else None)
     return uvicorn.Server(config)
 
 
 class ThreadedSim:
     """A simulated server on a loopback port, in a thread of its own (tests)."""
 
-    def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0, api_key: str | None = None):
+    def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0, api_key: str | None = None,
+                 tls: tuple[str, str] | None = None):
         self.sim = SimServer(profile, faults=faults, api_key=api_key)
         self.sock = loopback_socket(port=port)
         self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn_server(self.sim.app)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.server = uvicorn_server(self.sim.app, tls)
         self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])), daemon=True)
 
     def __enter__(self) -> ThreadedSim:

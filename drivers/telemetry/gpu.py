@@ -7,6 +7,7 @@ run: a machine without NVML gets a clear 'no GPU source' state.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -110,8 +111,9 @@ class GpuSampler:
     """Samples on an interval; `source` is 'auto' (NVML if present), 'none' or a DCGM URL."""
 
     def __init__(self, source: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 nvml: Any = None):
+                 nvml: Any = None, verify: ssl.SSLContext | bool = True):
         self.source, self.interval, self.emit, self.clock = source, interval, emit, clock
+        self.verify = verify
         self.nvml = nvml  # a pynvml stand-in for tests; None: the real nvidia-ml-py
 
     async def run(self) -> None:
@@ -142,7 +144,7 @@ class GpuSampler:
 
     async def _run_dcgm(self, url: str) -> None:
         source = redact_url(url)
-        async with httpx.AsyncClient(timeout=5.0) as client:
+        async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=self.verify) as client:
             while True:
                 try:
                     r = await client.get(url)

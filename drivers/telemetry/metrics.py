@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -227,11 +228,12 @@ class MetricsScraper:
     MAX_BACKOFF = 30.0
 
     def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True):
         self.url, self.interval, self.emit, self.clock = url, interval, emit, clock
         self.source = redact_url(url)
         # A scrape slower than a few intervals is stale by the time it lands.
-        self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), headers=headers or {})
+        self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), headers=headers or {}, trust_env=False,
+                                         verify=verify)
         self._profile: Profile | None = None
 
     async def scrape_once(self) -> bool:

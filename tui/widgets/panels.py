@@ -82,6 +82,8 @@ class HeaderBar(ChangingStatic):
             t.append(f" {h.model or '?'} · {engine} · {h.server}")
         if recording:
             t.append(f"  rec {recording}", style="dim")
+        if h is not None and not h.tls_verified:
+            t.append("  TLS NOT VERIFIED", style="bold white on red")
         if state.recording_error:
             t.append(f"  {state.recording_error}", style="bold white on red")
         ended = state.ended
