@@ -58,7 +58,7 @@ async def show(app: RampwatchApp, pilot) -> None:  # noqa: ANN001
     await pilot.pause()
 
 
-@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)])
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40), (200, 60)])
 async def test_every_panel_keeps_its_place_at_64_sessions(size):
     app, _ = app_at()
     async with app.run_test(size=size) as pilot:

@@ -214,3 +214,16 @@ def test_report_screen_snapshot(snap_compare, size):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=open_report)
+
+
+async def test_a_narrow_sessions_panel_before_any_needle():
+    """100 columns is not compact, yet too narrow for the needle marks: sessions with none must still draw."""
+    from rampwatch.tui.widgets.sessions import needle_marks
+
+    assert needle_marks([], -5).plain == "" and needle_marks([True, False], -5).plain == "✗1/2"
+    app, src = replay_app(two_session_run())
+    async with app.run_test(size=(100, 30)) as pilot:
+        src.seek(1.0)  # s1 sent, nothing finished: no needle yet
+        app.refresh_panels()
+        await pilot.pause()
+        assert any(line.strip().startswith("s1") for line in sessions_text(app).splitlines())

@@ -60,6 +60,8 @@ def stall_cell(s: SessionView, now: float) -> tuple[str, bool]:
 
 def needle_marks(needles: list[bool | None], room: int) -> Text:
     """One mark per turn (✓ found, ✗ missed) when they fit, else found/asked and the last mark."""
+    if not needles:
+        return Text()  # no turn finished yet (however narrow the panel)
     if len(needles) <= room:
         out = Text()
         for n in needles:
