@@ -31,7 +31,8 @@ def _run_sync(reads: list[bytes]):
 
 async def _run(reads: list[bytes], status: int = 200):
     if status != 200:
-        return await _serve_and_stream(reads, status)
+        body = b"".join(reads)
+        return await _one_response(b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body))
     return _run_sync(reads)
 
 
@@ -115,23 +116,6 @@ async def _read_request(reader: asyncio.StreamReader) -> bytes:
     head = await reader.readuntil(b"\r\n\r\n")
     length = int([line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")][0])
     return head + await reader.readexactly(length)
-
-
-async def _serve_and_stream(body_reads: list[bytes], status: int):
-    async def handle(reader, writer):
-        await _read_request(reader)
-        body = b"".join(body_reads)
-        writer.write(b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body))
-        await writer.drain()
-        writer.close()
-
-    server, url = await _server(handle)
-    async with server:
-        conn = Connection(url, lambda: 0.0)
-        try:
-            return await stream_chat(conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b: None)
-        finally:
-            conn.close()
 
 
 async def test_stream_over_a_socket_with_chunks_split_anywhere():

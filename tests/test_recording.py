@@ -125,3 +125,17 @@ def test_header_has_no_secret_fields():
     fields = set(ev.Header.__struct_fields__)
     assert not fields & {"api_key", "authorization", "headers"}
     assert msgspec.json.decode(msgspec.json.encode(header()))["type"] == "header"
+
+
+def test_a_hub_without_state_stamps_its_recording_notices_with_the_newest_event(tmp_path):
+    """The driver process folds no state; a full disk found by a forced flush is still said at the right time."""
+    from rampwatch.drivers.run.hub import EventHub
+    from tests.faults import FlakyFile
+
+    rec = Recorder(tmp_path / "r.jsonl", ev.Header(rampwatch_version="0", command=[], mode="run", server="s"))
+    hub = EventHub(None, recorder=rec, keep_events=True)
+    hub.emit(ev.Mark(t=5.0, note="before"))
+    rec._file = FlakyFile(rec._file, full=True)
+    hub.flush(force=True)
+    notice = hub.events[-1]
+    assert isinstance(notice, ev.Notice) and notice.topic == "recording" and notice.t == 5.0

@@ -89,9 +89,11 @@ HELP = """[b]rampwatch keys[/b]
   .            step to the next event
 
 [b]panels[/b]
-  Sessions: turn k/N, context, state (prefilling shows how long), last TTFT,
-    current decode tok/s, cached share of the last prompt, needle per turn.
-  Token rate: decode tok/s per session; red cells: another session was prefilling.
+  Sessions: an aggregate line, then per session turn k/N, context, state
+    (prefilling shows how long), last TTFT, current decode tok/s, stall (red:
+    waiting for the next token now), cached share, needle per turn.
+  Decode tokens/s: per session, one cell a second; red cells: another session
+    was prefilling. With many sessions: the most affected, then p50 and min.
   Prefill in flight: elapsed wait, expected total from the last prefill rate.
   Server: KV occupancy, prefix hit rate, requests, throughput, preemptions;
     a metric the server does not expose says why.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import signal
 import sys
 from collections.abc import Callable
@@ -20,7 +19,8 @@ from rampwatch.drivers.client.ramp import ScheduleError, parse_schedule, parse_t
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.compare import compare
 from rampwatch.drivers.model import picture
-from rampwatch.drivers.model.report import COMPARE_COLUMNS, FORMATS, fmt_num, fmt_pct, render, render_comparison, summary_lines
+from rampwatch.drivers.model.analysis import Report
+from rampwatch.drivers.model.report import COMPARE_COLUMNS, FORMATS, render, render_comparison, render_curve, summary_lines
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import BadInput, RunConfig, default_record_path, load_api_key, parse_duration
 from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
@@ -442,12 +442,13 @@ def cmd_sweep(args: argparse.Namespace, argv: list[str]) -> int:
     counts: list[int] = args.sessions
     sweep_path = None if args.no_record else (args.record or default_record_path("sweep").with_suffix(".sweep.json"))
     if sweep_path is not None:
-        problem = Recorder.check_path(sweep_path) if sweep_path.parent.is_dir() or args.record else None
+        if args.record is None:
+            sweep_path.parent.mkdir(parents=True, exist_ok=True)  # the default folder; a --record folder must exist
+        problem = Recorder.check_path(sweep_path)
         if problem:
             return fail(problem)
-        sweep_path.parent.mkdir(parents=True, exist_ok=True)
     sweep = SweepFile(sessions=counts, runs=[])
-    points: list[tuple[int, RunState]] = []
+    points: list[tuple[int, Report, float | None]] = []
     for n in counts:
         args.sessions = n
         cfg = config_from(args, "run", argv)
@@ -457,7 +458,7 @@ def cmd_sweep(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"rampwatch sweep: {n} session(s)", flush=True)
         run = _run_headless(cfg, record=sweep_path is not None)
         assert run.state is not None
-        points.append((n, run.state))
+        points.append((n, build_report(run.state), run.state.preemptions_this_run()))
         if sweep_path is not None and run.recording_path is not None:
             sweep.runs.append(run.recording_path.name)
             write_sweep(sweep_path, sweep)
@@ -472,31 +473,6 @@ def cmd_sweep(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"sweep: {sweep_path}", file=sys.stderr)
     print(render_curve(points))
     return 1 if sweep.stopped and "failed" in sweep.stopped else 0
-
-
-def render_curve(points: list[tuple[int, RunState]]) -> str:
-    """Per point: last-turn TTFT slowest/fastest, decode alone/during a foreign prefill, worst stall, KV, preemptions."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="sweep: one point per session count (lockstep)", title_justify="left")
-    for c in ("sessions", "last turn TTFT slowest s", "fastest s", "decode alone tok/s", "decode during prefill tok/s",
-              "worst stall s", "KV peak", "preemptions", "status"):
-        table.add_column(c, justify="right")
-    for n, state in points:
-        rep = build_report(state)
-        last = max((t.turn for s in rep.sessions for t in s.turns if t.ttft_s is not None), default=0)
-        ttfts = [t.ttft_s for s in rep.sessions for t in s.turns if t.turn == last and t.ttft_s is not None]
-        i = rep.interference
-        worst = max((t.gap_max_s for s in rep.sessions for t in s.turns if t.gap_max_s is not None), default=None)
-        pre = state.preemptions_this_run()
-        table.add_row(str(n), fmt_num(max(ttfts, default=None), ".2f"), fmt_num(min(ttfts, default=None), ".2f"),
-                      fmt_num(i.decode_tok_s_alone_median, ".1f"), fmt_num(i.decode_tok_s_during_foreign_prefill_median, ".1f"),
-                      fmt_num(worst, ".2f"), fmt_pct(rep.server.kv_peak), "-" if pre is None else f"{pre:.0f}",
-                      rep.run.status or "-")
-    console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
-    console.print(table)
-    return console.file.getvalue()  # type: ignore[attr-defined]
 
 
 def cmd_report(args: argparse.Namespace) -> int:

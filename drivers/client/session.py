@@ -52,7 +52,7 @@ class SessionRunner:
                  gate: Gate | None = None, role: ev.SessionRole = "ramp", tls: ssl.SSLContext | None = None):
         self.sid, self.conv, self.client, self.headers = sid, conv, client, headers
         self.base_url = base_url.rstrip("/")
-        # The streaming turns go over a connection of their own (drivers/wire.py); httpx does the rest.
+        # The streaming turns go over a connection of their own (drivers/client/wire.py); httpx does the rest.
         self.conn = Connection(self.base_url, clock, tls=tls)
         self.path = urlsplit(self.base_url).path + "/v1/chat/completions"
         self.opts, self.emit, self.clock = opts, emit, clock

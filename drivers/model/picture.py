@@ -224,11 +224,15 @@ def ttft_chart_svg(state: RunState) -> str:
 def run_svg(series: Series) -> str:
     """The timeline with the TTFT chart beneath, as one SVG."""
     top, chart = timeline_svg(series), ttft_chart_svg(series.state)
-    h1 = int(top.split('height="', 1)[1].split('"', 1)[0])
-    h2 = int(chart.split('height="', 1)[1].split('"', 1)[0])
+    h1, h2 = _height(top), _height(chart)
     width = 1400
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h1 + h2 + 20}" viewBox="0 0 {width} {h1 + h2 + 20}">'
             f'<rect width="100%" height="100%" fill="white"/>{top}<g transform="translate(0,{h1 + 20})">{chart}</g></svg>')
+
+
+def _height(svg: str) -> int:
+    """The height an <svg> element above declares (its first attribute of that name)."""
+    return int(svg.split('height="', 1)[1].split('"', 1)[0])
 
 
 def _page(title: str, body: str) -> str:

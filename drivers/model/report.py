@@ -177,3 +177,24 @@ def render_comparison(cmp: Comparison, fmt: str, width: int = 200) -> str:
     for n in cmp.notes:
         console.print(f"note: {n}")
     return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def render_curve(points: list[tuple[int, Report, float | None]]) -> str:
+    """A sweep's curve, one row per (session count, its report, preemptions): last-turn TTFT
+    slowest/fastest, decode alone/during a foreign prefill, worst stall, KV peak, how it ended."""
+    table = Table(title="sweep: one point per session count (lockstep)", title_justify="left")
+    for c in ("sessions", "last turn TTFT slowest s", "fastest s", "decode alone tok/s", "decode during prefill tok/s",
+              "worst stall s", "KV peak", "preemptions", "status"):
+        table.add_column(c, justify="right")
+    for n, rep, preempted in points:
+        rows = [t for s in rep.sessions for t in s.turns]
+        last = max((t.turn for t in rows if t.ttft_s is not None), default=0)
+        ttfts = [t.ttft_s for t in rows if t.turn == last and t.ttft_s is not None]
+        worst = max((t.gap_max_s for t in rows if t.gap_max_s is not None), default=None)
+        i = rep.interference
+        table.add_row(str(n), fmt_num(max(ttfts, default=None), ".2f"), fmt_num(min(ttfts, default=None), ".2f"),
+                      fmt_num(i.decode_tok_s_alone_median, ".1f"), fmt_num(i.decode_tok_s_during_foreign_prefill_median, ".1f"),
+                      fmt_num(worst, ".2f"), fmt_pct(rep.server.kv_peak), fmt_num(preempted, ".0f"), rep.run.status or "-")
+    console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
+    console.print(table)
+    return console.file.getvalue()  # type: ignore[attr-defined]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, hit_rate, new_tokens, turn_line
+from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, hit_rate, prefill_tok_s, turn_line
 from rampwatch.drivers.telemetry.metrics import MAX_FIELDS
 
 SessionState = Literal["queued", "prefilling", "decoding", "idle", "failed", "done", "cancelled"]
@@ -26,7 +26,7 @@ LOG_LEN = 500
 HISTORY_LEN = 1800
 RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
 
-# Normalized counters (drivers/metrics.py) that analysis takes deltas of.
+# Normalized counters (drivers/telemetry/metrics.py) that analysis takes deltas of.
 COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed", "generation_tokens", "preemptions")
 
 
@@ -276,9 +276,9 @@ class RunState:
             if rec.prompt_tokens is not None:
                 s.last_prompt_tokens = rec.prompt_tokens
             s.tokens_per_chunk = rec.tokens_per_chunk
-            ttft = rec.ttft
-            if ttft and rec.prompt_tokens is not None:
-                self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = new_tokens(rec) / ttft
+            rate = prefill_tok_s(rec)
+            if rate:
+                self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = rate
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = e.t
         s.current, s.last_done = None, rec

@@ -83,6 +83,12 @@ def new_tokens(rec: TurnRecord) -> int:
     return rec.new_tokens_est
 
 
+def prefill_tok_s(rec: TurnRecord) -> float | None:
+    """Prefill rate on the new tokens = (prompt - cached) / TTFT, once the server reported the prompt."""
+    ttft = rec.ttft
+    return new_tokens(rec) / ttft if ttft and rec.prompt_tokens is not None else None
+
+
 def counter_delta(rec: TurnRecord, key: str) -> float | None:
     a, b = rec.counters_at_sent.get(key), rec.counters_at_done.get(key)
     return None if a is None or b is None else b - a
@@ -169,17 +175,14 @@ class TurnRow(msgspec.Struct):
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
-    prompt = rec.prompt_tokens
-    new = new_tokens(rec)
-    ttft = rec.ttft
     gaps = gap_stats(rec.gaps_alone + rec.gaps_during)
     return TurnRow(
         turn=rec.turn,
-        context_tokens=prompt if prompt is not None else rec.target,
-        new_tokens=new,
+        context_tokens=rec.prompt_tokens if rec.prompt_tokens is not None else rec.target,
+        new_tokens=new_tokens(rec),
         cached_tokens=rec.cached_tokens,
-        ttft_s=ttft,
-        prefill_tok_s=(new / ttft) if ttft and prompt is not None else None,
+        ttft_s=rec.ttft,
+        prefill_tok_s=prefill_tok_s(rec),
         decode_tok_s=decode_tok_s(rec.tokens, rec.first_t, rec.last_t),
         output_tokens=rec.tokens,
         hit_rate=hit_rate(rec),

@@ -36,9 +36,11 @@ class EventHub:
         self.events: list[ev.AnyEvent] = []
         self.keep_events = keep_events
         self.listeners: list[Callable[[ev.AnyEvent], None]] = []
+        self.t = 0.0  # the newest event's time: when the hub's own notices happened
         self._recording_error: str | None = None
 
     def emit(self, e: ev.AnyEvent) -> None:
+        self.t = max(self.t, e.t)
         if self.keep_events:
             self.events.append(e)
         if self.state is not None:
@@ -57,7 +59,7 @@ class EventHub:
         """Write what is pending (`force`: retry a failed disk now, e.g. before the run's last event)."""
         if self.recorder is not None:
             self.recorder.flush(force)
-            self._check_recorder(self.state.t if self.state is not None else 0.0)
+            self._check_recorder(self.t)
 
     def _check_recorder(self, t: float) -> None:
         """Say it loudly, once, when the recording stops or comes back."""

@@ -143,8 +143,18 @@ class DriverProcess:
     def _on_eof(self) -> None:
         """The driver closed its end: it finished, or it died."""
         self._eof = True
-        if self.state.ended is None:
-            self._reap(wait=5.0)
+        self._await_exit(time.monotonic() + 5.0)
+
+    def _await_exit(self, deadline: float) -> None:
+        """On the UI loop, without blocking it: once the driver has exited (or,
+        still there at the deadline, been killed), say it crashed unless it ended."""
+        assert self.proc is not None
+        if self.state.ended is not None:
+            return
+        if self.proc.poll() is None and time.monotonic() < deadline:
+            asyncio.get_running_loop().call_later(0.05, self._await_exit, deadline)
+            return
+        self._reap(wait=0.0)
 
     def _reap(self, wait: float) -> None:
         """Wait for the driver to exit; if it ended without RunEnded, say it crashed."""
