@@ -90,7 +90,7 @@ async def test_killing_the_driver_shows_crashed_in_the_ui_and_the_recording(tmp_
             await pilot.pause(0.3)
             shown = screen_text(app)
             await pilot.press("q")
-        code = await asyncio.to_thread(source.stop)
+        code = source.stop()  # on the loop's thread, as the app does once it has quit
     assert code == 3
     assert "crashed" in shown and "killed by SIGKILL" in shown
     back = read_recording(rec)
@@ -109,7 +109,7 @@ async def test_quitting_the_ui_stops_the_driver_and_records_cancelled_turns(tmp_
             await pilot.press("m")
             await pilot.pause(0.2)
             await pilot.press("q")
-        code = await asyncio.to_thread(source.stop)
+        code = source.stop()  # on the loop's thread, as the app does once it has quit
     assert code == 130 and driver.proc.returncode == 130
     back = read_recording(rec)
     assert isinstance(back.events[-1], ev.RunEnded) and back.events[-1].status == "interrupted"
@@ -175,7 +175,7 @@ async def test_a_session_task_that_raises_in_the_driver_process_shows_crashed(tm
             await pilot.pause(0.3)
             shown = screen_text(app)
             await pilot.press("q")
-        code = await asyncio.to_thread(source.stop)
+        code = source.stop()  # on the loop's thread, as the app does once it has quit
     assert code == 3 and driver.proc.returncode == 3
     assert "CRASHED: RuntimeError: boom in a session task" in shown
     end = read_recording(rec).events[-1]
@@ -213,7 +213,7 @@ async def test_a_hung_driver_is_shown_silent_and_killed_at_stop(tmp_path):
             await wait_for(lambda: "driver silent" in source.mode(), timeout=10)
             await pilot.pause(0.3)
             shown = app.query_one(HeaderBar).shown.plain
-        code = await asyncio.to_thread(source.driver.stop, None, 1.0)
+        code = source.driver.stop(None, 1.0)
     assert "driver silent" in shown
     assert code == 3
     end = read_recording(rec).events[-1]

@@ -64,6 +64,7 @@ class DriverProcess:
         self._received = 0  # event lines received
         self._transport: asyncio.ReadTransport | None = None
         self._eof = False
+        self._stopping = False  # stop() owns the driver and its pipe from here: the UI loop neither reads nor reaps
         self._heard = time.monotonic()  # when the driver last said anything
 
     # -- starting ----------------------------------------------------------------
@@ -114,7 +115,8 @@ class DriverProcess:
 
         class _Reader(asyncio.Protocol):
             def data_received(self, data: bytes) -> None:
-                owner._splitter.feed(data)
+                if not owner._stopping:
+                    owner._splitter.feed(data)
 
             def eof_received(self) -> bool:
                 owner._on_eof()
@@ -149,7 +151,7 @@ class DriverProcess:
         """On the UI loop, without blocking it: once the driver has exited (or,
         still there at the deadline, been killed), say it crashed unless it ended."""
         assert self.proc is not None
-        if self.state.ended is not None:
+        if self.state.ended is not None or self._stopping:
             return
         if self.proc.poll() is None and time.monotonic() < deadline:
             asyncio.get_running_loop().call_later(0.05, self._await_exit, deadline)
@@ -215,6 +217,7 @@ class DriverProcess:
         loop is done."""
         if self.proc is None:
             return EXIT_CRASHED
+        self._stopping = True
         if self.state.ended is None:
             self._send(pipe.Stop(signal=sig))
         if self._transport is not None:
