@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
@@ -42,8 +44,8 @@ def _vllm_python() -> Path | None:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory):
-    """A real vLLM CPU server with a tiny random-weight Llama generated here.
+def tiny_model(tmp_path_factory) -> tuple[Path, Path]:
+    """(vLLM's python, a tiny random-weight Llama generated here).
 
     Skips loudly without the vLLM virtualenv (.ci/setup_vllm.sh builds it);
     under CI (RAMPWATCH_REQUIRE_VLLM=1) a missing server fails instead."""
@@ -55,13 +57,20 @@ def vllm_server(tmp_path_factory):
         pytest.skip(msg)
     model = tmp_path_factory.mktemp("tiny-llama")
     subprocess.run([str(py), str(HERE / "make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=300)
+    return py, model
+
+
+@contextlib.contextmanager
+def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str):
+    """A real vLLM CPU server on a free loopback port serving the tiny model as 'tiny'; yields its URL."""
+    py, model = tiny_model
     port = free_port()
-    log = open(tmp_path_factory.mktemp("vllm-log") / "server.log", "w")
+    log = open(logs / f"server-{port}.log", "w")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen(
         [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "tiny",
          "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "40000", "--dtype", "bfloat16",
-         "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-batched-tokens", "512"],
+         "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-batched-tokens", "512", *extra],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
@@ -87,6 +96,37 @@ def vllm_server(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model, tmp_path_factory):
+    """A real vLLM CPU server with a tiny random-weight Llama generated here."""
+    with vllm(tiny_model, tmp_path_factory.mktemp("vllm-log")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def vllm_replica(tiny_model, vllm_server, tmp_path_factory):
+    """A second real vLLM CPU server with the same model: with vllm_server, two replicas."""
+    with vllm(tiny_model, tmp_path_factory.mktemp("vllm-replica-log")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def vllm_pd(tiny_model, tmp_path_factory):
+    """A real vLLM prefill/decode pair: the prefill server saves each prompt's KV
+    with vLLM's bundled ExampleConnector, the decode server loads it (a shared
+    directory). On this CPU build a prompt must fit one step (ENGINES.md §1.8):
+    16K context and a 16K step budget on both. Yields (prefill URL, decode URL)."""
+    kv = tmp_path_factory.mktemp("pd-kv")
+    logs = tmp_path_factory.mktemp("vllm-pd-log")
+
+    def role(name: str) -> tuple[str, ...]:
+        conf = {"kv_connector": "ExampleConnector", "kv_role": name, "kv_connector_extra_config": {"shared_storage_path": str(kv)}}
+        return ("--max-model-len", "16384", "--max-num-batched-tokens", "16384", "--kv-transfer-config", json.dumps(conf))
+
+    with vllm(tiny_model, logs, *role("kv_producer")) as prefill, vllm(tiny_model, logs, *role("kv_consumer")) as decode:
+        yield prefill, decode
 
 
 def rampwatch_cmd() -> list[str]:

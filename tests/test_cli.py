@@ -60,10 +60,11 @@ def test_report_reproduces_the_live_numbers(recorded):
 def test_report_json_schema(recorded):
     _, out = recorded
     rep = json.loads(rw("report", str(out), "--format", "json").stdout)
-    assert set(rep) == {"run", "sessions", "interference", "server", "turn_spread", "ttft_ratio_median", "one_shot"}
+    assert set(rep) == {"run", "sessions", "interference", "server", "turn_spread", "ttft_ratio_median", "one_shot",
+                        "servers", "servers_total", "roles"}
     assert set(rep["run"]) == {"schema", "rampwatch_version", "server", "model", "engine", "started_at", "sessions",
                                "status", "lockstep", "needle_mode", "one_shot", "time_limit_s"}
-    assert rep["run"]["schema"] == 2 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 3 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {"turn", "context_tokens", "new_tokens", "cached_tokens", "ttft_s", "prefill_tok_s", "decode_tok_s",
                  "output_tokens", "hit_rate", "kv_peak", "needle", "error", "gap_p50_s", "gap_p99_s", "gap_max_s",
@@ -83,6 +84,12 @@ def test_report_json_schema(recorded):
     assert set(rep["interference"]) == {"decode_tok_s_alone_median", "decode_tok_s_during_foreign_prefill_median",
                                         "overlapping_turns", "gaps_alone", "gaps_during_foreign_prefill"}
     assert set(rep["server"]) == {"kv_peak", "hit_rate_last_turn"}
+    server_keys = {"name", "role", "engine", "answered_s", "prompt_tokens", "prompt_computed_tokens", "prefix_query_tokens",
+                   "prefix_hit_tokens", "generation_tokens", "preemptions", "hit_rate", "prefill_tok_s", "decode_tok_s",
+                   "kv_peak", "kv_capacity_tokens", "last_error"}
+    assert len(rep["servers"]) == 1 and set(rep["servers"][0]) == server_keys and rep["servers"][0]["role"] == "both"
+    assert rep["servers_total"]["generation_tokens"] == rep["servers"][0]["generation_tokens"] > 0
+    assert [r["name"] for r in rep["roles"]] == ["both"]
     for spread in rep["turn_spread"]:
         assert set(spread) == {"turn", "slowest_ttft_s", "fastest_ttft_s", "ratio"} and spread["ratio"] >= 1
 

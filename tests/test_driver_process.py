@@ -20,6 +20,7 @@ from rampwatch.drivers.client import session
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.run.config import BadInput, RunConfig
+from rampwatch.drivers.run import pipe
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.server import ThreadedSim, make_profile
@@ -218,3 +219,19 @@ async def test_a_hung_driver_is_shown_silent_and_killed_at_stop(tmp_path):
     assert code == 3
     end = read_recording(rec).events[-1]
     assert isinstance(end, ev.RunEnded) and end.status == "crashed" and "hung" in (end.error or "")
+
+
+def test_the_ui_keeps_only_the_lines_the_recording_lacks_and_restores_them(tmp_path):
+    """The UI's copy of the stream is trimmed to what the driver has not yet written (so it stays
+    small over hours), and after a crash exactly the missing lines are appended, in order."""
+    rec = tmp_path / "partial.jsonl"
+    driver = DriverProcess(config("http://127.0.0.1:9", rec))
+    driver.recording = rec
+    lines = [pipe.encode(ev.Mark(t=float(i), note=f"m{i}")) for i in range(3000)]
+    rec.write_bytes(b'{"type":"header"}\n' + b"\n".join(lines[:2500]) + b"\n" + lines[2500][:7])  # a torn last line
+    for line in lines:
+        driver._on_line(line)
+    assert len(driver._unwritten) <= 3000 - 2048 and driver._unwritten_first >= 2048
+    driver._complete_recording(ev.RunEnded(t=3000.0, status="crashed", exit_code=3, error="killed"))
+    back = rec.read_bytes().splitlines()
+    assert back[1:3001] == lines and back[-1] == pipe.encode(ev.RunEnded(t=3000.0, status="crashed", exit_code=3, error="killed"))

@@ -97,9 +97,63 @@ def test_hit_rate_from_counter_deltas_without_usage():
 def test_counter_reset_skips_the_interval():
     s = fold([metrics(0, prefix_queries=1000, prefix_hits=500), metrics(1, prefix_queries=10, prefix_hits=5),
               metrics(2, prefix_queries=110, prefix_hits=55)])
-    # The restart interval adds nothing; afterwards deltas resume.
-    assert s.counters()["prefix_queries"] == 1100
+    # The restart interval adds nothing; afterwards deltas resume (counters read as growth since the first answer).
+    assert s.counters()["prefix_queries"] == 100
     assert s.hit_rate_since_start() == pytest.approx(50 / 100)
+
+
+def sample(t: float, source: str, **values: float) -> ev.MetricsSample:
+    return ev.MetricsSample(t=t, source=source, engine="vllm", values=values)
+
+
+def test_a_server_that_answers_late_adds_none_of_its_history():
+    """Server b first answers 30 s into the run, with a day of traffic behind it:
+    the since-start figures count only what it did after it answered."""
+    a = [sample(t, "a", prefix_queries=1000 + 100 * t, prefix_hits=500 + 50 * t, generation_tokens=10 * t, running=1)
+         for t in range(0, 61, 10)]
+    b = [sample(t, "b", prefix_queries=9e6 + 100 * t, prefix_hits=8.9e6 + 90 * t, generation_tokens=5e6 + 20 * t, running=2)
+         for t in range(30, 61, 10)]
+    s = fold(sorted(a + b, key=lambda e: e.t))
+    # a: 6000 queries, 3000 hits, 600 generated; b from t=30: 3000 queries, 2700 hits, 600 generated.
+    assert s.counters() == {"prefix_queries": 9000, "prefix_hits": 5700, "generation_tokens": 1200}
+    assert s.hit_rate_since_start() == pytest.approx(5700 / 9000)
+    assert s.endpoints["b"].hit_rate_since_start() == pytest.approx(0.9)
+    assert s.endpoints["b"].first_sample_t == 30
+    assert s.server.values["running"] == 3
+    assert s.server.rates["generation_tokens"] == pytest.approx(30.0)  # 10 + 20 tokens/s
+    without_b = fold(a)
+    assert s.counters()["generation_tokens"] - without_b.counters()["generation_tokens"] == 600
+
+
+def test_kv_usage_over_endpoints_is_the_share_of_all_pools_and_fits_is_per_engine():
+    s = fold([
+        ev.SessionPlanned(t=0, session="s1", schedule=[100_000], salt="a", endpoint="a"),
+        ev.SessionPlanned(t=0, session="s2", schedule=[200_000], salt="b", endpoint="b"),
+        ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=100_000, new_tokens_est=100_000, body_bytes=1),
+        ev.RequestSent(t=0.1, session="s2", turn=1, target_tokens=200_000, new_tokens_est=200_000, body_bytes=1),
+        # b runs two data-parallel engines of 500K tokens each: "fits" divides one engine's pool.
+        sample(1, "a", kv_usage=0.5, kv_capacity_tokens=1_000_000, kv_engine_tokens=1_000_000),
+        sample(1, "b", kv_usage=0.1, kv_capacity_tokens=1_000_000, kv_engine_tokens=500_000),
+    ])
+    assert s.server.values["kv_usage"] == pytest.approx(0.3)
+    assert s.server.values["kv_capacity_tokens"] == 2_000_000
+    assert s.kv_fits_sequences() == 2  # b: 500K / 200K; a would fit 10
+
+
+def test_a_split_deployment_says_where_a_turn_is():
+    h = header()
+    h.endpoints = [ev.Endpoint(name="p", role="prefill"), ev.Endpoint(name="d", role="decode")]
+    s = RunState(h)
+    for e in [ev.SessionPlanned(t=0, session="s1", schedule=[1000], salt="a"),
+              ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=1),
+              sample(0.2, "p", running=1, waiting=0), sample(0.2, "d", running=0, waiting=0)]:
+        s.apply(e)
+    assert s.turn_place(s.sessions["s1"]) == ("prefill", "p")
+    s.apply(sample(0.3, "p", running=0, waiting=0))
+    s.apply(sample(0.3, "d", running=0, waiting=1))
+    assert s.turn_place(s.sessions["s1"]) == ("transfer", "d")
+    s.apply(ev.FirstToken(t=0.4, session="s1", turn=1))
+    assert s.turn_place(s.sessions["s1"]) == ("decode", "d")
 
 
 def test_unavailable_metric_stays_unavailable():

@@ -5,6 +5,12 @@ simulated engine (test_sim.py); everything else is checked here."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import threading
+import time
+from urllib.parse import urlsplit
+
 import httpx
 import pytest
 
@@ -13,7 +19,9 @@ from rampwatch.drivers.telemetry.metrics import _LINE, _labels, normalize
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE, scale_schedule
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.model.state import RunState
-from tests.conftest import drive
+from rampwatch.drivers.sim.server import ThreadedServer
+from rampwatch.drivers.sim.topology import PdProxy
+from tests.conftest import drive, rampwatch_cmd
 
 pytestmark = pytest.mark.vllm
 
@@ -34,12 +42,40 @@ def ttft_histogram(text: str) -> tuple[float, float, dict[float, float]]:
     return total, count, buckets
 
 
+class LoopbackNoise:
+    """While the run goes, the slowest answer to GET /health from the same server: how late this
+    shared machine (another process loading the CPU included) can deliver a ready response."""
+
+    def __init__(self, url: str):
+        self.url, self.worst, self._stop = url, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._measure, daemon=True)
+
+    def _measure(self) -> None:
+        with httpx.Client() as c:
+            while not self._stop.wait(0.1):
+                t0 = time.perf_counter()
+                try:
+                    c.get(self.url + "/health", timeout=10)
+                except httpx.HTTPError:
+                    continue
+                self.worst = max(self.worst, time.perf_counter() - t0)
+
+    def __enter__(self) -> LoopbackNoise:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def test_two_session_ramp_against_vllm(vllm_server, tmp_path):
     url = vllm_server
     before = ttft_histogram(httpx.get(url + "/metrics").text)
     schedule = scale_schedule(SEED_SCHEDULE, 32_768)
     rec = tmp_path / "vllm.jsonl"
-    run = drive(url, sessions=2, schedule=schedule, output_tokens=64, ignore_eos=True, record=rec)
+    with LoopbackNoise(url) as noise:
+        run = drive(url, sessions=2, schedule=schedule, output_tokens=64, ignore_eos=True, record=rec)
     after_text = httpx.get(url + "/metrics").text
     after = ttft_histogram(after_text)
     assert run.exit_code == 0
@@ -68,7 +104,10 @@ def test_two_session_ramp_against_vllm(vllm_server, tmp_path):
         # Every client TTFT >= its server TTFT, so no more client than server observations under any bound.
         assert server_le >= sum(1 for t in client if t <= le), le
     assert sum(client) >= server_sum
-    assert sum(client) - server_sum < 0.05 * server_sum + 0.050 * len(client), (sum(client), server_sum)
+    # The client's clock may run past the server's by its delivery: 50 ms a turn on a quiet machine, plus the
+    # slowest loopback answer measured alongside (a loaded CPU delays every delivery alike).
+    margin = 0.05 * server_sum + len(client) * (0.050 + noise.worst)
+    assert sum(client) - server_sum < margin, (sum(client), server_sum, noise.worst)
 
     i = rep.interference
     assert i.overlapping_turns > 0
@@ -113,3 +152,51 @@ def test_lockstep_one_shot_strict_needle_against_vllm(vllm_server, tmp_path):
         done = max(e.t for e in events if type(e).__name__ == "TurnDone" and e.turn == turn - 1 and e.session != "one-shot")
         assert sent >= done
     assert len(rep.turn_spread) == 10
+
+
+def test_two_vllm_replicas_behind_rampwatchs_own_spreading(vllm_server, vllm_replica, tmp_path):
+    """`rampwatch run URL1 URL2 --sessions 4`: two sessions on each real server, each server its own row."""
+    rec = tmp_path / "replicas.jsonl"
+    p = subprocess.run([*rampwatch_cmd(), "run", vllm_server, vllm_replica, "--sessions", "4", "--scale-to", "8k",
+                        "--output-tokens", "16", "--ignore-eos", "--gpu", "none", "--headless", "--record", str(rec)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rep = json.loads(subprocess.run([*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert [s["summary"]["reached_turn"] for s in rep["sessions"]] == [10] * 4
+    names = [urlsplit(u).netloc for u in (vllm_server, vllm_replica)]
+    assert [s["name"] for s in rep["servers"]] == names or sorted(s["name"] for s in rep["servers"]) == sorted(names)
+    planned = [e.endpoint for e in read_recording(rec).events if type(e).__name__ == "SessionPlanned"]
+    assert planned == [names[0], names[1]] * 2
+    # Each real server generated exactly its two sessions' tokens, and the total is their sum.
+    for s in rep["servers"]:
+        assert s["engine"] == "vllm" and s["generation_tokens"] == 2 * 10 * 16, s
+        assert s["hit_rate"] is not None and s["hit_rate"] > 0.5
+    assert rep["servers_total"]["generation_tokens"] == 4 * 10 * 16
+    assert rep["servers_total"]["prompt_tokens"] == sum(s["prompt_tokens"] for s in rep["servers"])
+
+
+def test_a_real_prefill_decode_pair_behind_rampwatchs_proxy(vllm_pd, tmp_path):
+    """Two real vLLM servers sharing KV through ExampleConnector, rampwatch's prefill/decode proxy in
+    front (the one `rampwatch sim --pd` uses): each role its own row, the decode server's prompts cached."""
+    prefill, decode = vllm_pd
+    rec = tmp_path / "pd.jsonl"
+    with ThreadedServer(PdProxy(prefill, decode).app) as proxy:
+        p = subprocess.run([*rampwatch_cmd(), "run", proxy.url, "--metrics-url", f"prefill:p={prefill}/metrics",
+                            "--metrics-url", f"decode:d={decode}/metrics", "--sessions", "1", "--scale-to", "12k",
+                            "--output-tokens", "16", "--ignore-eos", "--gpu", "none", "--headless", "--record", str(rec)],
+                           capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rep = json.loads(subprocess.run([*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True,
+                                    text=True, check=True).stdout)
+    turns = rep["sessions"][0]["turns"]
+    assert [t["turn"] for t in turns] == list(range(1, 11)) and not any(t["error"] for t in turns)
+    by_role = {s["role"]: s for s in rep["servers"]}
+    pre, dec = by_role["prefill"], by_role["decode"]
+    assert (pre["name"], dec["name"]) == ("p", "d")
+    assert pre["generation_tokens"] == 10 and dec["generation_tokens"] == 10 * 16  # prefill: max_tokens 1 a turn
+    # The decode server loaded each prompt's KV from the prefill server's copy: nearly all of it cached.
+    for t in turns:
+        assert t["cached_tokens"] >= 0.9 * t["context_tokens"], t
+    assert dec["prompt_computed_tokens"] < 0.1 * pre["prompt_computed_tokens"]
+    assert rep["servers_total"]["generation_tokens"] == pre["generation_tokens"] + dec["generation_tokens"]

@@ -231,12 +231,16 @@ class RampwatchApp(App[int]):
         """Fix the panels' heights for this many sessions: set when the count
         changes, never recomputed from content on a tick."""
         n = len(state.sessions)
-        if (n, len(state.gpus)) == self._sessions_laid_out:
+        endpoints = sum(1 for ep in state.endpoints.values() if ep.last_sample_t is not None)
+        if (n, len(state.gpus), endpoints) == self._sessions_laid_out:
             return
-        self._sessions_laid_out = (n, len(state.gpus))
+        self._sessions_laid_out = (n, len(state.gpus), endpoints)
         compact = self.screen.has_class("-compact")
+        if not compact:  # one endpoint: 8 lines and a note; more: KV, history, capacity, hit, a head, a row each, the total
+            self.query_one(ServerPanel).styles.height = 11 if endpoints <= 1 else max(11, 4 + endpoints + 2 + 2)
         frame = 1 if compact else 2  # compact panels have a top rule only
-        gpus = max(2, min(8, len(state.gpus))) + frame
+        gpu_rows = len(state.gpu_nodes()) if compact else len(state.gpus)  # compact: a line per node
+        gpus = max(2, min(8, gpu_rows)) + frame
         # Rows left for Sessions, Prefill in flight and the decode chart, beside
         # the header, events, footer (and in compact form the server and GPUs).
         fixed = 1 + (4 if compact else 9) + 1 + (self._position is not None) + (4 + gpus if compact else 0)

@@ -22,13 +22,15 @@ from rampwatch.drivers.model import picture
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.report import COMPARE_COLUMNS, FORMATS, render, render_comparison, render_curve, summary_lines
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run.config import BadInput, RunConfig, default_record_path, load_api_key, parse_duration
+from rampwatch.drivers.run.config import BadInput, RunConfig, default_record_path, load_api_key, parse_duration, parse_pin
 from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
 from rampwatch.drivers.run.recording import Recorder, Recording, RecordingError, read_recording
 from rampwatch.drivers.run.runner import EXIT_CRASHED, Run
 from rampwatch.drivers.run.sweep import SweepFile, read_sweep, why_stop, write_sweep
 from rampwatch.drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
 from rampwatch.drivers.sim.server import loopback_socket
+from rampwatch.drivers.sim.gpus import DCGM_PATH
+from rampwatch.drivers.sim.topology import Topology
 from rampwatch.tui.headless import HeadlessPrinter
 
 EXIT_BAD_INPUT = 2
@@ -83,10 +85,13 @@ def add_record_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_server_watch_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metrics-url", action="append", default=None, metavar="URL",
-                   help="Prometheus endpoint to scrape (repeatable; default URL/metrics)")
-    p.add_argument("--gpu", default="auto", metavar="auto|none|URL",
-                   help="GPU source: auto = NVML when present, none, or a dcgm-exporter /metrics URL (default auto)")
+    p.add_argument("--metrics-url", action="append", default=None, metavar="[ROLE:][NAME=]URL",
+                   help="a /metrics endpoint to scrape, repeatable: NAME labels it (default host:port), ROLE is "
+                        "prefill, decode or both (default); e.g. prefill:p0=http://10.0.0.1:8000/metrics "
+                        "(default: each server's URL/metrics)")
+    p.add_argument("--gpu", action="append", default=None, metavar="auto|none|URL",
+                   help="GPU source: auto = NVML when present, none, or a dcgm-exporter /metrics URL; repeatable, one "
+                        "URL per node (GPUs are labelled by the exporter's Hostname, else the URL's host) (default auto)")
     p.add_argument("--scrape-interval", type=_positive_float, default=0.5, metavar="S",
                    help="seconds between /metrics scrapes (default 0.5)")
     p.add_argument("--api-key-env", metavar="VAR",
@@ -151,6 +156,26 @@ def add_ramp_args(p: argparse.ArgumentParser, sessions_default: int = 1, lockste
                    help="with --time-limit: cancel turns still in flight S seconds after the limit (default 0: let them finish)")
 
 
+def _topology(text: str) -> str:
+    try:
+        Topology.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def add_topology_arg(p: argparse.ArgumentParser, flag: str) -> None:
+    p.add_argument(flag, type=_topology, default="single", metavar="single|replicas:N|pd",
+                   help="simulated deployment: one engine (default), N replicas the sessions are spread over, or a "
+                        "prefill/decode split behind a proxy (each engine with its own /metrics)")
+
+
+def add_pin_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pin", action="append", default=[], metavar="SESSION=URL",
+                   help="send a session's turns to one of the servers (its URL or name), e.g. s1=http://10.0.0.2:8000 "
+                        "(repeatable; the others go round-robin)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="rampwatch",
@@ -159,20 +184,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rampwatch {drivers.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("run", help="drive ramps against a server and watch them live")
-    p.add_argument("url", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8000")
+    p = sub.add_parser("run", help="drive ramps against one or more servers and watch them live")
+    p.add_argument("url", metavar="URL", nargs="+",
+                   help="server base URL, e.g. http://127.0.0.1:8000; several: sessions are spread over them round-robin")
     add_ramp_args(p)
+    add_pin_arg(p)
     add_server_watch_args(p)
 
-    p = sub.add_parser("watch", help="watch a server's metrics and GPUs without sending traffic")
-    p.add_argument("url", metavar="URL", help="server base URL")
+    p = sub.add_parser("watch", help="watch servers' metrics and GPUs without sending traffic")
+    p.add_argument("url", metavar="URL", nargs="+", help="server base URL (several: one endpoint each)")
     add_server_watch_args(p)
 
     p = sub.add_parser("demo", help="run a ramp against the built-in simulated engine (no GPU, no network)")
     add_ramp_args(p, sessions_default=2, lockstep_default=True)
     add_sim_args(p, default_profile="glm-like")
+    add_topology_arg(p, "--topology")
     # Exactly --output-tokens a turn, so decode (and its interference) stays visible.
-    p.set_defaults(time_scale=DEMO_TIME_SCALE, ignore_eos=True)
+    # 8 simulated GPUs per engine, so the GPUs panel shows load that follows the engine's steps.
+    p.set_defaults(time_scale=DEMO_TIME_SCALE, ignore_eos=True, gpus=8)
     p.add_argument("--headless", action="store_true", help="line output instead of the UI")
     add_record_args(p)
 
@@ -181,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--api-key-env", metavar="VAR", help="require this environment variable's value as a Bearer API key")
     add_sim_args(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--replicas", type=_positive_int, metavar="N",
+                   help="N engines on ports PORT..PORT+N-1, each with its own /metrics")
+    g.add_argument("--pd", action="store_true",
+                   help="a prefill/decode split: a proxy on PORT (send turns here), the prefill engine on PORT+1, "
+                        "the decode engine on PORT+2 (each with /metrics); the KV moves with a modelled transfer time")
     add_fault_args(p)
 
     p = sub.add_parser("replay", help="replay a recording in the UI")
@@ -205,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
 
     p = sub.add_parser("sweep", help="the same ramp at several session counts, in lockstep: a capacity curve")
-    p.add_argument("url", metavar="URL", help="server base URL")
+    p.add_argument("url", metavar="URL", nargs="+", help="server base URL (several: sessions spread round-robin)")
     add_ramp_args(p, sweep=True)
     add_server_watch_args(p)
 
@@ -224,14 +259,23 @@ def schedule_from(args: argparse.Namespace) -> list[int]:
 
 
 def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConfig:
-    url = args.url
-    if "://" not in url:
-        raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
+    gpus = args.gpu or ["auto"]
+    if len(gpus) > 1 and any("://" not in g for g in gpus):
+        raise BadInput("--gpu auto or none cannot be combined with other --gpu sources")
+    for g in gpus:
+        if g not in ("auto", "none") and "://" not in g:
+            raise BadInput(f"--gpu {g!r}: use auto, none or a dcgm-exporter URL like http://node1:9400/metrics")
+    urls = args.url if isinstance(args.url, list) else [args.url]
+    for url in urls:
+        if "://" not in url:
+            raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
     cfg = RunConfig(
-        url=url,
+        url=urls[0],
+        more_urls=urls[1:],
+        pins=dict(parse_pin(p) for p in getattr(args, "pin", None) or []),
         mode=mode,
         metrics_urls=args.metrics_url or [],
-        gpu=args.gpu,
+        gpu=gpus,
         scrape_interval=max(0.05, args.scrape_interval),
         record=args.record,
         api_key=load_api_key(args.api_key_env, args.api_key_file),
@@ -239,7 +283,6 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         ca_bundle=args.ca_bundle,
         insecure=args.insecure,
     )
-    cfg.metrics_urls = cfg.metrics_urls or [cfg.base_url + "/metrics"]
     if mode != "watch":
         cfg.model = args.model
         cfg.sessions = args.sessions
@@ -502,7 +545,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
     args.url = "http://127.0.0.1"  # replaced by the child's address below
-    args.metrics_url, args.gpu, args.scrape_interval, args.api_key_env, args.api_key_file = None, "auto", 0.5, None, None
+    args.metrics_url, args.gpu, args.scrape_interval, args.api_key_env, args.api_key_file = None, None, 0.5, None, None
     args.ca_bundle, args.insecure = None, False
     cfg = config_from(args, "demo", argv)  # validate before starting anything
     try:
@@ -511,19 +554,25 @@ def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
     except (OSError, RuntimeError) as e:
         return fail(f"cannot start the simulated engine: {e}")
     try:
-        cfg.url = child.url
-        cfg.metrics_urls = [child.url + "/metrics"]
+        topology = Topology.parse(args.topology)
+        targets, cfg.metrics_urls = topology.targets(child.urls)
+        cfg.url, cfg.more_urls = targets[0], targets[1:]
+        if args.gpus:
+            cfg.gpu = [engine + DCGM_PATH for engine in topology.engines(child.urls)]
         return execute_run(cfg, record=not args.no_record, headless=args.headless)
     finally:
         child.__exit__()
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    try:
-        sock = loopback_socket(args.host, args.port)
-    except OSError as e:
-        return fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
-    serve(args, sock)
+    args.topology = "pd" if args.pd else f"replicas:{args.replicas}" if args.replicas else "single"
+    socks = []
+    for k in range(Topology.parse(args.topology).sockets):
+        try:
+            socks.append(loopback_socket(args.host, args.port + k))
+        except OSError as e:
+            return fail(f"cannot listen on {args.host}:{args.port + k}: {e.strerror or e}")
+    serve(args, socks)
     return 0
 
 

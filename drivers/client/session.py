@@ -63,7 +63,8 @@ class SessionRunner:
     def plan_event(self) -> ev.SessionPlanned:
         c = self.conv
         return ev.SessionPlanned(t=self.clock(), session=self.sid, schedule=c.schedule, salt=c.salt,
-                                 needle_key=c.needle.key, needle_sha=c.needle.sha256, role=self.role)
+                                 needle_key=c.needle.key, needle_sha=c.needle.sha256, role=self.role,
+                                 endpoint=ev.endpoint_name(self.base_url))
 
     async def run(self) -> bool:
         """All turns in order. A turn that fails after its retries is recorded

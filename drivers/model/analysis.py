@@ -9,11 +9,11 @@ from __future__ import annotations
 import statistics
 import msgspec
 
-from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.model.state import EndpointView, RunState
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
 
 
-REPORT_SCHEMA = 2  # the JSON report's schema (README: "The JSON schema"); bump on any change
+REPORT_SCHEMA = 3  # the JSON report's schema (README: "The JSON schema"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):
@@ -86,6 +86,28 @@ class ServerSummary(msgspec.Struct):
     hit_rate_last_turn: float | None
 
 
+class ServerFigures(msgspec.Struct):
+    """One endpoint (or a sum of them) over the run: token counts since it
+    first answered, and rates over the time it answered."""
+
+    name: str
+    role: str  # prefill | decode | both
+    engine: str | None
+    answered_s: float | None  # first to last scrape
+    prompt_tokens: float | None
+    prompt_computed_tokens: float | None
+    prefix_query_tokens: float | None
+    prefix_hit_tokens: float | None
+    generation_tokens: float | None
+    preemptions: float | None
+    hit_rate: float | None
+    prefill_tok_s: float | None  # computed prompt tokens per second answered
+    decode_tok_s: float | None
+    kv_peak: float | None
+    kv_capacity_tokens: float | None
+    last_error: str | None
+
+
 class Report(msgspec.Struct):
     run: RunInfo
     sessions: list[SessionReport]
@@ -94,6 +116,9 @@ class Report(msgspec.Struct):
     turn_spread: list[TurnSpread]  # per turn, with two or more ramp sessions
     ttft_ratio_median: float | None  # median of turn_spread's ratios
     one_shot: OneShot | None
+    servers: list[ServerFigures]  # one per endpoint that answered
+    servers_total: ServerFigures | None  # their sum
+    roles: list[ServerFigures]  # summed by role (prefill, decode, both)
 
 
 MIN_INTERVALS = 3  # decode intervals a turn needs before its split rate counts
@@ -137,6 +162,7 @@ def turn_spread(state: RunState, ramp: list[str]) -> list[TurnSpread]:
 
 def build_report(state: RunState) -> Report:
     h = state.header
+    servers = [endpoint_figures(ep) for ep in state.endpoints.values() if ep.last_sample_t is not None]
     ramp = [sid for sid, s in state.sessions.items() if s.role == "ramp"]
     baseline = [sid for sid, s in state.sessions.items() if s.role == "one-shot"]
     sessions: list[SessionReport] = []
@@ -181,4 +207,45 @@ def build_report(state: RunState) -> Report:
         turn_spread=spread,
         ttft_ratio_median=_median([s.ratio for s in spread]),
         one_shot=one_shot,
+        servers=servers,
+        servers_total=sum_figures("total", "all", servers, state.server.kv_peak) if servers else None,
+        roles=[sum_figures(role, role, [f for f in servers if f.role == role])
+               for role in ("prefill", "decode", "both") if any(f.role == role for f in servers)],
     )
+
+
+def endpoint_figures(ep: EndpointView) -> ServerFigures:
+    grown, v = ep.since_start(), ep.values
+    span = ep.last_sample_t - ep.first_sample_t if ep.first_sample_t is not None and ep.last_sample_t is not None else None
+    computed = grown.get("prompt_computed", grown.get("prompt_tokens"))
+
+    def per_s(n: float | None) -> float | None:
+        return n / span if n is not None and span else None
+
+    return ServerFigures(
+        name=ep.name, role=ep.role, engine=ep.engine, answered_s=span, prompt_tokens=grown.get("prompt_tokens"),
+        prompt_computed_tokens=grown.get("prompt_computed"), prefix_query_tokens=grown.get("prefix_queries"),
+        prefix_hit_tokens=grown.get("prefix_hits"),
+        generation_tokens=grown.get("generation_tokens"), preemptions=grown.get("preemptions"),
+        hit_rate=ep.hit_rate_since_start(), prefill_tok_s=per_s(computed), decode_tok_s=per_s(grown.get("generation_tokens")),
+        kv_peak=ep.kv_peak, kv_capacity_tokens=v.get("kv_capacity_tokens"), last_error=ep.error)
+
+
+def sum_figures(name: str, role: str, figs: list[ServerFigures], kv_peak: float | None = None) -> ServerFigures:
+    """Endpoints taken together: counts and rates add up; the hit rate is of the summed tokens."""
+
+    def total(attr: str) -> float | None:
+        xs = [getattr(f, attr) for f in figs if getattr(f, attr) is not None]
+        return sum(xs) if xs else None
+
+    queries, hits = total("prefix_query_tokens"), total("prefix_hit_tokens")
+    return ServerFigures(
+        name=name, role=role, engine="/".join(sorted({f.engine or "?" for f in figs})) or None,
+        answered_s=max((f.answered_s for f in figs if f.answered_s is not None), default=None),
+        prompt_tokens=total("prompt_tokens"), prompt_computed_tokens=total("prompt_computed_tokens"),
+        prefix_query_tokens=queries, prefix_hit_tokens=hits,
+        generation_tokens=total("generation_tokens"), preemptions=total("preemptions"),
+        hit_rate=hits / queries if queries and hits is not None else None,
+        prefill_tok_s=total("prefill_tok_s"), decode_tok_s=total("decode_tok_s"),
+        kv_peak=kv_peak if kv_peak is not None else max((f.kv_peak for f in figs if f.kv_peak is not None), default=None),
+        kv_capacity_tokens=total("kv_capacity_tokens"), last_error=None)

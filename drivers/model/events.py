@@ -9,6 +9,7 @@ JSON object per line and decodes back into the same types.
 from __future__ import annotations
 
 from typing import Literal, Union
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -22,6 +23,27 @@ TurnOutcome = Literal["ok", "failed", "cancelled"]
 RunStatus = Literal["done", "failed", "interrupted", "crashed", "time-limit"]
 NeedleMode = Literal["verbatim", "strict"]
 SessionRole = Literal["ramp", "one-shot"]
+# What an endpoint does in the deployment: a replica does both; a prefill/decode split has one of each.
+EndpointRole = Literal["prefill", "decode", "both"]
+
+
+class Endpoint(msgspec.Struct, kw_only=True):
+    """One server the run talks to or scrapes: sessions are sent to `url`
+    (empty: metrics only, e.g. a backend behind a router), `/metrics` is read
+    from `metrics` (empty: none). Both are stored without credentials."""
+
+    name: str
+    role: EndpointRole = "both"
+    url: str = ""
+    metrics: str = ""
+
+
+def endpoint_name(url: str) -> str:
+    """An endpoint's default name: host:port of its URL."""
+    u = urlsplit(url)
+    host = u.hostname or url
+    port = u.port or (443 if u.scheme == "https" else 80)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class Header(msgspec.Struct, tag="header", kw_only=True):
@@ -47,6 +69,7 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     time_limit_s: float | None = None  # no new turn starts after this
     grace_s: float = 0.0  # a turn in flight at the limit is cancelled after this (0: it finishes)
     tls_verified: bool = True  # False: --insecure, no certificate was checked
+    endpoints: list[Endpoint] = []  # every server sent to or scraped (older recordings: none listed)
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
@@ -62,6 +85,7 @@ class SessionPlanned(Event):
     needle_key: str = ""  # the name the needle is tied to (its value stays out of the file)
     needle_sha: str = ""  # sha256 of the needle value, to verify a regenerated conversation
     role: SessionRole = "ramp"  # one-shot: the baseline turn, a fresh prompt with an unshared salt
+    endpoint: str = ""  # the name of the endpoint its turns are sent to
 
 
 class RequestSent(Event):
@@ -106,7 +130,8 @@ class TurnDone(Event):
 
 class MetricsSample(Event):
     """One scrape, normalized by an engine profile. A field absent from
-    `values` is unavailable on this server (never 0); `missing` says why."""
+    `values` is unavailable on this server (never 0); `missing` says why.
+    `source` is the endpoint's name (older recordings: its metrics URL)."""
 
     source: str
     engine: str
@@ -122,6 +147,7 @@ class MetricsError(Event):
 class GpuReading(msgspec.Struct, kw_only=True):
     index: int
     name: str = ""
+    node: str = ""  # the host it is on (dcgm-exporter's Hostname, else the URL's host; "" for local NVML)
     util: float | None = None  # percent
     mem_used: float | None = None  # bytes
     mem_total: float | None = None

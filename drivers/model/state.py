@@ -15,7 +15,7 @@ from typing import Literal, NamedTuple
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, hit_rate, prefill_tok_s, turn_line
-from rampwatch.drivers.telemetry.metrics import MAX_FIELDS
+from rampwatch.drivers.telemetry.metrics import ENGINE_POOL
 
 SessionState = Literal["queued", "prefilling", "decoding", "idle", "failed", "done", "cancelled"]
 
@@ -84,6 +84,7 @@ class SessionView:
     timeline_first: int = 0
     prefill_spans: deque[list[float | None]] = field(default_factory=lambda: deque(maxlen=64))  # [sent, first|None]
     failed_turns: int = 0
+    endpoint: str = ""  # the name of the server its turns go to
 
     @property
     def context_tokens(self) -> int | None:
@@ -139,25 +140,134 @@ class SessionView:
 
 
 @dataclass(slots=True)
-class ServerView:
-    values: dict[str, float] = field(default_factory=dict)  # latest, summed/maxed over sources
-    missing: dict[str, str] = field(default_factory=dict)
+class EndpointView:
+    """One server's metrics, folded on their own: counters made monotonic
+    across its restarts, a baseline taken when it first answered (so a server
+    that joins late adds none of its earlier history), rates, errors."""
+
+    name: str
+    role: str = "both"
     engine: str | None = None
-    errors: dict[str, str] = field(default_factory=dict)  # source -> last error (cleared on success)
+    values: dict[str, float] = field(default_factory=dict)  # latest; counters monotonic
+    missing: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # the last scrape's error (cleared on success)
+    kv_peak: float | None = None
+    baseline: dict[str, float] = field(default_factory=dict)  # each counter when first seen
+    rates: dict[str, float] = field(default_factory=dict)  # tokens/s over the last RATE_WINDOW_S
+    first_sample_t: float | None = None
+    last_sample_t: float | None = None
+    _raw: dict[str, float] = field(default_factory=dict)
+    _offset: dict[str, float] = field(default_factory=dict)
+    _window: deque[tuple[float, dict[str, float]]] = field(default_factory=deque)
+
+    def fold(self, e: ev.MetricsSample) -> None:
+        self.engine, self.missing, self.error = e.engine, dict(e.missing), None
+        values: dict[str, float] = {}
+        for k, v in e.values.items():
+            if k in COUNTERS:
+                before = self._raw.get(k)
+                if before is not None and v < before:  # counter reset (a restart): continue from where it was
+                    self._offset[k] = self._offset.get(k, 0.0) + before - v
+                self._raw[k] = v
+                v += self._offset.get(k, 0.0)
+                self.baseline.setdefault(k, v)
+            values[k] = v
+        self.values = values
+        kv = values.get("kv_usage")
+        if kv is not None:
+            self.kv_peak = kv if self.kv_peak is None else max(self.kv_peak, kv)
+        counters = self.since_start()
+        # Rates over a window: engines bump prompt counters per request, not per chunk.
+        window = self._window
+        window.append((e.t, counters))
+        while len(window) > 2 and window[1][0] <= e.t - RATE_WINDOW_S:
+            window.popleft()
+        t0, c0 = window[0]
+        if e.t > t0:
+            self.rates = {k: (counters[k] - c0[k]) / (e.t - t0) for k in counters if k in c0}
+        if self.first_sample_t is None:
+            self.first_sample_t = e.t
+        self.last_sample_t = e.t
+
+    def since_start(self) -> dict[str, float]:
+        """Each counter's growth since this server first answered."""
+        v = self.values
+        return {k: v[k] - self.baseline[k] for k in COUNTERS if k in v}
+
+    @property
+    def prefill_rate(self) -> float | None:
+        return _prefill_rate(self.rates)
+
+    @property
+    def decode_rate(self) -> float | None:
+        return self.rates.get("generation_tokens")
+
+    def hit_rate_since_start(self) -> float | None:
+        return _hit_rate(self.since_start())
+
+    @property
+    def engine_pool(self) -> float | None:
+        """One engine instance's KV pool in tokens (never summed over data-parallel ranks)."""
+        return self.values.get(ENGINE_POOL) or self.values.get("kv_capacity_tokens")
+
+
+@dataclass(slots=True)
+class ServerView:
+    """Every endpoint together: counters are the sum of each one's growth
+    since it first answered; request gauges and pools add up; KV usage is
+    the share of all pools in use (the fullest one's where a pool is unknown)."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  # fields no endpoint exposes, and why
+    engine: str | None = None
+    errors: dict[str, str] = field(default_factory=dict)  # endpoint -> last error (cleared on success)
     kv_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
     kv_peak: float | None = None
-    first_counters: dict[str, float] = field(default_factory=dict)
-    rates: dict[str, float] = field(default_factory=dict)  # tokens/s over the last RATE_WINDOW_S
+    rates: dict[str, float] = field(default_factory=dict)  # tokens/s, summed over endpoints
     last_sample_t: float | None = None
 
     @property
     def prefill_rate(self) -> float | None:
         """Computed prompt tokens/s (cache hits included where the engine does not split them)."""
-        return self.rates.get("prompt_computed", self.rates.get("prompt_tokens"))
+        return _prefill_rate(self.rates)
 
     @property
     def decode_rate(self) -> float | None:
         return self.rates.get("generation_tokens")
+
+
+def _prefill_rate(rates: dict[str, float]) -> float | None:
+    return rates.get("prompt_computed", rates.get("prompt_tokens"))
+
+
+def _hit_rate(counters: dict[str, float]) -> float | None:
+    if "prefix_queries" not in counters or "prefix_hits" not in counters:
+        return None
+    dq = counters["prefix_queries"]
+    return counters["prefix_hits"] / dq if dq > 0 else None
+
+
+def merge_endpoints(views: list[EndpointView]) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
+    """(values, rates, missing) of a set of endpoints taken together."""
+    values: dict[str, float] = {}
+    rates: dict[str, float] = {}
+    for ep in views:
+        for k, v in ep.values.items():
+            if k == "kv_usage" or k == ENGINE_POOL:
+                continue
+            values[k] = values.get(k, 0.0) + (v - ep.baseline[k] if k in COUNTERS else v)
+        for k, r in ep.rates.items():
+            rates[k] = rates.get(k, 0.0) + r
+    usage = [(ep.values["kv_usage"], ep.values.get("kv_capacity_tokens")) for ep in views if "kv_usage" in ep.values]
+    if usage:
+        if all(cap for _, cap in usage):
+            values["kv_usage"] = sum(u * cap for u, cap in usage) / sum(cap for _, cap in usage)  # type: ignore[misc]
+        else:
+            values["kv_usage"] = max(u for u, _ in usage)
+    missing = dict(views[0].missing) if views else {}
+    for ep in views[1:]:
+        missing = {k: r for k, r in missing.items() if k in ep.missing}
+    return values, rates, missing
 
 
 class RunState:
@@ -174,17 +284,14 @@ class RunState:
         self.sessions: dict[str, SessionView] = {}
         self.turns: list[TurnRecord] = []  # every finished attempt, in finishing order
         self.server = ServerView()
-        self.gpus: list[ev.GpuReading] = []
-        self.gpu_reason: str | None = None
+        self.endpoints: dict[str, EndpointView] = {}  # by name, in the order they first answered
+        self.gpus: list[ev.GpuReading] = []  # every source's GPUs, by node then index
+        self.gpu_reason: str | None = None  # why there are none (or why a source has none)
+        self._gpu_sources: dict[str, list[ev.GpuReading]] = {}
         self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
         self.log_total = 0  # entries ever logged, so a reader can tell which are new
         self.ended: ev.RunEnded | None = None
         self.recording_error: str | None = None
-        # Per-source counters made monotonic across server restarts.
-        self._src_raw: dict[str, dict[str, float]] = {}
-        self._src_offset: dict[str, dict[str, float]] = {}
-        self._src_values: dict[str, dict[str, float]] = {}
-        self._rate_window: deque[tuple[float, dict[str, float]]] = deque()
         self._prefilling: dict[str, TurnRecord] = {}
         self._last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
 
@@ -199,7 +306,7 @@ class RunState:
             handler(self, e)
 
     def _on_planned(self, e: ev.SessionPlanned) -> None:
-        self.sessions[e.session] = SessionView(id=e.session, schedule=list(e.schedule), role=e.role)
+        self.sessions[e.session] = SessionView(id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint)
 
     def _session(self, sid: str) -> SessionView:
         s = self.sessions.get(sid)
@@ -212,7 +319,7 @@ class RunState:
         rec = TurnRecord(
             session=e.session, turn=e.turn, target=e.target_tokens, new_tokens_est=e.new_tokens_est,
             sent_t=e.t, attempt=e.attempt, prev_prompt_tokens=s.last_prompt_tokens,
-            counters_at_sent=self.counters(), kv_peak=self.server.values.get("kv_usage"),
+            cache_at_sent=self._cache_counters(), kv_peak=self.server.values.get("kv_usage"),
         )
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
         s.recent.clear()
@@ -267,7 +374,7 @@ class RunState:
         rec.status, rec.done_t = e.status, e.t
         rec.prompt_tokens, rec.cached_tokens = e.prompt_tokens, e.cached_tokens
         rec.completion_tokens, rec.needle, rec.error = e.completion_tokens, e.needle, e.error
-        rec.counters_at_done = self.counters()
+        rec.cache_at_done = self._cache_counters()
         if rec.chunks == 0:
             rec.chunks = e.chunks
         self.turns.append(rec)
@@ -277,6 +384,9 @@ class RunState:
                 s.last_prompt_tokens = rec.prompt_tokens
             s.tokens_per_chunk = rec.tokens_per_chunk
             rate = prefill_tok_s(rec)
+            if self.split() is not None and rec.ttft:
+                # The decode node reports the transferred KV as cached: the client's estimate is what was new.
+                rate = rec.new_tokens_est / rec.ttft
             if rate:
                 self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = rate
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
@@ -293,63 +403,61 @@ class RunState:
             self._log(LogEntry(e.t, "error" if e.status == "failed" else "warn",
                                f"{e.session} turn {e.turn} {e.status}: {e.error or ''}".rstrip(": ")))
 
+    def _endpoint(self, name: str) -> EndpointView:
+        ep = self.endpoints.get(name)
+        if ep is None:
+            listed = next((x for x in (self.header.endpoints if self.header else []) if x.name == name), None)
+            ep = self.endpoints[name] = EndpointView(name=name, role=listed.role if listed else "both")
+        return ep
+
     def _on_metrics(self, e: ev.MetricsSample) -> None:
         srv = self.server
-        srv.engine = e.engine
+        ep = self._endpoint(e.source)
+        ep.fold(e)
         srv.errors.pop(e.source, None)
-        raw_prev = self._src_raw.setdefault(e.source, {})
-        offset = self._src_offset.setdefault(e.source, {})
-        adjusted: dict[str, float] = {}
-        for k, v in e.values.items():
-            if k in COUNTERS:
-                before = raw_prev.get(k)
-                if before is not None and v < before:  # counter reset: skip this interval
-                    offset[k] = offset.get(k, 0.0) + before - v
-                raw_prev[k] = v
-                v = v + offset.get(k, 0.0)
-            adjusted[k] = v
-        self._src_values[e.source] = adjusted
-        merged: dict[str, float] = {}
-        for vals in self._src_values.values():
-            for k, v in vals.items():
-                if k in MAX_FIELDS:
-                    merged[k] = max(merged.get(k, 0.0), v)  # fractions are never summed
-                else:
-                    merged[k] = merged.get(k, 0.0) + v
-        srv.values, srv.missing = merged, dict(e.missing)
-        kv = merged.get("kv_usage")
+        answered = [x for x in self.endpoints.values() if x.last_sample_t is not None]
+        srv.values, srv.rates, srv.missing = merge_endpoints(answered)
+        srv.engine = ep.engine if len({x.engine for x in answered}) == 1 else "/".join(sorted({x.engine or "?" for x in answered}))
+        kv = srv.values.get("kv_usage")
         if kv is not None:
             srv.kv_history.append((e.t, kv))
             srv.kv_peak = kv if srv.kv_peak is None else max(srv.kv_peak, kv)
             for s in self.sessions.values():
                 rec = s.current
                 if rec is not None:
-                    rec.kv_peak = kv if rec.kv_peak is None else max(rec.kv_peak, kv)
-        counters = {k: merged[k] for k in COUNTERS if k in merged}
-        if not srv.first_counters:
-            srv.first_counters = dict(counters)
-        # Rates over a window: engines bump prompt counters per request, not per chunk.
-        window = self._rate_window
-        window.append((e.t, counters))
-        while len(window) > 2 and window[1][0] <= e.t - RATE_WINDOW_S:
-            window.popleft()
-        t0, c0 = window[0]
-        if e.t > t0:
-            srv.rates = {k: (counters[k] - c0[k]) / (e.t - t0) for k in counters if k in c0}
+                    own = self.endpoints.get(s.endpoint)
+                    here = own.values.get("kv_usage", kv) if own is not None else kv  # the session's own server where known
+                    rec.kv_peak = here if rec.kv_peak is None else max(rec.kv_peak, here)
         srv.last_sample_t = e.t
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
         if self.server.errors.get(e.source) != e.error:
             self._log(LogEntry(e.t, "warn", f"metrics {e.source}: {e.error}"))
         self.server.errors[e.source] = e.error
+        self._endpoint(e.source).error = e.error
 
     def _on_gpu(self, e: ev.GpuSample) -> None:
-        self.gpus, self.gpu_reason = list(e.gpus), None
+        self._gpu_sources[e.source] = list(e.gpus)
+        self._merge_gpus(None)
 
     def _on_gpu_missing(self, e: ev.GpuUnavailable) -> None:
         if self.gpu_reason != e.reason:
             self._log(LogEntry(e.t, "warn", f"GPU: {e.reason}"))
-        self.gpus, self.gpu_reason = [], e.reason
+        self._gpu_sources[e.source] = []
+        self._merge_gpus(e.reason)
+
+    def _merge_gpus(self, reason: str | None) -> None:
+        """All sources' GPUs together (one node's source failing leaves the others shown)."""
+        gpus = [g for readings in self._gpu_sources.values() for g in readings]
+        self.gpus = sorted(gpus, key=lambda g: (g.node, g.index)) if len(self._gpu_sources) > 1 else gpus
+        self.gpu_reason = reason if reason is not None or not gpus else None
+
+    def gpu_nodes(self) -> list[tuple[str, list[ev.GpuReading]]]:
+        """The GPUs grouped by node, in order."""
+        nodes: dict[str, list[ev.GpuReading]] = {}
+        for g in self.gpus:
+            nodes.setdefault(g.node, []).append(g)
+        return list(nodes.items())
 
     def _on_mark(self, e: ev.Mark) -> None:
         self._log(LogEntry(e.t, "mark", f"mark: {e.note}"))
@@ -380,6 +488,11 @@ class RunState:
     def counters(self) -> dict[str, float]:
         v = self.server.values
         return {k: v[k] for k in COUNTERS if k in v}
+
+    def _cache_counters(self) -> tuple[float, float] | None:
+        """The prefix cache's (queries, hits) since start, for a turn's own hit rate."""
+        v = self.server.values
+        return (v["prefix_queries"], v["prefix_hits"]) if "prefix_queries" in v and "prefix_hits" in v else None
 
     def prefilling(self) -> list[TurnRecord]:
         return list(self._prefilling.values())
@@ -420,10 +533,41 @@ class RunState:
         return out
 
     def kv_fits_sequences(self) -> int | None:
-        """How many sequences as long as the longest session fit in the engine's KV pool."""
-        cap = self.server.values.get("kv_capacity_tokens")
-        longest = max((s.context_tokens or 0 for s in self.sessions.values()), default=0)
-        return int(cap // longest) if cap and longest else None
+        """How many sequences as long as the longest session fit in one engine's
+        KV pool: per endpoint (its own sessions' longest, or the run's where
+        none is sent there), the tightest one."""
+        longest_all = max((s.context_tokens or 0 for s in self.sessions.values()), default=0)
+        fits = []
+        for ep in self.endpoints.values():
+            pool = ep.engine_pool
+            mine = [s.context_tokens or 0 for s in self.sessions.values() if s.endpoint == ep.name]
+            longest = max(mine, default=0) or longest_all
+            if pool and longest:
+                fits.append(int(pool // longest))
+        return min(fits, default=None)
+
+    def split(self) -> tuple[list[EndpointView], list[EndpointView]] | None:
+        """(prefill, decode) endpoints of a prefill/decode split that have answered; None if not split."""
+        pre = [x for x in self.endpoints.values() if x.role == "prefill" and x.last_sample_t is not None]
+        dec = [x for x in self.endpoints.values() if x.role == "decode" and x.last_sample_t is not None]
+        return (pre, dec) if pre and dec else None
+
+    def turn_place(self, s: SessionView) -> tuple[str, str] | None:
+        """Where a split deployment has this session's turn, as far as the
+        metrics tell: (phase, node), phase one of prefill, transfer (the decode
+        node holds it, waiting for its KV), decode, queued. None when the
+        deployment is not split or the session is not in a turn."""
+        split = self.split()
+        if split is None or s.state not in ("prefilling", "decoding"):
+            return None
+        pre, dec = split
+        if s.state == "decoding":
+            return ("decode", dec[0].name if len(dec) == 1 else "")
+        if busy := [x.name for x in pre if x.values.get("running", 0) > 0]:
+            return ("prefill", busy[0])
+        if held := [x.name for x in dec if x.values.get("waiting", 0) + x.values.get("running", 0) > 0]:
+            return ("transfer", held[0])
+        return ("queued", "")
 
     def foreign_prefill_cells(self, session: str, start: float, step: float, n: int, now: float) -> list[bool]:
         """For n time cells of `step` seconds from `start`: whether another
@@ -453,15 +597,10 @@ class RunState:
         return any(r.cached_tokens is not None for r in finished) if finished else None
 
     def preemptions_this_run(self) -> float | None:
-        now, first = self.server.values.get("preemptions"), self.server.first_counters.get("preemptions")
-        return None if now is None else now - (first or 0.0)
+        return self.server.values.get("preemptions")  # counters are growth since each server first answered
 
     def hit_rate_since_start(self) -> float | None:
-        first, now = self.server.first_counters, self.counters()
-        if "prefix_queries" not in now or "prefix_hits" not in now or not first:
-            return None
-        dq = now["prefix_queries"] - first.get("prefix_queries", 0.0)
-        return (now["prefix_hits"] - first.get("prefix_hits", 0.0)) / dq if dq > 0 else None
+        return _hit_rate(self.counters())
 
 
 COLLAPSE_AT = 3  # finished turns in one second that the log shows as one line

@@ -40,8 +40,10 @@ class TurnRecord:
     error: str | None = None
     done_t: float | None = None
     kv_peak: float | None = None
-    counters_at_sent: dict[str, float] = field(default_factory=dict)
-    counters_at_done: dict[str, float] = field(default_factory=dict)
+    # The server's prefix-cache (queries, hits) counters when the turn was sent and done: a tuple, not a
+    # dict, because a long run keeps every finished turn.
+    cache_at_sent: tuple[float, float] | None = None
+    cache_at_done: tuple[float, float] | None = None
     # Inter-token gaps (between text chunks' arrivals), split by whether another session was prefilling;
     # arrays of doubles: a long run keeps every finished turn's gaps for the report.
     gaps_alone: array[float] = field(default_factory=lambda: array("d"))
@@ -89,20 +91,15 @@ def prefill_tok_s(rec: TurnRecord) -> float | None:
     return new_tokens(rec) / ttft if ttft and rec.prompt_tokens is not None else None
 
 
-def counter_delta(rec: TurnRecord, key: str) -> float | None:
-    a, b = rec.counters_at_sent.get(key), rec.counters_at_done.get(key)
-    return None if a is None or b is None else b - a
-
-
 def hit_rate(rec: TurnRecord) -> float | None:
     """The request's own cached share when the server reports it; else the
     server-wide prefix-cache hit rate over the turn (counter deltas)."""
     if rec.cached_tokens is not None and rec.prompt_tokens:
         return rec.cached_tokens / rec.prompt_tokens
-    dq, dh = counter_delta(rec, "prefix_queries"), counter_delta(rec, "prefix_hits")
-    if dq and dh is not None and dq > 0:
-        return dh / dq
-    return None
+    a, b = rec.cache_at_sent, rec.cache_at_done
+    if a is None or b is None or b[0] - a[0] <= 0:
+        return None
+    return (b[1] - a[1]) / (b[0] - a[0])
 
 
 def split_decode_rates(rec: TurnRecord, min_intervals: int) -> tuple[float | None, float | None]:

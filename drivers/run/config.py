@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
+from rampwatch.drivers.model.events import Endpoint, endpoint_name
 from rampwatch.drivers.telemetry.metrics import redact_url
+
+ROLES = ("prefill", "decode", "both")
 
 
 class BadInput(Exception):
@@ -24,16 +27,18 @@ class RunConfig:
     """Everything one run needs to know, from the command line; sent to the
     driver process as JSON (the API key travels this way, never in argv)."""
 
-    url: str
+    url: str  # the first (or only) server sessions are sent to
     mode: Literal["run", "watch", "demo"] = "run"
+    more_urls: list[str] = field(default_factory=list)  # further servers: sessions are spread round-robin
+    pins: dict[str, str] = field(default_factory=dict)  # session id -> one of the servers (URL or name)
     model: str | None = None
     sessions: int = 1
     stagger: float = 0.0
     schedule: list[int] = field(default_factory=list)
     output_tokens: int = 128
     ignore_eos: bool = False
-    metrics_urls: list[str] = field(default_factory=list)
-    gpu: str = "auto"
+    metrics_urls: list[str] = field(default_factory=list)  # [ROLE:][NAME=]URL each; default URL/metrics per server
+    gpu: str | list[str] = "auto"  # auto | none | dcgm-exporter URLs (one per node)
     scrape_interval: float = 0.5
     record: Path | None = None
     api_key: str | None = None
@@ -54,7 +59,43 @@ class RunConfig:
     @property
     def base_url(self) -> str:
         """The server URL without credentials (those travel in headers())."""
-        return redact_url(self.url.rstrip("/").removesuffix("/v1"))
+        return base_of(self.url)
+
+    @property
+    def base_urls(self) -> list[str]:
+        """Every server sessions are sent to, without credentials."""
+        return [base_of(u) for u in (self.url, *self.more_urls)]
+
+    def gpu_sources(self) -> list[str]:
+        return [self.gpu] if isinstance(self.gpu, str) else list(self.gpu) or ["auto"]
+
+    def metrics_sources(self) -> list[MetricsSource]:
+        """What to scrape: the --metrics-url specs, else each server's /metrics."""
+        if self.metrics_urls:
+            return [parse_metrics_spec(s) for s in self.metrics_urls]
+        return [MetricsSource(endpoint_name(u), "both", u + "/metrics") for u in self.base_urls]
+
+    def endpoints(self) -> list[Endpoint]:
+        """Every server by name: those sessions go to, each with the metrics
+        source of the same name (if any), then the metrics-only sources."""
+        sources = {s.name: s for s in self.metrics_sources()}
+        out = []
+        for url in self.base_urls:
+            name = endpoint_name(url)
+            src = sources.pop(name, None)
+            out.append(Endpoint(name=name, role=src.role if src else "both", url=url,
+                                metrics=redact_url(src.url) if src else ""))
+        out += [Endpoint(name=s.name, role=s.role, metrics=redact_url(s.url)) for s in sources.values()]  # type: ignore[arg-type]
+        return out
+
+    def target_for(self, session: str, k: int) -> str:
+        """The base URL session `session` (the k-th, 1-based) sends its turns to:
+        its --pin, else round-robin over the servers."""
+        urls = self.base_urls
+        pin = self.pins.get(session)
+        if pin is not None:
+            return next(u for u in urls if pin in (u, endpoint_name(u)))
+        return urls[(k - 1) % len(urls)]
 
     def headers(self) -> dict[str, str]:
         """Authorization for every request: the API key as Bearer, else user:password@ from the URL as Basic."""
@@ -65,6 +106,58 @@ class RunConfig:
             return {}
         pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
         return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+
+
+def base_of(url: str) -> str:
+    return redact_url(url.rstrip("/").removesuffix("/v1"))
+
+
+@dataclass(frozen=True)
+class MetricsSource:
+    name: str
+    role: str  # prefill | decode | both
+    url: str  # may carry user:password@ (sent as headers by httpx, never displayed)
+
+
+def parse_metrics_spec(spec: str) -> MetricsSource:
+    """'[ROLE:][NAME=]URL' -> MetricsSource; BadInput when it is not one."""
+    role, rest = "both", spec.strip()
+    head, colon, tail = rest.partition(":")
+    if colon and head in ROLES and not tail.startswith("//"):
+        role, rest = head, tail
+    name, eq, url = rest.partition("=")
+    if not eq or "://" in name:
+        name, url = "", rest
+    if "://" not in url:
+        raise BadInput(f"--metrics-url {spec!r}: not a URL (use [prefill:|decode:|both:][NAME=]http://HOST:PORT/metrics)")
+    return MetricsSource(name.strip() or endpoint_name(url), role, url)
+
+
+def parse_pin(spec: str) -> tuple[str, str]:
+    """'s1=URL' or 's1=NAME' -> (session, target)."""
+    session, eq, target = spec.partition("=")
+    if not eq or not session.strip() or not target.strip():
+        raise BadInput(f"--pin {spec!r}: use SESSION=URL or SESSION=NAME, e.g. s1=http://10.0.0.2:8000")
+    return session.strip(), target.strip()
+
+
+def check_topology(cfg: RunConfig) -> None:
+    """Bad input in the servers, pins and metrics sources, found before any traffic."""
+    urls = cfg.base_urls
+    if len(set(urls)) < len(urls):
+        raise BadInput("the same server URL is given twice")
+    names = [endpoint_name(u) for u in urls]
+    sources = cfg.metrics_sources()
+    if len({s.name for s in sources}) < len(sources):
+        raise BadInput("two --metrics-url sources have the same name; name them: --metrics-url NAME=URL")
+    ids = {f"s{k + 1}" for k in range(cfg.sessions)} | {"one-shot"}
+    for session, target in cfg.pins.items():
+        if session not in ids:
+            raise BadInput(f"--pin {session}=…: no such session (sessions are s1..s{cfg.sessions})")
+        if target not in urls and target not in names and base_of(target) not in urls:
+            raise BadInput(f"--pin {session}={target}: not one of the servers ({', '.join(names)})")
+        if base_of(target) in urls:
+            cfg.pins[session] = base_of(target)
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
@@ -97,7 +190,7 @@ def check_direct(cfg: RunConfig) -> None:
     """rampwatch connects directly (its streaming client has no proxy support, and
     its probes must take the same route), so a URL the proxy variables would
     route elsewhere is bad input, said in one line with the fix."""
-    urls = [cfg.base_url, *cfg.metrics_urls, *([cfg.gpu] if "://" in cfg.gpu else [])]
+    urls = [*cfg.base_urls, *(s.url for s in cfg.metrics_sources()), *(g for g in cfg.gpu_sources() if "://" in g)]
     for url in urls:
         proxy = proxy_for(url)
         if proxy is not None:

@@ -21,9 +21,10 @@ class ServerInfo:
     engine_version: str | None
 
 
-async def probe(client: httpx.AsyncClient, cfg: RunConfig) -> ServerInfo:
-    """Who is serving, and which model: bad input is found before any traffic."""
-    base = where = cfg.base_url  # credentials already stripped
+async def probe(client: httpx.AsyncClient, cfg: RunConfig, base: str | None = None) -> ServerInfo:
+    """Who is serving at `base` (default: the first server), and which model:
+    bad input is found before any traffic."""
+    base = where = base or cfg.base_url  # credentials already stripped
     try:
         r = await client.get(base + "/v1/models", headers=cfg.headers(), timeout=10.0)
     except httpx.HTTPError as e:

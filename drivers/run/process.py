@@ -28,7 +28,7 @@ from rampwatch.drivers.run import pipe
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.runner import EXIT_CRASHED
 
-KEEP_LINES = 20_000  # recent event lines kept to restore what a killed driver had not yet written
+TRIM_EVERY = 1024  # event lines received between looks at how much of the run the recording holds
 EXIT_WAIT_S = 30.0  # how long a stopping driver may take to cancel its turns and close the file
 SILENT_AFTER_S = 3.0  # no event or heartbeat for this long: the driver is hung (it beats every second)
 
@@ -60,7 +60,13 @@ class DriverProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._stderr = tempfile.TemporaryFile()
         self._splitter = pipe.LineSplitter(self._on_line)
-        self._recent: collections.deque[bytes] = collections.deque(maxlen=KEEP_LINES)
+        # Event lines the recording may not hold yet, kept to restore what a killed driver had not written:
+        # _unwritten[0] is event line number _unwritten_first (0-based). Lines on disk are dropped as it grows,
+        # so this stays small (and grows only while the driver cannot write, e.g. a full disk).
+        self._unwritten: collections.deque[bytes] = collections.deque()
+        self._unwritten_first = 0
+        self._file_read = 0  # bytes of the recording counted so far
+        self._file_lines = 0  # whole lines among them (the header included)
         self._received = 0  # event lines received
         self._transport: asyncio.ReadTransport | None = None
         self._eof = False
@@ -139,8 +145,30 @@ class DriverProcess:
         if isinstance(event, pipe.DriverAlive):
             return
         self._received += 1
-        self._recent.append(line)
+        self._unwritten.append(line)
+        if self._received % TRIM_EVERY == 0:
+            self._drop_written()
         self.state.apply(event)
+
+    def _events_on_disk(self) -> int:
+        """Event lines the recording holds now, counted from the bytes appended since the last look."""
+        if self.recording is not None:
+            try:
+                with open(self.recording, "rb") as f:
+                    f.seek(self._file_read)
+                    data = f.read()
+            except OSError:
+                data = b""
+            whole = data.rfind(b"\n") + 1
+            self._file_read += whole
+            self._file_lines += data.count(b"\n", 0, whole)
+        return max(0, self._file_lines - 1)
+
+    def _drop_written(self) -> None:
+        on_disk = self._events_on_disk()
+        while self._unwritten and self._unwritten_first < on_disk:
+            self._unwritten.popleft()
+            self._unwritten_first += 1
 
     def _on_eof(self) -> None:
         """The driver closed its end: it finished, or it died."""
@@ -188,8 +216,8 @@ class DriverProcess:
                 f.truncate(whole)
                 f.seek(whole)
                 in_file = max(0, data.count(b"\n", 0, whole) - 1)  # the header is the first line
-                missing = self._received - in_file
-                lines = list(self._recent)[-missing:] if 0 < missing <= len(self._recent) else []
+                skip = in_file - self._unwritten_first
+                lines = list(self._unwritten)[skip:] if skip >= 0 else []
                 lines.append(pipe.encode(end))
                 f.write(b"\n".join(lines) + b"\n")
         except OSError:

@@ -20,7 +20,7 @@ from rampwatch.drivers.client.tls import TlsError, tls_context
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, default_record_path
+from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, check_topology, default_record_path
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, probe
@@ -72,6 +72,7 @@ class Run:
 
     async def prepare(self) -> None:
         cfg = self.cfg
+        check_topology(cfg)
         check_direct(cfg)
         try:
             self.tls = tls_context(cfg.ca_bundle, cfg.insecure)
@@ -86,6 +87,12 @@ class Run:
                 pass  # watching needs only /metrics; a server without /v1/models is fine
         else:
             info = await probe(client, cfg)
+            for base in cfg.base_urls[1:]:  # every server must serve the model, and fit the ramp
+                other = await probe(client, cfg, base)
+                if other.model != info.model:
+                    raise BadInput(f"{base} serves {other.model!r}, not {info.model!r} like {cfg.base_url}: "
+                                   "pass --model to choose one they all serve")
+                check_schedule(cfg, other)
             check_schedule(cfg, info)
             self.calibration = await calibrate(client, cfg, info.model, self.conversation(1))
         self.info = info
@@ -130,6 +137,7 @@ class Run:
             time_limit_s=self.cfg.time_limit,
             grace_s=self.cfg.grace,
             tls_verified=not self.cfg.insecure,
+            endpoints=self.cfg.endpoints(),
         )
 
     @property
@@ -146,11 +154,12 @@ class Run:
         130/143 interrupted, 3 crashed (an unexpected exception, recorded as
         RunEnded(crashed) with its one-line summary)."""
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
-        samplers = [MetricsScraper(u, cfg.scrape_interval, emit, clock, headers=cfg.headers(), verify=self.tls)
-                    for u in cfg.metrics_urls]
+        samplers = [MetricsScraper(s.url, cfg.scrape_interval, emit, clock, headers=cfg.headers(), verify=self.tls,
+                                   source=s.name) for s in cfg.metrics_sources()]
         background = [asyncio.create_task(s.run()) for s in samplers]
-        gpus = GpuSampler(cfg.gpu, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls)
-        background.append(asyncio.create_task(gpus.run()))
+        for source in cfg.gpu_sources():
+            gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls)
+            background.append(asyncio.create_task(gpus.run()))
         if cfg.insecure:
             emit(ev.Notice(t=clock(), level="warn", message="TLS certificates are NOT verified (--insecure)"))
         background.append(asyncio.create_task(self._flush_loop()))
@@ -166,15 +175,16 @@ class Run:
                                request_timeout=cfg.request_timeout, strict_needle=cfg.strict_needle)
             gate = TurnGate(self.ramp_sessions, lockstep=cfg.lockstep)
             for k in range(self.ramp_sessions):
-                r = SessionRunner(f"s{k + 1}", self.conversation(k + 1), self._client_for(), cfg.base_url, cfg.headers(),
-                                  opts, emit, clock, gate=gate, tls=self.tls)
+                sid = f"s{k + 1}"
+                r = SessionRunner(sid, self.conversation(k + 1), self._client_for(), cfg.target_for(sid, k + 1),
+                                  cfg.headers(), opts, emit, clock, gate=gate, tls=self.tls)
                 runners.append(r)
                 emit(r.plan_event())
             baseline = None
             if cfg.one_shot:
                 conv = Conversation(f"{self.salt}-one-shot-{secrets.token_hex(4)}", cfg.schedule[-1:], self.calibration)
-                baseline = SessionRunner("one-shot", conv, self._client_for(), cfg.base_url, cfg.headers(), opts, emit,
-                                         clock, gate=gate, role="one-shot", tls=self.tls)
+                baseline = SessionRunner("one-shot", conv, self._client_for(), cfg.target_for("one-shot", 1), cfg.headers(),
+                                         opts, emit, clock, gate=gate, role="one-shot", tls=self.tls)
                 emit(baseline.plan_event())
             slots = asyncio.Semaphore(cfg.concurrency or len(runners) or 1)
             tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
@@ -204,6 +214,14 @@ class Run:
             for t in background:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            if samplers and status in ("done", "failed", "time-limit"):
+                # One last scrape: the report's server figures cover the last turns too.
+                last = [asyncio.create_task(s.scrape_once()) for s in samplers]
+                _, slow = await asyncio.wait(last, timeout=2.0)
+                for t in slow:  # a server too slow to answer now says nothing after the run's last event
+                    t.cancel()
+                await asyncio.gather(*last, return_exceptions=True)
+            await asyncio.gather(*(s.aclose() for s in samplers), return_exceptions=True)
             self.hub.flush(force=True)  # a disk that filled up gets one more try, and says so
             emit(ev.RunEnded(t=clock(), status=status, exit_code=self.exit_code, error=error))
             self.close()

@@ -84,6 +84,10 @@ class SimRequest:
     finish_reason: str | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     preemptions: int = 0
+    remote_kv: bool = False  # prefill/decode split: the prompt's KV comes from the prefill node ...
+    ready_at: float = 0.0  # ... and is here (monotonic time) once the transfer is done
+    local_cached: int = 0  # of cached_tokens, those this node's own prefix cache held
+    registered: int = 0  # prompt blocks findable in the prefix cache so far
 
     @property
     def target_len(self) -> int:
@@ -120,6 +124,7 @@ class SimEngine:
         self.stats = stats or StepStats()
         self._work = asyncio.Event()
         self.steps = 0
+        self.busy = {"prefill": 0.0, "decode": 0.0}
 
     # -- requests ------------------------------------------------------------
 
@@ -181,12 +186,24 @@ class SimEngine:
         self.waiting.appendleft(victim)
         self.stats.on_preempt(victim)
 
+    def cached_prefix(self, hashes: list[bytes]) -> int:
+        """Tokens of this prefix the pool holds now (nothing is taken)."""
+        n = 0
+        for h in hashes:
+            if h not in self.pool.cached:
+                break
+            n += 1
+        return n * self.profile.block_size
+
     def _admit(self, req: SimRequest) -> None:
         bs = self.profile.block_size
         blocks = self.pool.match(req.hashes)
         req.blocks = blocks
         # The last prompt token is always recomputed, as in vLLM.
-        req.computed = req.cached_tokens = min(len(blocks) * bs, req.prompt_tokens - 1)
+        req.computed = req.cached_tokens = req.local_cached = min(len(blocks) * bs, req.prompt_tokens - 1)
+        req.registered = len(blocks)
+        if req.remote_kv:  # the rest of the prompt arrived from the prefill node
+            req.computed = req.cached_tokens = req.prompt_tokens - 1
 
     def schedule(self) -> tuple[list[tuple[SimRequest, int]], list[SimRequest]]:
         """One step's work: (prefill chunks, decoding requests)."""
@@ -221,15 +238,20 @@ class SimEngine:
             else:
                 prefills.append((req, chunk))
                 budget -= chunk
+        now = time.monotonic()
         while self.waiting and budget > 0 and len(self.running) < self.profile.max_num_seqs:
             req = self.waiting[0]
+            if req.ready_at > now:  # its KV is still on the way: the first one that has arrived goes first
+                req = next((r for r in self.waiting if r.ready_at <= now), None)
+                if req is None:
+                    break
             self._admit(req)
             chunk = min(budget, req.target_len - req.computed)
             if not self._blocks_for(req, req.computed + chunk):
                 self.pool.release(req.blocks)  # no room yet: wait for blocks to free up
                 req.blocks = []
                 break
-            self.waiting.popleft()
+            self.waiting.remove(req)
             self.running.append(req)
             if req.scheduled_t is None:
                 req.scheduled_t = time.monotonic()
@@ -262,11 +284,12 @@ class SimEngine:
         for req, chunk in prefills:
             if req.finished:
                 continue
-            before = req.computed
             req.computed += chunk
-            full_before, full_now = before // bs, min(req.computed, req.prompt_tokens) // bs
-            for i in range(full_before, min(full_now, len(req.hashes))):
+            # Transferred KV (a split's decode node) becomes findable here too, as computed KV does.
+            full_now = min(min(req.computed, req.prompt_tokens) // bs, len(req.hashes), len(req.blocks))
+            for i in range(req.registered, full_now):
                 self.pool.register(req.blocks[i], req.hashes[i])
+            req.registered = max(req.registered, full_now)
             if req.computed >= req.target_len:
                 self._emit(req, now)
         for req in decodes:
@@ -292,4 +315,6 @@ class SimEngine:
             dt = p.step_time([(r.computed, c) for r, c in prefills], [r.prompt_tokens + r.generated for r in decodes])
             await asyncio.sleep(dt)
             self.steps += 1
+            # Seconds the GPUs spent in steps with a prefill chunk (compute-bound), and in decode-only steps.
+            self.busy["prefill" if prefills else "decode"] += dt
             self._complete(prefills, decodes)

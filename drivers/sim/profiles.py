@@ -30,6 +30,11 @@ class SimProfile:
     time_scale: float = 1.0  # 20 = twenty times faster than the modelled engine
     chars_per_token: int = 4  # the deterministic tokenizer: every 4 bytes are a token
     burst: int = 1  # SSE events written together (the 'fast' profile batches writes)
+    kv_transfer_token_s: float = 2e-6  # prefill/decode split: seconds to move one token's KV between nodes
+
+    def transfer_time(self, tokens: int) -> float:
+        """Seconds to move `tokens` tokens of KV from the prefill node to the decode node."""
+        return tokens * self.kv_transfer_token_s / self.time_scale
 
     def step_time(self, prefill: list[tuple[int, int]], decode_contexts: list[int]) -> float:
         """Seconds for one step: `prefill` holds (start position, tokens) chunks,
@@ -63,5 +68,6 @@ PROFILES: dict[str, SimProfile] = {
         name="glm-like", max_model_len=1_048_576, kv_tokens=2_400_000, block_size=64, max_num_batched_tokens=512,
         max_num_seqs=256, step_overhead_s=0.018, prefill_token_s=546.6e-6, prefill_attn_s=1.1e-10,
         decode_token_s=0.0005, decode_attn_s=1.03e-8, time_scale=1.0,
+        kv_transfer_token_s=7.5e-6,  # ~376 KB of KV a token over a 50 GB/s link
     ),
 }

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 
 from rampwatch.drivers.sim.profiles import PROFILES
-from rampwatch.drivers.sim.server import SimFaults, SimServer, loopback_socket, make_profile, uvicorn_server
+from rampwatch.drivers.sim.server import SimFaults, loopback_socket, make_profile
+from rampwatch.drivers.sim.topology import Topology, apps, serve_all
 
 
 def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> None:
@@ -29,6 +30,11 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
     p.add_argument("--max-model-len", type=int, default=None, metavar="N", help="longest prompt + output accepted")
     p.add_argument("--step-ms", type=float, default=None, metavar="MS",
                    help="fixed time of every engine step, in modelled ms (paces the 'fast' profile)")
+    p.add_argument("--gpus", type=int, default=None, metavar="N",
+                   help="also serve a simulated dcgm-exporter at /dcgm/metrics: N GPUs per engine whose load follows "
+                        "its steps (labelled simulated)")
+    p.add_argument("--node", default="sim-node", metavar="NAME",
+                   help="the simulated GPUs' Hostname (replicas and splits add -1, -2 or -prefill, -decode)")
 
 
 def add_fault_args(p: argparse.ArgumentParser) -> None:
@@ -59,24 +65,36 @@ def faults_from(args: argparse.Namespace) -> SimFaults:
     )
 
 
-def serve(args: argparse.Namespace, sock: socket.socket, announce: bool = True) -> None:
+def topology_of(args: argparse.Namespace) -> Topology:
+    return Topology.parse(getattr(args, "topology", None) or "single")
+
+
+def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool = True) -> None:
+    """The topology's servers, one per socket, until Ctrl-C or SIGTERM."""
     profile = profile_from(args)
+    topology = topology_of(args)
     key_var = getattr(args, "api_key_env", None)
-    sim = SimServer(profile, faults=faults_from(args), api_key=os.environ.get(key_var) if key_var else None)
-    host, port = sock.getsockname()[:2]
+    key = os.environ.get(key_var) if key_var else None
+    urls = ["http://%s:%d" % sock.getsockname()[:2] for sock in socks]
     if announce:
-        print(f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g}) "
-              f"serving model {sim.model} on http://{host}:{port}  (Ctrl-C to stop)", flush=True)
-    server = uvicorn_server(sim.app)
+        print(f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g})", flush=True)
+        for line in topology.describe(urls, getattr(args, "gpus", None) or 0):
+            print(f"  {line}", flush=True)
+        print(f"  try: rampwatch run {' '.join(topology.run_args(urls))}   (Ctrl-C to stop)", flush=True)
     try:
-        asyncio.run(server.serve(sockets=[sock]))
+        asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, getattr(args, "gpus", None) or 0,
+                                   getattr(args, "node", "sim-node")), socks))
     except KeyboardInterrupt:
         pass
 
 
-def child_argv(args: argparse.Namespace, fd: int) -> list[str]:
-    argv = [sys.executable, "-m", "rampwatch.drivers.sim", "--fd", str(fd), "--profile", args.profile]
-    for name in ("time_scale", "max_num_batched_tokens", "kv_tokens", "block_size", "max_model_len", "step_ms"):
+def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
+    argv = [sys.executable, "-m", "rampwatch.drivers.sim", "--profile", args.profile,
+            "--topology", getattr(args, "topology", None) or "single"]
+    for fd in fds:
+        argv += ["--fd", str(fd)]
+    for name in ("time_scale", "max_num_batched_tokens", "kv_tokens", "block_size", "max_model_len", "step_ms", "gpus",
+                 "node"):
         v = getattr(args, name, None)
         if v is not None:
             argv += ["--" + name.replace("_", "-"), str(v)]
@@ -84,28 +102,33 @@ def child_argv(args: argparse.Namespace, fd: int) -> list[str]:
 
 
 class ChildSim:
-    """The simulated engine in a child process on a free loopback port, so
-    its CPU never stalls the client's token timestamps; killed on exit."""
+    """The simulated engine(s) in a child process on free loopback ports, so
+    its CPU never stalls the client's token timestamps; killed on exit.
+    `urls`: one per server of the topology (`url` is the first)."""
 
     def __init__(self, args: argparse.Namespace):
-        self.sock = loopback_socket()
-        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
-        fd = self.sock.fileno()
-        self.proc = subprocess.Popen(child_argv(args, fd), pass_fds=(fd,), stdin=subprocess.DEVNULL,
+        self.socks = [loopback_socket() for _ in range(topology_of(args).sockets)]
+        self.urls = ["http://127.0.0.1:%d" % s.getsockname()[1] for s in self.socks]
+        self.url = self.urls[0]
+        fds = [s.fileno() for s in self.socks]
+        self.proc = subprocess.Popen(child_argv(args, fds), pass_fds=fds, stdin=subprocess.DEVNULL,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        waiting = list(self.urls)
+        while waiting and time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"simulated engine exited with code {self.proc.returncode}")
             try:
-                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
-                    return
+                if httpx.get(waiting[0] + "/health", timeout=1.0).status_code == 200:
+                    waiting.pop(0)
+                    continue
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError("simulated engine did not start")
+        if waiting:
+            raise RuntimeError("simulated engine did not start")
 
     def __enter__(self) -> ChildSim:
         self.wait_ready()
@@ -117,15 +140,16 @@ class ChildSim:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        self.sock.close()
+        for s in self.socks:
+            s.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rampwatch.drivers.sim", description="the simulated engine (child mode)")
-    p.add_argument("--fd", type=int, required=True, help="listening socket inherited from the parent")
+    p.add_argument("--fd", type=int, action="append", required=True, help="listening sockets inherited from the parent")
+    p.add_argument("--topology", default="single")
     add_sim_args(p)
     add_fault_args(p)
     args = p.parse_args(argv)
-    sock = socket.socket(fileno=args.fd)
-    serve(args, sock, announce=False)
+    serve(args, [socket.socket(fileno=fd) for fd in args.fd], announce=False)
     return 0

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import rampwatch.drivers as drivers
+from rampwatch.drivers.sim.gpus import DCGM_PATH, SimGpus
 from rampwatch.drivers.sim.engine import SimEngine, SimRequest, StepStats, count_tokens, render_chat
 from rampwatch.drivers.sim.profiles import PROFILES, SimProfile
 
@@ -96,7 +97,11 @@ class SimMetrics:
         by_source = c("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", ("source",))
         self.computed = by_source.labels(**lab, source="local_compute")
         self.cache_hit = by_source.labels(**lab, source="local_cache_hit")
-        by_source.labels(**lab, source="external_kv_transfer")
+        self.external = by_source.labels(**lab, source="external_kv_transfer")
+        self.ext_queries = c("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector "
+                             "cross-instance cache sharing, in terms of number of queried tokens.").labels(**lab)
+        self.ext_hits = c("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector "
+                          "cross-instance cache sharing, in terms of number of cached tokens.").labels(**lab)
         self.generation = c("vllm:generation_tokens", "Number of generation tokens processed.").labels(**lab)
         self.preemptions = c("vllm:num_preemptions", "Cumulative number of preemption from the engine.").labels(**lab)
         success = c("vllm:request_success", "Count of successfully processed requests.", ("finished_reason",))
@@ -117,11 +122,17 @@ class SimMetrics:
 
     def stats(self) -> StepStats:
         def admit(r: SimRequest) -> None:
+            # As vLLM counts a KV connector's tokens: local hits stay local, the transferred rest is external.
+            external = r.cached_tokens - r.local_cached
             self.queries.inc(r.prompt_tokens)
-            self.hits.inc(r.cached_tokens)
+            self.hits.inc(r.local_cached)
             self.prompt.inc(r.prompt_tokens)
             self.computed.inc(r.prompt_tokens - r.cached_tokens)
-            self.cache_hit.inc(r.cached_tokens)
+            self.cache_hit.inc(r.local_cached)
+            if r.remote_kv:
+                self.external.inc(external)
+                self.ext_queries.inc(r.prompt_tokens - r.local_cached)
+                self.ext_hits.inc(external)
             self.queue.observe((r.scheduled_t or r.arrival) - r.arrival)
 
         def first(r: SimRequest) -> None:
@@ -154,6 +165,7 @@ class ChatBody(msgspec.Struct):
     stream_options: dict[str, Any] | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
+    kv_transfer_params: dict[str, Any] | None = None  # from a prefill/decode proxy: the KV is on the prefill node
 
 
 class RequireKey:
@@ -179,14 +191,18 @@ _enc = msgspec.json.encode
 class SimServer:
     """One simulated vLLM server: engine, metrics and routes."""
 
-    def __init__(self, profile: SimProfile, model: str = MODEL, faults: SimFaults | None = None, api_key: str | None = None):
+    def __init__(self, profile: SimProfile, model: str = MODEL, faults: SimFaults | None = None, api_key: str | None = None,
+                 gpus: int = 0, node: str = "sim-node"):
+        """`gpus` > 0: also serve a simulated dcgm-exporter for that many GPUs of node `node` at /dcgm/metrics."""
         self.profile, self.model, self.api_key = profile, model, api_key
         self.faults = faults or SimFaults()
         self.metrics = SimMetrics(profile, model)
         self.engine = SimEngine(profile, self.metrics.stats())
+        self.gpus = SimGpus(self.engine, gpus, node) if gpus > 0 else None
         self.created = int(time.time())
         self.app = Starlette(
             routes=[
+                *([Route(DCGM_PATH, self.dcgm_endpoint)] if self.gpus else []),
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/tokenize", self.tokenize, methods=["POST"]),
@@ -235,6 +251,10 @@ class SimServer:
         m.waiting.set(e.num_waiting)
         m.kv.set(e.pool.usage())
         return Response(generate_latest(m.registry), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def dcgm_endpoint(self, request: Request) -> Response:
+        assert self.gpus is not None
+        return Response(self.gpus.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def set_faults(self, request: Request) -> Response:
         if request.method == "POST":
@@ -294,6 +314,11 @@ class SimServer:
                                f"{n + max_tokens} tokens ({n} in the messages, {max_tokens} in the completion). "
                                "Please reduce the length of the messages or completion.")
         req = self.engine.make_request(prompt, max_tokens, body.ignore_eos or body.min_tokens >= max_tokens)
+        if (body.kv_transfer_params or {}).get("do_remote_prefill"):
+            # Only what this node's prefix cache lacks crosses the link; the request waits for it.
+            req.remote_kv = True
+            moved = max(0, req.prompt_tokens - self.engine.cached_prefix(req.hashes))
+            req.ready_at = time.monotonic() + self.profile.transfer_time(moved)
         self.engine.submit(req)
         if body.stream:
             usage = bool((body.stream_options or {}).get("include_usage"))
@@ -404,24 +429,22 @@ def uvicorn_server(app: Any, tls: tuple[str, str] | None = None) -> uvicorn.Serv
     return uvicorn.Server(config)
 
 
-class ThreadedSim:
-    """A simulated server on a loopback port, in a thread of its own (tests)."""
+class ThreadedServer:
+    """An ASGI app on a loopback port, in a thread of its own (tests)."""
 
-    def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0, api_key: str | None = None,
-                 tls: tuple[str, str] | None = None):
-        self.sim = SimServer(profile, faults=faults, api_key=api_key)
+    def __init__(self, app: Any, port: int = 0, tls: tuple[str, str] | None = None):
         self.sock = loopback_socket(port=port)
         self.port = self.sock.getsockname()[1]
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
-        self.server = uvicorn_server(self.sim.app, tls)
+        self.server = uvicorn_server(app, tls)
         self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])), daemon=True)
 
-    def __enter__(self) -> ThreadedSim:
+    def __enter__(self) -> ThreadedServer:
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("simulated server did not start")
+                raise RuntimeError("server did not start")
             time.sleep(0.01)
         return self
 
@@ -429,3 +452,16 @@ class ThreadedSim:
         self.server.should_exit = True
         self.thread.join(timeout=10)
         self.sock.close()
+
+
+class ThreadedSim(ThreadedServer):
+    """A simulated server on a loopback port, in a thread of its own (tests)."""
+
+    def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0, api_key: str | None = None,
+                 tls: tuple[str, str] | None = None):
+        self.sim = SimServer(profile, faults=faults, api_key=api_key)
+        super().__init__(self.sim.app, port, tls)
+
+    def __enter__(self) -> ThreadedSim:
+        super().__enter__()
+        return self

@@ -11,6 +11,8 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
+from urllib.parse import urlsplit
+
 import httpx
 
 from rampwatch.drivers.model import events as ev
@@ -82,9 +84,10 @@ _DCGM_FIELDS = {
 }
 
 
-def parse_dcgm(text: str) -> list[ev.GpuReading]:
-    """GPU readings from a dcgm-exporter scrape (units converted to NVML's)."""
-    gpus: dict[int, dict[str, Any]] = {}
+def parse_dcgm(text: str, node: str = "") -> list[ev.GpuReading]:
+    """GPU readings from a dcgm-exporter scrape (units converted to NVML's),
+    each labelled with its node: the Hostname label, else `node`."""
+    gpus: dict[tuple[str, int], dict[str, Any]] = {}
     for m in _LINE.finditer(text):
         spec = _DCGM_FIELDS.get(m.group(1))
         if spec is None:
@@ -95,11 +98,12 @@ def parse_dcgm(text: str) -> list[ev.GpuReading]:
             value = float(m.group(3)) * spec[1]
         except ValueError:
             continue
-        g = gpus.setdefault(idx, {"index": idx, "name": lab.get("modelName", "")})
+        host = lab.get("Hostname") or node
+        g = gpus.setdefault((host, idx), {"index": idx, "name": lab.get("modelName", ""), "node": host})
         g[spec[0]] = value
     out = []
-    for idx in sorted(gpus):
-        g = gpus[idx]
+    for key in sorted(gpus):
+        g = gpus[key]
         free, reserved = g.pop("_fb_free", None), g.pop("_fb_reserved", 0.0)
         if free is not None and "mem_used" in g:
             g["mem_total"] = g["mem_used"] + free + reserved
@@ -108,7 +112,7 @@ def parse_dcgm(text: str) -> list[ev.GpuReading]:
 
 
 class GpuSampler:
-    """Samples on an interval; `source` is 'auto' (NVML if present), 'none' or a DCGM URL."""
+    """Samples one source on an interval: 'auto' (NVML if present), 'none' or a dcgm-exporter URL."""
 
     def __init__(self, source: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
                  nvml: Any = None, verify: ssl.SSLContext | bool = True):
@@ -149,7 +153,7 @@ class GpuSampler:
                 try:
                     r = await client.get(url)
                     r.raise_for_status()
-                    gpus = parse_dcgm(r.text)
+                    gpus = parse_dcgm(r.text, node=urlsplit(url).hostname or source)
                     if gpus:
                         self.emit(ev.GpuSample(t=self.clock(), source=source, gpus=gpus))
                     else:

@@ -125,6 +125,10 @@ FIELDS = (
 )
 
 
+# One engine instance's KV pool (tokens): "fits N×" divides this, never a pool summed over data-parallel ranks.
+ENGINE_POOL = "kv_engine_tokens"
+
+
 class MetricsFormatError(ValueError):
     """The text is not a Prometheus exposition rampwatch can read."""
 
@@ -160,7 +164,7 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
         for s in aliases:
             wanted.setdefault(s.name, []).append((fname, s))
     found: dict[tuple[str, Series], float] = {}
-    config_capacity = 0.0
+    config_capacity = engine_capacity = 0.0  # all engines' (data-parallel ranks') pools, and the largest one's
     parsed = 0
     for m in _LINE.finditer(text):
         parsed += 1
@@ -169,12 +173,11 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
             lab = _labels(m.group(2))
             size = lab.get("kv_cache_size_tokens")
             try:
-                if size not in (None, "", "None"):
-                    config_capacity += float(size)
-                else:
-                    config_capacity += float(lab["num_gpu_blocks"]) * float(lab["block_size"])
+                one = float(size) if size not in (None, "", "None") else float(lab["num_gpu_blocks"]) * float(lab["block_size"])
             except (KeyError, ValueError):
-                pass
+                continue
+            config_capacity += one
+            engine_capacity = max(engine_capacity, one)
             continue
         targets = wanted.get(name)
         if not targets:
@@ -205,6 +208,9 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
                 break
     if config_capacity > 0:
         values["kv_capacity_tokens"] = config_capacity
+        values[ENGINE_POOL] = engine_capacity
+    elif "kv_capacity_tokens" in values:  # SGLang: one engine's pool (tensor-parallel ranks deduplicated)
+        values[ENGINE_POOL] = values["kv_capacity_tokens"]
     if profile is LLAMACPP and "prefix_hits" in values and "prompt_computed" in values:
         # llama.cpp's prompt counter excludes cache hits; queries are both together.
         values["prefix_queries"] = values["prompt_tokens"] = values["prompt_computed"] + values["prefix_hits"]
@@ -228,9 +234,9 @@ class MetricsScraper:
     MAX_BACKOFF = 30.0
 
     def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 headers: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True):
+                 headers: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True, source: str | None = None):
         self.url, self.interval, self.emit, self.clock = url, interval, emit, clock
-        self.source = redact_url(url)
+        self.source = source or redact_url(url)  # the endpoint's name in events
         # A scrape slower than a few intervals is stale by the time it lands.
         self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), headers=headers or {}, trust_env=False,
                                          verify=verify)
@@ -254,14 +260,15 @@ class MetricsScraper:
             return False
 
     async def run(self) -> None:
+        """Scrape until cancelled; the owner then calls aclose() (after a last scrape_once, if it wants one)."""
         delay = self.interval
-        try:
-            while True:
-                ok = await self.scrape_once()
-                delay = self.interval if ok else min(self.MAX_BACKOFF, max(delay * 2, self.interval))
-                await asyncio.sleep(delay)
-        finally:
-            await self._client.aclose()
+        while True:
+            ok = await self.scrape_once()
+            delay = self.interval if ok else min(self.MAX_BACKOFF, max(delay * 2, self.interval))
+            await asyncio.sleep(delay)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
 
 
 def _describe(e: Exception) -> str:

@@ -6,12 +6,14 @@ by the app, so an update never relays out the screen."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 from rich.console import Console, Group
 from rich.text import Text
 from textual.widgets import Static
 
-from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState, SessionView, collapsed_log
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, EndpointView, RunState, ServerView, SessionView, collapsed_log
 from rampwatch.tui.fmt import bar, clock, duration, format_tokens, pct, rate, sparkline, whole
 
 LEVEL_STYLE = {"info": "", "warn": "yellow", "error": "bold red", "mark": "bold magenta"}
@@ -79,7 +81,8 @@ class HeaderBar(ChangingStatic):
             if modes:
                 t.append(f" {' · '.join(modes)} ", style="bold cyan")
             engine = (h.engine or state.server.engine or "?") + (f" {h.engine_version}" if h.engine_version else "")
-            t.append(f" {h.model or '?'} · {engine} · {h.server}")
+            more = sum(1 for ep in h.endpoints if ep.url) - 1
+            t.append(f" {h.model or '?'} · {engine} · {h.server}" + (f" +{more} more" if more > 0 else ""))
         if recording:
             t.append(f"  rec {recording}", style="dim")
         if h is not None and not h.tls_verified:
@@ -216,8 +219,10 @@ class ServerPanel(Panel):
             return Text(f"unavailable: {missing.get(field, 'not exposed')}", style="dim italic")
 
         last_hit = state.last_turn_hit_rate()
+        answered = [ep for ep in state.endpoints.values() if ep.last_sample_t is not None]
         if self.compact:
-            return Group(*lines, *self._compact(state, last_hit))
+            worst = self._worst(answered) if len(answered) > 1 else []
+            return Group(*lines, *self._compact(state, last_hit), *worst)
         kv = v.get("kv_usage")
         line = Text("KV cache ", style="bold")
         if kv is None:
@@ -245,6 +250,8 @@ class ServerPanel(Panel):
         else:
             line.append(f"last turn {pct(last_hit)} · since start {pct(state.hit_rate_since_start())}")
         lines.append(line)
+        if len(answered) > 1:  # one row per endpoint and the total: requests, rates and preemptions are there
+            return Group(*lines, *endpoint_table(state, answered, self.size.width))
         if state.sessions and state.usage_reports_cache() is False:
             lines.append(Text("  per-request cached tokens unavailable (vLLM: --enable-prompt-tokens-details)", style="dim italic"))
         line = Text("requests ", style="bold")
@@ -289,28 +296,112 @@ class ServerPanel(Panel):
         return [one, two]
 
 
+    @staticmethod
+    def _worst(answered: list[EndpointView]) -> list[Text]:
+        """The endpoint under most pressure (fullest KV, then most waiting), for the compact form."""
+        ep = max(answered, key=lambda x: (x.values.get("kv_usage", -1.0), x.values.get("waiting", 0.0)))
+        v = ep.values
+        line = Text("worst ", style="bold")
+        line.append(f"{ep.name}: KV {pct(v.get('kv_usage'))} · {whole(v.get('running'))} run "
+                    f"{whole(v.get('waiting'))} wait · hit {pct(ep.hit_rate_since_start())}")
+        return [line]
+
+
+# The per-endpoint table's columns, most wanted first: (head, width, cell); kept while they fit.
+ENDPOINT_COLUMNS: list[tuple[str, int, Callable[[EndpointView | None, ServerView], str]]] = [
+    ("KV", 4, lambda ep, srv: pct((ep or srv).values.get("kv_usage"))),
+    ("run", 3, lambda ep, srv: whole((ep or srv).values.get("running"))),
+    ("wait", 4, lambda ep, srv: whole((ep or srv).values.get("waiting"))),
+    ("prefill", 7, lambda ep, srv: rate((ep or srv).prefill_rate)),
+    ("decode", 6, lambda ep, srv: rate((ep or srv).decode_rate)),
+    ("hit", 4, lambda ep, srv: pct(ep.hit_rate_since_start() if ep else _hit(srv))),
+    ("role", 7, lambda ep, srv: ep.role if ep else ""),
+    ("pre", 3, lambda ep, srv: whole((ep.since_start() if ep else srv.values).get("preemptions"))),
+]
+
+
+def _hit(srv: ServerView) -> float | None:
+    q, h = srv.values.get("prefix_queries"), srv.values.get("prefix_hits")
+    return h / q if q and h is not None else None
+
+
+def endpoint_table(state: RunState, answered: list[EndpointView], width: int) -> list[Text]:
+    """One row per endpoint (tok/s since its window, hit rate since it first
+    answered) and a total row, as many columns as fit; a failing endpoint says so."""
+    name_w = max(5, min(16, max(len(ep.name) for ep in answered)))
+    cols, used = [], name_w
+    for col in ENDPOINT_COLUMNS:
+        if used + 1 + col[1] > width:
+            break
+        cols.append(col)
+        used += 1 + col[1]
+    head = Text(f"{'endpoint':<{name_w}}", style="bold")
+    for title, w, _ in cols:
+        head.append(f" {title:>{w}}", style="bold")
+    rows = [head]
+    for ep in [*answered, None]:
+        name = "total" if ep is None else ep.name
+        line = Text(f"{name[:name_w]:<{name_w}}", style="bold" if ep is None else "")
+        if ep is not None and ep.error:
+            line.append(f" {ep.error}"[: width - name_w], style="bold red")
+        else:
+            for _, w, cell in cols:
+                line.append(f" {cell(ep, state.server):>{w}}")
+        rows.append(line)
+    return rows
+
+
 class GpuPanel(Panel):
-    """One line per GPU: utilisation, memory, power, SM clock, temperature; or why there is none."""
+    """One line per GPU: utilisation, memory, power, SM clock, temperature; or why there is none.
+    GPUs of several nodes carry their node's name; where they do not fit (and in the
+    compact form) each node is one line: its GPUs' utilisation min/mean/max."""
 
     def render_state(self, state: RunState, now: float) -> object:
         if not state.gpus:
             reason = state.gpu_reason or "no GPU source yet"
             return Text(reason if reason.startswith("no GPU") else f"no GPU source: {reason}", style="dim")
-        width = max(4, self.size.width - 58)
-        rows = []
-        for g in state.gpus[:8]:
-            line = Text(f"{g.index} ", style="bold")
-            line.append_text(bar(None if g.util is None else g.util / 100, width, "magenta"))
-            line.append(f" {whole(g.util):>3}%")
-            if g.mem_used is not None and g.mem_total:
-                line.append(f"  mem {g.mem_used / 2**30:.0f}/{g.mem_total / 2**30:.0f}G")
-            else:
-                line.append("  mem -")
-            if g.power is not None:
-                line.append(f"  {g.power:.0f}/{whole(g.power_limit)}W")
-            line.append(f"  {whole(g.sm_clock)}MHz  {whole(g.temp)}°C")
-            rows.append(line)
-        return Group(*rows)
+        nodes = state.gpu_nodes()
+        height = max(1, self.size.height)
+        if self.compact or len(state.gpus) > height:
+            return Group(*(node_line(node, gpus, self.size.width) for node, gpus in nodes[:height]))
+        label_w = min(12, max(len(n) for n, _ in nodes)) if len(nodes) > 1 else 0
+        return Group(*(gpu_line(g, label_w, self.size.width) for _, gpus in nodes for g in gpus))
+
+
+def gpu_line(g: ev.GpuReading, label_w: int, width: int) -> Text:
+    """One GPU: [node] index, a utilisation bar, util %, then memory, power, SM clock and
+    temperature as long as they fit the panel's width."""
+    extras = [f"  mem {g.mem_used / 2**30:.0f}/{g.mem_total / 2**30:.0f}G" if g.mem_used is not None and g.mem_total else "  mem -"]
+    if g.power is not None:
+        extras.append(f"  {g.power:.0f}" + (f"/{g.power_limit:.0f}W" if g.power_limit else "W"))
+    extras += [f"  {whole(g.sm_clock)}MHz", f"  {whole(g.temp)}°C"]
+    head = (f"{g.node[:label_w]:<{label_w}} " if label_w else "") + f"{g.index} "
+    fixed = len(head) + 6  # the bar's value: " 100%"
+    while extras and fixed + sum(len(x) for x in extras) + 8 > width:
+        extras.pop()  # temperature first, then clock, power, memory: the bar keeps at least 8 cells
+    line = Text(head[:-len(f"{g.index} ")], style="dim")
+    line.append(f"{g.index} ", style="bold")
+    line.append_text(bar(None if g.util is None else g.util / 100, max(4, width - fixed - sum(len(x) for x in extras)), "magenta"))
+    line.append(f" {whole(g.util):>3}%" + "".join(extras))
+    return line
+
+
+def node_line(node: str, gpus: list[ev.GpuReading], width: int) -> Text:
+    """One node: its GPU count, utilisation min/mean/max with a bar of the mean, memory and power summed."""
+    utils = [g.util for g in gpus if g.util is not None]
+    mean = sum(utils) / len(utils) if utils else None
+    line = Text(f"{(node or 'local')[:14]:<14} ", style="bold")
+    line.append(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} ")
+    line.append_text(bar(None if mean is None else mean / 100, max(4, width - 76), "magenta"))
+    line.append(f" util min {whole(min(utils, default=None))} mean {whole(mean)} max {whole(max(utils, default=None))}%")
+    used = [g.mem_used for g in gpus if g.mem_used is not None]
+    total = [g.mem_total for g in gpus if g.mem_total]
+    if used and total:
+        line.append(f"  mem {sum(used) / 2**30:.0f}/{sum(total) / 2**30:.0f}G")
+    power = [g.power for g in gpus if g.power is not None]
+    if power:
+        line.append(f"  {sum(power) / 1000:.1f}kW")
+    return line
 
 
 class EventsPanel(Panel):

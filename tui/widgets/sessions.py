@@ -72,10 +72,11 @@ def needle_marks(needles: list[bool | None], room: int) -> Text:
     return Text(f"{'✓' if last else '✗'}{found}/{len(needles)}", style="green" if found == len(needles) else "bold red")
 
 
-def session_row(s: SessionView, now: float, width: int) -> Text:
+def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] | None = None) -> Text:
+    """`place`: where a prefill/decode split has the turn (RunState.turn_place)."""
     label = s.state
     if s.state == "prefilling" and s.current is not None:
-        label = f"prefilling {duration(now - s.current.sent_t)}"
+        label = f"{place[0] if place else 'prefilling'} {duration(now - s.current.sent_t)}"
     last = s.last_done
     tok_s = s.decode_rate_now() if s.state == "decoding" else None
     stall, stalled = stall_cell(s, now)
@@ -193,7 +194,8 @@ class SessionsTable(ScrollView, can_focus=True):
             self.refresh()
 
     def row_text(self, i: int) -> Text:
-        return session_row(self.rows[i], self._now, self.size.width)
+        s = self.rows[i]
+        return session_row(s, self._now, self.size.width, self._state.turn_place(s) if self._state else None)
 
     def lines_text(self) -> list[str]:
         """What the panel shows now, as plain lines (for tests)."""
