@@ -286,7 +286,7 @@ def drive(args: argparse.Namespace, engine: Engine, record: Path, chaos: Chaos |
     schedule = ",".join(str(n) for n in soak_schedule(args.plateau_turns))
     session = f"rw-soak-{os.getpid()}"
     command = (f"{RAMPWATCH} run {engine.url} --sessions {args.sessions} --schedule {schedule} --output-tokens 32 "
-               f"--ignore-eos --gpu none --record {record} --request-timeout 120 --reconnect-timeout 120")
+               f"--ignore-eos --gpu none --record {record} --request-timeout 900 --reconnect-timeout 120")
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True)
     samples: list[Sample] = []
     screen = ""

@@ -17,6 +17,7 @@ from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
 from tests.conftest import rampwatch_cmd
+from rampwatch.drivers.run.runner import Run
 from tests.faults import BrokenNvml, FlakyFile, restart_server, run_scenario, wait_then
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +109,9 @@ def test_disk_full_mid_run_is_loud_and_loses_nothing(tmp_path):
     assert out.events_lost == 0
 
 
-def test_disk_full_to_the_end_keeps_the_run_in_memory(tmp_path):
+def test_disk_full_to_the_end_keeps_the_run_in_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(Run, "FINAL_WAIT_S", 1.0)  # the disk never frees: the run waits this long, then ends
+
     def fill(holder, run):
         run.hub.recorder._file = FlakyFile(run.hub.recorder._file, full=True)
 
@@ -116,6 +119,21 @@ def test_disk_full_to_the_end_keeps_the_run_in_memory(tmp_path):
     assert out.exit_code == 0 and out.recorded < out.emitted  # the file stops where the disk did
     assert out.run.state.recording_error and "No space left" in out.run.state.recording_error
     assert len(out.run.state.turns) == len(out.run.cfg.schedule)  # the live picture and report stay whole
+
+
+def test_a_disk_full_at_the_end_gets_the_last_events_once_it_has_room(tmp_path):
+    """The run ends while the disk is full: it waits for room instead of dropping what it holds."""
+    def fill_until_after_the_end(holder, run):
+        disk = run.hub.recorder._file = FlakyFile(run.hub.recorder._file, full=True)
+        while not any(isinstance(e, ev.RunEnded) for e in list(run.hub.events)):
+            time.sleep(0.05)
+        time.sleep(1.5)
+        disk.full = False
+
+    out = run_scenario("disk-full-at-end", tmp_path, sessions=1, time_scale=0.2, during=wait_then(0.3, fill_until_after_the_end))
+    assert out.exit_code == 0 and out.events_lost == 0 and out.recorded == out.emitted
+    back = read_recording(tmp_path / "disk-full-at-end.jsonl")
+    assert isinstance(back.events[-1], ev.RunEnded)
 
 
 async def _sample(nvml) -> list[ev.AnyEvent]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from pathlib import Path
 from typing import Protocol
 
 from rich.text import Text
@@ -25,7 +26,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import Recording
 from rampwatch.tui.fmt import clock
-from rampwatch.tui.sources import LiveSource, ReplaySource
+from rampwatch.tui.sources import FollowSource, LiveSource, ReplaySource
 from rampwatch.tui.widgets.focus import SessionScreen
 from rampwatch.tui.widgets.report import ReportScreen
 from rampwatch.tui.widgets.panels import ChangingStatic, EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, TimelinePanel
@@ -232,12 +233,14 @@ class RampwatchApp(App[int]):
         changes, never recomputed from content on a tick."""
         n = len(state.sessions)
         endpoints = sum(1 for ep in state.endpoints.values() if ep.last_sample_t is not None)
-        if (n, len(state.gpus), endpoints) == self._sessions_laid_out:
+        note = state.usage_reports_cache() is False  # the Server panel's "per-request cached tokens unavailable"
+        if (n, len(state.gpus), endpoints, note) == self._sessions_laid_out:
             return
-        self._sessions_laid_out = (n, len(state.gpus), endpoints)
+        self._sessions_laid_out = (n, len(state.gpus), endpoints, note)
         compact = self.screen.has_class("-compact")
-        if not compact:  # one endpoint: 8 lines and a note; more: KV, history, capacity, hit, a head, a row each, the total
-            self.query_one(ServerPanel).styles.height = 11 if endpoints <= 1 else max(11, 4 + endpoints + 2 + 2)
+        if not compact:  # one endpoint: 8 lines (and the note); more: KV, history, capacity, hit, a head, a row each, the total
+            lines = 8 + note if endpoints <= 1 else 4 + note + endpoints + 2
+            self.query_one(ServerPanel).styles.height = lines + 2
         frame = 1 if compact else 2  # compact panels have a top rule only
         gpu_rows = len(state.gpu_nodes()) if compact else len(state.gpus)  # compact: a line per node
         gpus = max(2, min(8, gpu_rows)) + frame
@@ -366,4 +369,10 @@ def run_app_live(driver: DriverProcess) -> int:
 
 def run_app_replay(recording: Recording, speed: float = 1.0) -> int:
     RampwatchApp(ReplaySource(recording, speed=speed)).run()
+    return 0
+
+
+def run_app_follow(path: Path) -> int:
+    """A run as its recording grows (one browser page of --web)."""
+    RampwatchApp(FollowSource(path)).run()
     return 0

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +32,8 @@ from rampwatch.drivers.run.sweep import SweepFile, read_sweep, why_stop, write_s
 from rampwatch.drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
 from rampwatch.drivers.sim.server import loopback_socket
 from rampwatch.drivers.sim.gpus import DCGM_PATH
+from rampwatch.drivers.telemetry.exporter import RunExporter, parse_listen
+from rampwatch.tui.web import WebServer, page_command
 from rampwatch.drivers.sim.topology import Topology
 from rampwatch.tui.headless import HeadlessPrinter
 
@@ -92,6 +96,12 @@ def add_server_watch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", action="append", default=None, metavar="auto|none|URL",
                    help="GPU source: auto = NVML when present, none, or a dcgm-exporter /metrics URL; repeatable, one "
                         "URL per node (GPUs are labelled by the exporter's Hostname, else the URL's host) (default auto)")
+    p.add_argument("--prometheus", metavar="URL",
+                   help="read server and GPU figures from this Prometheus server's HTTP API (engines' vllm:/sglang:/"
+                        "llamacpp: series and DCGM_FI_DEV_*, one endpoint per instance) instead of scraping /metrics")
+    p.add_argument("--serve-metrics", metavar="[HOST:]PORT",
+                   help="expose rampwatch's own figures (TTFT, decode tok/s, gaps, prefill in flight, turns, needle) "
+                        "for Prometheus at http://HOST:PORT/metrics (HOST default 127.0.0.1)")
     p.add_argument("--scrape-interval", type=_positive_float, default=0.5, metavar="S",
                    help="seconds between /metrics scrapes (default 0.5)")
     p.add_argument("--api-key-env", metavar="VAR",
@@ -102,7 +112,14 @@ def add_server_watch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--insecure", action="store_true",
                    help="verify no TLS certificate (said in the header, the recording and the output)")
     p.add_argument("--headless", action="store_true", help="line output instead of the UI (for scripts and CI)")
+    add_web_arg(p)
     add_record_args(p)
+
+
+def add_web_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--web", metavar="[HOST:]PORT",
+                   help="serve the UI in a browser at http://HOST:PORT (textual-serve; HOST default 127.0.0.1); "
+                        "this terminal gets the line output")
 
 
 def _session_counts(text: str) -> list[int]:
@@ -192,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_watch_args(p)
 
     p = sub.add_parser("watch", help="watch servers' metrics and GPUs without sending traffic")
-    p.add_argument("url", metavar="URL", nargs="+", help="server base URL (several: one endpoint each)")
+    p.add_argument("url", metavar="URL", nargs="*", help="server base URL (several: one endpoint each; none with --prometheus)")
     add_server_watch_args(p)
 
     p = sub.add_parser("demo", help="run a ramp against the built-in simulated engine (no GPU, no network)")
@@ -203,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     # 8 simulated GPUs per engine, so the GPUs panel shows load that follows the engine's steps.
     p.set_defaults(time_scale=DEMO_TIME_SCALE, ignore_eos=True, gpus=8)
     p.add_argument("--headless", action="store_true", help="line output instead of the UI")
+    add_web_arg(p)
     add_record_args(p)
 
     p = sub.add_parser("sim", help="serve the simulated engine (vLLM's HTTP surface) for any client")
@@ -222,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", type=Path, metavar="PATH")
     p.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed, 0.25 to 64 (default 1)")
     p.add_argument("--headless", action="store_true", help="print the run's turn lines instead of the UI")
+    p.add_argument("--follow", action="store_true",
+                   help="show a run as its recording grows (a run in progress, e.g. started by someone else)")
+    add_web_arg(p)
     p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
 
     p = sub.add_parser("compare", help="recordings side by side (a sweep file counts as its runs)")
@@ -233,8 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", type=Path, metavar="OUT", help="also write the table and a TTFT-per-turn chart as one HTML page")
     p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
 
-    p = sub.add_parser("export", help="pictures of a recording: a self-contained HTML page and/or SVG")
-    p.add_argument("path", type=Path, metavar="RUN")
+    p = sub.add_parser("export", help="pictures of a recording (a self-contained HTML page, SVG); the Grafana dashboard")
+    p.add_argument("path", type=Path, metavar="RUN", nargs="?")
+    p.add_argument("--grafana-dashboard", type=Path, metavar="OUT",
+                   help="write the Grafana dashboard for --serve-metrics (with vLLM's metrics beside) as JSON")
     p.add_argument("--html", type=Path, metavar="OUT", help="the timeline, TTFT against context and the summary, as HTML")
     p.add_argument("--svg", type=Path, metavar="OUT", help="the timeline and the TTFT chart as one SVG")
     p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
@@ -259,14 +282,23 @@ def schedule_from(args: argparse.Namespace) -> list[int]:
 
 
 def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConfig:
-    gpus = args.gpu or ["auto"]
+    gpus = args.gpu or ([] if args.prometheus else ["auto"])  # with --prometheus the GPUs come from it
     if len(gpus) > 1 and any("://" not in g for g in gpus):
         raise BadInput("--gpu auto or none cannot be combined with other --gpu sources")
     for g in gpus:
         if g not in ("auto", "none") and "://" not in g:
             raise BadInput(f"--gpu {g!r}: use auto, none or a dcgm-exporter URL like http://node1:9400/metrics")
     urls = args.url if isinstance(args.url, list) else [args.url]
-    for url in urls:
+    if not urls and args.prometheus:
+        urls = [args.prometheus]  # watching only through Prometheus: the header names it
+    if not urls:
+        raise BadInput("give a server URL, or --prometheus URL to watch through Prometheus")
+    if args.serve_metrics:
+        try:
+            parse_listen(args.serve_metrics)
+        except ValueError as e:
+            raise BadInput(f"--serve-metrics: {e}") from None
+    for url in urls + ([args.prometheus] if args.prometheus else []):
         if "://" not in url:
             raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
     cfg = RunConfig(
@@ -282,6 +314,8 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         command=scrub_argv(argv),
         ca_bundle=args.ca_bundle,
         insecure=args.insecure,
+        prometheus=args.prometheus,
+        serve_metrics=args.serve_metrics,
     )
     if mode != "watch":
         cfg.model = args.model
@@ -340,9 +374,14 @@ async def _drive_headless(run: Run) -> int:
         printer()
 
 
-def execute_run(cfg: RunConfig, record: bool, headless: bool) -> int:
+def execute_run(cfg: RunConfig, record: bool, headless: bool, web: str | None = None) -> int:
     """Headless: the run in this process, line output. With the UI: the run in
-    a driver process of its own, the UI folding its event stream."""
+    a driver process of its own, the UI folding its event stream. With --web:
+    headless here, and the UI in browsers, each page following the recording."""
+    if web:
+        if not record:
+            raise BadInput("--web shows the run from its recording: drop --no-record")
+        return _execute_headless(cfg, record, web)
     if headless:
         return _execute_headless(cfg, record)
     from rampwatch.tui.app import run_app_live
@@ -354,6 +393,9 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool) -> int:
     except DriverCrashed as e:
         print(f"rampwatch: {e}", file=sys.stderr)
         return EXIT_CRASHED
+    exporter = start_exporter(cfg, driver.now, driver.state.header.salt if driver.state.header else "")
+    if exporter is not None:
+        driver.listeners.append(exporter)  # the UI process serves them: it stays up after the run, for a last scrape
     code = run_app_live(driver)
     ended = driver.state.ended
     if ended is not None and ended.status == "crashed":
@@ -366,12 +408,67 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool) -> int:
     return code
 
 
-def _execute_headless(cfg: RunConfig, record: bool) -> int:
-    return _run_headless(cfg, record).exit_code
+def start_exporter(cfg: RunConfig, clock: Callable[[], float], run: str) -> RunExporter | None:
+    """--serve-metrics: rampwatch's own figures for Prometheus, served from this process."""
+    if not cfg.serve_metrics:
+        return None
+    host, port = parse_listen(cfg.serve_metrics)
+    exporter = RunExporter(clock, run=run)
+    try:
+        exporter.serve(host, port)
+    except OSError as e:
+        raise BadInput(f"--serve-metrics {cfg.serve_metrics}: cannot listen: {e.strerror or e}") from None
+    print(f"rampwatch: serving its own metrics on http://{host}:{exporter.port}/metrics", file=sys.stderr, flush=True)
+    return exporter
 
 
-def _run_headless(cfg: RunConfig, record: bool) -> Run:
+EXPORTER_LINGER_S = 15.0  # headless: how long the final figures stay up for a last scrape
+
+
+def serve_web(listen: str, command: str, title: str, secret: str | None = None) -> WebServer:
+    """Start the browser UI (BadInput when it cannot listen) and say where it is."""
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as e:
+        raise BadInput(f"--web: {e}") from None
+    server = WebServer(command, host, port, title, secret=secret)
+    problem = server.wait_ready()
+    if problem is not None:
+        server.close()
+        raise BadInput(f"--web {listen}: {problem}")
+    print(f"rampwatch: the UI is at {server.url} (from a laptop: ssh -L {port}:127.0.0.1:{port} THIS-HOST, "
+          f"then open http://127.0.0.1:{port})", file=sys.stderr, flush=True)
+    return server
+
+
+def serve_until_interrupted(server: WebServer, why: str) -> None:
+    print(f"rampwatch: {why}; still serving {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    try:
+        server.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+
+
+def _execute_headless(cfg: RunConfig, record: bool, web: str | None = None) -> int:
+    run = _run_headless(cfg, record, web)
+    if run.web is not None:
+        serve_until_interrupted(run.web, f"the run {run.state.ended.status if run.state and run.state.ended else 'ended'}")
+    if run.exporter is not None and cfg.mode != "watch":
+        print(f"rampwatch: its metrics stay up {EXPORTER_LINGER_S:.0f} s for a last scrape (Ctrl-C to leave now)",
+              file=sys.stderr, flush=True)
+        try:
+            time.sleep(EXPORTER_LINGER_S)
+        except KeyboardInterrupt:
+            pass
+        run.exporter.close()
+    return run.exit_code
+
+
+def _run_headless(cfg: RunConfig, record: bool, web: str | None = None) -> Run:
     run = Run(cfg, record=record)
+    run.web = None
 
     async def main() -> int:
         try:
@@ -379,6 +476,11 @@ def _run_headless(cfg: RunConfig, record: bool) -> Run:
         except BadInput:
             await run.aclose()
             raise
+        if web and run.recording_path is not None:
+            run.web = serve_web(web, page_command(run.recording_path, follow=True), f"rampwatch {cfg.mode}", cfg.api_key)
+        run.exporter = start_exporter(cfg, run.clock, run.salt)
+        if run.exporter is not None:
+            run.hub.listeners.append(run.exporter)
         path = run.recording_path
         where = f", recording to {path}" if path else ""
         info = run.info
@@ -468,6 +570,13 @@ def _write(path: Path, text: str) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.grafana_dashboard:
+        dashboard = (Path(__file__).parent / "grafana-dashboard.json").read_text()
+        code = _write(args.grafana_dashboard, dashboard)
+        if code or args.path is None:
+            return code
+    if args.path is None:
+        return fail("export needs a recording (RUN), or --grafana-dashboard OUT")
     if not args.html and not args.svg:
         return fail("export needs --html OUT and/or --svg OUT")
     rec = read_noting(args.path, args.skip_bad_lines)
@@ -500,6 +609,8 @@ def cmd_sweep(args: argparse.Namespace, argv: list[str]) -> int:
             cfg.record = sweep_path.with_name(f"{sweep_path.name.removesuffix('.sweep.json')}-{n}s.jsonl")
         print(f"rampwatch sweep: {n} session(s)", flush=True)
         run = _run_headless(cfg, record=sweep_path is not None)
+        if run.exporter is not None:
+            run.exporter.close()  # the next point serves on the same port
         assert run.state is not None
         points.append((n, build_report(run.state), run.state.preemptions_this_run()))
         if sweep_path is not None and run.recording_path is not None:
@@ -526,6 +637,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     if not 0.25 <= args.speed <= 64:
         return fail("--speed must be between 0.25 and 64")
+    read_recording(args.path, skip_bad_lines=args.skip_bad_lines)  # bad input is one line, before anything opens
+    if args.web:
+        server = serve_web(args.web, page_command(args.path, follow=args.follow, speed=args.speed), "rampwatch replay")
+        serve_until_interrupted(server, f"serving {'the growing' if args.follow else 'a replay of'} {args.path}")
+        return 0
+    if args.follow:
+        from rampwatch.tui.app import run_app_follow
+
+        return run_app_follow(args.path)
     if args.headless:
         printers: list[HeadlessPrinter] = []
 
@@ -546,7 +666,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
     args.url = "http://127.0.0.1"  # replaced by the child's address below
     args.metrics_url, args.gpu, args.scrape_interval, args.api_key_env, args.api_key_file = None, None, 0.5, None, None
-    args.ca_bundle, args.insecure = None, False
+    args.ca_bundle, args.insecure, args.prometheus, args.serve_metrics = None, False, None, None
     cfg = config_from(args, "demo", argv)  # validate before starting anything
     try:
         child = ChildSim(args)
@@ -559,7 +679,7 @@ def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
         cfg.url, cfg.more_urls = targets[0], targets[1:]
         if args.gpus:
             cfg.gpu = [engine + DCGM_PATH for engine in topology.engines(child.urls)]
-        return execute_run(cfg, record=not args.no_record, headless=args.headless)
+        return execute_run(cfg, record=not args.no_record, headless=args.headless, web=args.web)
     finally:
         child.__exit__()
 
@@ -582,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("run", "watch"):
             cfg = config_from(args, args.command, argv)
-            return execute_run(cfg, record=not args.no_record, headless=args.headless)
+            return execute_run(cfg, record=not args.no_record, headless=args.headless, web=args.web)
         if args.command == "demo":
             return cmd_demo(args, argv)
         if args.command == "sim":

@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import time
+from datetime import datetime
+from pathlib import Path
+
+import msgspec
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.process import DriverProcess
-from rampwatch.drivers.run.recording import Recording
+from rampwatch.drivers.run.recording import Recording, decode_event, read_recording
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
@@ -143,3 +148,68 @@ class ReplaySource:
 
     def mark(self, note: str) -> bool:
         return False
+
+
+class FollowSource:
+    """A run as its recording grows: what each browser page of `--web` shows.
+    Every tick reads the lines appended since the last (the driver flushes
+    them about every 50 ms), so any number of pages follow one run, and the
+    page's process holds nothing but the recording's path."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        rec = read_recording(path)  # the header and whatever is there already
+        self.state = RunState(rec.header)
+        for e in rec.events:
+            self.state.apply(e)
+        self._read = self._whole_lines_size()
+        self._partial = b""
+        try:
+            self._origin = datetime.fromisoformat(rec.header.started_at).timestamp()
+        except ValueError:
+            self._origin = time.time() - self.state.t
+
+    def _whole_lines_size(self) -> int:
+        data = self.path.read_bytes()
+        return data.rfind(b"\n") + 1
+
+    def tick(self, dt: float) -> None:
+        if self.state.ended is not None:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._read)
+                data = f.read()
+        except OSError:
+            return
+        self._read += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            if line.strip():
+                try:
+                    self.state.apply(decode_event(line))
+                except msgspec.DecodeError:
+                    pass  # a line torn by a crash: the next whole one follows
+
+    @property
+    def finished(self) -> bool:
+        return self.state.ended is not None
+
+    def now(self) -> float:
+        ended = self.state.ended
+        return ended.t if ended is not None else max(self.state.t, time.time() - self._origin)
+
+    def mode(self) -> str:
+        header = self.state.header
+        kind = header.mode if header else "run"
+        ended = self.state.ended
+        return f"{kind} · {ended.status}" if ended else f"{kind} · live (web)"
+
+    def recording(self) -> str | None:
+        return str(self.path)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        pass
+
+    def mark(self, note: str) -> bool:
+        return False  # a page watches; marks belong to whoever runs the ramp

@@ -288,6 +288,7 @@ class RunState:
         self.gpus: list[ev.GpuReading] = []  # every source's GPUs, by node then index
         self.gpu_reason: str | None = None  # why there are none (or why a source has none)
         self._gpu_sources: dict[str, list[ev.GpuReading]] = {}
+        self._usage_has_cache: bool | None = None  # any finished turn's usage with cached tokens (None: no turn yet)
         self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
         self.log_total = 0  # entries ever logged, so a reader can tell which are new
         self.ended: ev.RunEnded | None = None
@@ -380,6 +381,7 @@ class RunState:
         self.turns.append(rec)
         self._prefilling.pop(e.session, None)
         if e.status == "ok":
+            self._usage_has_cache = bool(self._usage_has_cache) or e.cached_tokens is not None
             if rec.prompt_tokens is not None:
                 s.last_prompt_tokens = rec.prompt_tokens
             s.tokens_per_chunk = rec.tokens_per_chunk
@@ -593,8 +595,7 @@ class RunState:
 
     def usage_reports_cache(self) -> bool | None:
         """Whether the server puts cached tokens in usage (None: no turn finished yet)."""
-        finished = [r for r in self.turns if r.status == "ok"]
-        return any(r.cached_tokens is not None for r in finished) if finished else None
+        return self._usage_has_cache
 
     def preemptions_this_run(self) -> float | None:
         return self.server.values.get("preemptions")  # counters are growth since each server first answered

@@ -55,6 +55,8 @@ class RunConfig:
     grace: float = 0.0  # seconds a turn in flight at the time limit may go on (0: it finishes)
     ca_bundle: Path | None = None  # trust these certificates instead of certifi's bundle
     insecure: bool = False  # verify no certificate (said loudly: header, recording, output)
+    prometheus: str | None = None  # read server and GPU figures from this Prometheus server instead of scraping
+    serve_metrics: str | None = None  # [HOST:]PORT: expose rampwatch's own figures for Prometheus
 
     @property
     def base_url(self) -> str:
@@ -67,11 +69,11 @@ class RunConfig:
         return [base_of(u) for u in (self.url, *self.more_urls)]
 
     def gpu_sources(self) -> list[str]:
-        return [self.gpu] if isinstance(self.gpu, str) else list(self.gpu) or ["auto"]
+        return [self.gpu] if isinstance(self.gpu, str) else list(self.gpu)  # empty: --prometheus reads the GPUs
 
     def metrics_sources(self) -> list[MetricsSource]:
-        """What to scrape: the --metrics-url specs, else each server's /metrics."""
-        if self.metrics_urls:
+        """What to scrape: the --metrics-url specs, else each server's /metrics (none: --prometheus reads them)."""
+        if self.metrics_urls or self.prometheus:
             return [parse_metrics_spec(s) for s in self.metrics_urls]
         return [MetricsSource(endpoint_name(u), "both", u + "/metrics") for u in self.base_urls]
 
@@ -190,7 +192,8 @@ def check_direct(cfg: RunConfig) -> None:
     """rampwatch connects directly (its streaming client has no proxy support, and
     its probes must take the same route), so a URL the proxy variables would
     route elsewhere is bad input, said in one line with the fix."""
-    urls = [*cfg.base_urls, *(s.url for s in cfg.metrics_sources()), *(g for g in cfg.gpu_sources() if "://" in g)]
+    urls = [*cfg.base_urls, *(s.url for s in cfg.metrics_sources()), *(g for g in cfg.gpu_sources() if "://" in g),
+            *([cfg.prometheus] if cfg.prometheus else [])]
     for url in urls:
         proxy = proxy_for(url)
         if proxy is not None:

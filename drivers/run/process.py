@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 import time
 from pathlib import Path
 
@@ -68,6 +69,7 @@ class DriverProcess:
         self._file_read = 0  # bytes of the recording counted so far
         self._file_lines = 0  # whole lines among them (the header included)
         self._received = 0  # event lines received
+        self.listeners: list[Callable[[ev.AnyEvent], None]] = []  # told each event after the state (the exporter)
         self._transport: asyncio.ReadTransport | None = None
         self._eof = False
         self._stopping = False  # stop() owns the driver and its pipe from here: the UI loop neither reads nor reaps
@@ -149,6 +151,8 @@ class DriverProcess:
         if self._received % TRIM_EVERY == 0:
             self._drop_written()
         self.state.apply(event)
+        for listener in self.listeners:
+            listener(event)
 
     def _events_on_disk(self) -> int:
         """Event lines the recording holds now, counted from the bytes appended since the last look."""
@@ -197,15 +201,17 @@ class DriverProcess:
             why = "driver process hung (it did not stop when asked) and was killed"
         if self.state.ended is None:
             self._crashed(why)
+        else:  # a driver that could not write its last events (a full disk) leaves them to the UI's copy
+            self._complete_recording(None)
 
     def _crashed(self, why: str) -> None:
         end = ev.RunEnded(t=max(self.state.t, self.clock()), status="crashed", exit_code=EXIT_CRASHED, error=why)
         self.state.apply(end)
         self._complete_recording(end)
 
-    def _complete_recording(self, end: ev.RunEnded) -> None:
-        """After the driver died: cut a torn last line, append the events the
-        UI received that never reached the file, then the crash."""
+    def _complete_recording(self, end: ev.RunEnded | None) -> None:
+        """After the driver exited: cut a torn last line, append the events the
+        UI received that never reached the file, then the crash (`end`) if it crashed."""
         path = self.recording
         if path is None:
             return
@@ -213,15 +219,17 @@ class DriverProcess:
             with open(path, "r+b") as f:
                 data = f.read()
                 whole = data.rfind(b"\n") + 1
-                f.truncate(whole)
-                f.seek(whole)
                 in_file = max(0, data.count(b"\n", 0, whole) - 1)  # the header is the first line
                 skip = in_file - self._unwritten_first
                 lines = list(self._unwritten)[skip:] if skip >= 0 else []
-                lines.append(pipe.encode(end))
-                f.write(b"\n".join(lines) + b"\n")
+                if end is not None:
+                    lines.append(pipe.encode(end))
+                if lines or whole < len(data):
+                    f.truncate(whole)
+                    f.seek(whole)
+                    f.write(b"".join(line + b"\n" for line in lines))
         except OSError:
-            pass  # the UI still shows the crash; the file stays readable up to its last whole line
+            pass  # the UI still shows the run's end; the file stays readable up to its last whole line
 
     # -- commands ----------------------------------------------------------------
 

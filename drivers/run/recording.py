@@ -73,6 +73,11 @@ class Recorder:
             raise
         self._size += len(data)
 
+    @property
+    def pending(self) -> list[bytes]:
+        """Lines written to memory but not yet to the file."""
+        return self._pending
+
     def write(self, event: AnyEvent) -> None:
         self.write_line(_encoder.encode(event))
 
@@ -124,6 +129,11 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
     for i, line in enumerate(lines):
         if line.strip():
             yield i + 1, line, i == last  # the final piece has no newline after it
+
+
+def decode_event(line: bytes) -> AnyEvent:
+    """One recording line after the header (msgspec.DecodeError if it is not an event)."""
+    return _event_decoder.decode(line)
 
 
 def read_recording(path: str | Path, skip_bad_lines: bool = False) -> Recording:

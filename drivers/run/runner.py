@@ -4,12 +4,16 @@ samplers, and close the recording, whatever happens."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import platform
 import secrets
 import signal
+import sys
+import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -27,8 +31,28 @@ from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, p
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.telemetry.metrics import MetricsScraper
+from rampwatch.drivers.telemetry.exporter import RunExporter
+from rampwatch.drivers.telemetry.prometheus import PrometheusReader
 
 EXIT_CRASHED = 3
+
+
+def return_big_buffers_to_the_os() -> None:
+    """Have glibc serve allocations of 1 MiB or more with mmap, always. A 1M-token
+    turn's body is several MB; by default glibc raises its mmap threshold after
+    the first such buffer is freed, and later ones then come from the heap,
+    which keeps the high-water mark of every burst (64 sessions re-sending at
+    once after an outage) as resident memory for the rest of the run."""
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
+    except (OSError, AttributeError):
+        pass  # not glibc (musl, ...): its own policy stands
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
 def crash_summary(e: BaseException) -> str:
@@ -44,7 +68,10 @@ class Run:
     `fold`: keep a RunState of the run in this process (headless output, the
     final report, tests); the driver process behind the UI does not need one."""
 
+    FINAL_WAIT_S = 60.0  # how long a finished run waits for a full disk to take its last events
+
     def __init__(self, cfg: RunConfig, record: bool = True, keep_events: bool = False, fold: bool = True):
+        return_big_buffers_to_the_os()
         self.cfg = cfg
         self.record = record
         self.clock = RunClock()
@@ -58,6 +85,8 @@ class Run:
         self.interrupted_by: int | None = None
         self._client: httpx.AsyncClient | None = None
         self.tls = tls_context()
+        self.exporter: RunExporter | None = None  # --serve-metrics: a listener the caller adds (tui/cli.py)
+        self.web: Any = None  # --web: the browser UI's server, started by the caller (tui/cli.py)
 
     def _client_for(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -154,8 +183,12 @@ class Run:
         130/143 interrupted, 3 crashed (an unexpected exception, recorded as
         RunEnded(crashed) with its one-line summary)."""
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
-        samplers = [MetricsScraper(s.url, cfg.scrape_interval, emit, clock, headers=cfg.headers(), verify=self.tls,
-                                   source=s.name) for s in cfg.metrics_sources()]
+        samplers: list[MetricsScraper | PrometheusReader] = [
+            MetricsScraper(s.url, cfg.scrape_interval, emit, clock, headers=cfg.headers(), verify=self.tls, source=s.name)
+            for s in cfg.metrics_sources()]
+        if cfg.prometheus:
+            samplers.append(PrometheusReader(cfg.prometheus, max(cfg.scrape_interval, 1.0), emit, clock,
+                                             headers=cfg.headers(), verify=self.tls, gpus=not cfg.gpu_sources()))
         background = [asyncio.create_task(s.run()) for s in samplers]
         for source in cfg.gpu_sources():
             gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls)
@@ -224,6 +257,7 @@ class Run:
             await asyncio.gather(*(s.aclose() for s in samplers), return_exceptions=True)
             self.hub.flush(force=True)  # a disk that filled up gets one more try, and says so
             emit(ev.RunEnded(t=clock(), status=status, exit_code=self.exit_code, error=error))
+            await self._drain_recording()
             self.close()
             if self._client is not None:
                 await self._client.aclose()
@@ -258,6 +292,23 @@ class Run:
             await asyncio.sleep(delay)
         async with slots:
             await runner.run()
+
+    async def _drain_recording(self) -> None:
+        """A full disk at the end of the run: the events still in memory wait for room
+        (FINAL_WAIT_S at most, saying so once) rather than being dropped at exit; the UI,
+        which has them too, appends what is still missing once the driver has exited."""
+        rec = self.hub.recorder
+        if rec is None:
+            return
+        rec.flush(force=True)
+        if rec.error is None:
+            return
+        print(f"rampwatch: {rec.error}; waiting up to {self.FINAL_WAIT_S:.0f} s for room to write the run's last "
+              f"{len(rec.pending)} events", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + self.FINAL_WAIT_S
+        while rec.error is not None and time.monotonic() < deadline:
+            await asyncio.sleep(1.0)
+            rec.flush(force=True)
 
     async def _flush_loop(self) -> None:
         while True:

@@ -61,6 +61,9 @@ def reply_words(prompt: bytes, seed: int) -> tuple[list[str], bool]:
     return [" " + rng.choice(_REPLY_WORDS) for _ in range(64)], False
 
 
+CATCH_UP_S = 0.05  # the most modelled time the engine makes up after its loop was held up
+
+
 @dataclass(eq=False)
 class SimRequest:
     prompt: bytes
@@ -302,18 +305,26 @@ class SimEngine:
         self.stats.on_step(sum(c for _, c in prefills) + len(decodes))
 
     async def run(self) -> None:
-        """The engine loop: step while there is work, sleep the modelled step time."""
+        """The engine loop: step while there is work, each step ending when the
+        modelled clock says. Steps end on deadlines, not after sleeps: a sleep
+        that overshoots (a busy CPU) is made up by the next, so modelled time
+        does not drift on a loaded machine; a lag beyond CATCH_UP_S is let go
+        rather than made up in a burst."""
         p = self.profile
+        deadline = time.monotonic()
         while True:
             if not self.running and not self.waiting:
                 self._work.clear()
                 await self._work.wait()
+                deadline = time.monotonic()
             prefills, decodes = self.schedule()
             if not prefills and not decodes:
                 await asyncio.sleep(0.001)  # waiting for blocks another request will free
+                deadline = time.monotonic()
                 continue
             dt = p.step_time([(r.computed, c) for r, c in prefills], [r.prompt_tokens + r.generated for r in decodes])
-            await asyncio.sleep(dt)
+            deadline = max(deadline, time.monotonic() - CATCH_UP_S) + dt
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
             self.steps += 1
             # Seconds the GPUs spent in steps with a prefill chunk (compute-bound), and in decode-only steps.
             self.busy["prefill" if prefills else "decode"] += dt

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from rampwatch.drivers.sim.profiles import PROFILES
-from rampwatch.drivers.sim.server import SimFaults, loopback_socket, make_profile
+from rampwatch.drivers.sim.server import FLAVORS, SimFaults, loopback_socket, make_profile
 from rampwatch.drivers.sim.topology import Topology, apps, serve_all
 
 
@@ -30,6 +30,11 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
     p.add_argument("--max-model-len", type=int, default=None, metavar="N", help="longest prompt + output accepted")
     p.add_argument("--step-ms", type=float, default=None, metavar="MS",
                    help="fixed time of every engine step, in modelled ms (paces the 'fast' profile)")
+    p.add_argument("--flavor", choices=FLAVORS, default="vllm",
+                   help="whose HTTP and metrics surface to serve: vllm (default) or sglang (SGLang 0.5's metric names, "
+                        "/get_model_info, /get_server_info; labelled simulated)")
+    p.add_argument("--enable-cache-report", action="store_true",
+                   help="sglang flavour: put cached tokens in usage, as SGLang's --enable-cache-report does")
     p.add_argument("--gpus", type=int, default=None, metavar="N",
                    help="also serve a simulated dcgm-exporter at /dcgm/metrics: N GPUs per engine whose load follows "
                         "its steps (labelled simulated)")
@@ -77,13 +82,16 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
     key = os.environ.get(key_var) if key_var else None
     urls = ["http://%s:%d" % sock.getsockname()[:2] for sock in socks]
     if announce:
-        print(f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g})", flush=True)
+        flavor = getattr(args, "flavor", "vllm")
+        print(f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g}), "
+              f"{'SGLang' if flavor == 'sglang' else 'vLLM'}'s HTTP and metrics surface", flush=True)
         for line in topology.describe(urls, getattr(args, "gpus", None) or 0):
             print(f"  {line}", flush=True)
         print(f"  try: rampwatch run {' '.join(topology.run_args(urls))}   (Ctrl-C to stop)", flush=True)
     try:
-        asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, getattr(args, "gpus", None) or 0,
-                                   getattr(args, "node", "sim-node")), socks))
+        server = {"gpus": getattr(args, "gpus", None) or 0, "node": getattr(args, "node", "sim-node"),
+                  "flavor": getattr(args, "flavor", "vllm"), "cache_report": getattr(args, "enable_cache_report", False)}
+        asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, server), socks))
     except KeyboardInterrupt:
         pass
 
@@ -94,10 +102,12 @@ def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
     for fd in fds:
         argv += ["--fd", str(fd)]
     for name in ("time_scale", "max_num_batched_tokens", "kv_tokens", "block_size", "max_model_len", "step_ms", "gpus",
-                 "node"):
+                 "node", "flavor"):
         v = getattr(args, name, None)
         if v is not None:
             argv += ["--" + name.replace("_", "-"), str(v)]
+    if getattr(args, "enable_cache_report", False):
+        argv.append("--enable-cache-report")
     return argv
 
 

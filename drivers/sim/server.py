@@ -32,6 +32,7 @@ from rampwatch.drivers.sim.engine import SimEngine, SimRequest, StepStats, count
 from rampwatch.drivers.sim.profiles import PROFILES, SimProfile
 
 OWNED_BY = "rampwatch-sim"
+SGLANG_VERSION = "0.5.23"  # the release whose metric names the sglang flavour serves
 MODEL = "sim-model"
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -120,6 +121,12 @@ class SimMetrics:
                     kv_cache_size_tokens=str(profile.kv_tokens), num_gpu_blocks=str(profile.kv_tokens // profile.block_size),
                     simulated="True").set(1.0)
 
+    def render(self, engine: SimEngine) -> bytes:
+        self.running.set(engine.num_running)
+        self.waiting.set(engine.num_waiting)
+        self.kv.set(engine.pool.usage())
+        return generate_latest(self.registry)
+
     def stats(self) -> StepStats:
         def admit(r: SimRequest) -> None:
             # As vLLM counts a KV connector's tokens: local hits stay local, the transferred rest is external.
@@ -153,6 +160,73 @@ class SimMetrics:
 
         return StepStats(on_admit=admit, on_first=first, on_token=token, on_finish=finish,
                          on_step=self.iteration.observe, on_preempt=lambda r: self.preemptions.inc())
+
+
+class SglangMetrics:
+    """SGLang 0.5's metric names and labels (scheduler series with engine_type and ranks), served as its
+    multiprocess collector does (no _created series). Like SGLang releases without
+    sglang:cached_tokens_total, nothing here counts prefix-cache hits: only sglang:cache_hit_rate, the
+    ratio of the last report."""
+
+    def __init__(self, profile: SimProfile, model: str):
+        self.registry = r = CollectorRegistry()
+        sched = {"model_name": model, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+        tok = {"model_name": model, "engine_type": "unified"}
+
+        def g(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, list(sched), registry=r, multiprocess_mode="mostrecent").labels(**sched)
+
+        self.running = g("sglang:num_running_reqs", "The number of running requests.")
+        self.waiting = g("sglang:num_queue_reqs", "The number of requests in the waiting queue.")
+        self.kv = g("sglang:token_usage", "The token usage.")
+        self.kv_used = g("sglang:kv_used_tokens", "The number of used KV tokens.")
+        self.capacity = g("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV pool.")
+        self.capacity.set(profile.kv_tokens)
+        self.hit_ratio = g("sglang:cache_hit_rate", "The prefix cache hit rate (of the last report).")
+        self.gen_throughput = g("sglang:gen_throughput", "The generation throughput (token/s).")
+        self.prompt = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.", list(tok), registry=r).labels(**tok)
+        self.generation = Counter("sglang:generation_tokens", "Number of generation tokens processed.", list(tok), registry=r).labels(**tok)
+        self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              list(tok), buckets=TTFT_BUCKETS, registry=r).labels(**tok)
+        self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                             list(tok), buckets=ITL_BUCKETS, registry=r).labels(**tok)
+        self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
+                             list(tok), buckets=REQ_BUCKETS, registry=r).labels(**tok)
+        self._last_gen = (time.monotonic(), 0.0)
+
+    def stats(self) -> StepStats:
+        def admit(r: SimRequest) -> None:
+            self.prompt.inc(r.prompt_tokens)
+            self.hit_ratio.set(r.cached_tokens / r.prompt_tokens if r.prompt_tokens else 0.0)
+
+        def first(r: SimRequest) -> None:
+            self.ttft.observe(r.first_t - r.arrival)  # type: ignore[operator]
+            self.generation.inc()
+
+        def token(r: SimRequest, dt: float) -> None:
+            self.itl.observe(dt)
+            self.generation.inc()
+
+        def finish(r: SimRequest) -> None:
+            self.e2e.observe(time.monotonic() - r.arrival)
+
+        return StepStats(on_admit=admit, on_first=first, on_token=token, on_finish=finish)
+
+    def render(self, engine: SimEngine) -> bytes:
+        self.running.set(engine.num_running)
+        self.waiting.set(engine.num_waiting)
+        self.kv.set(engine.pool.usage())
+        self.kv_used.set(engine.pool.used * engine.profile.block_size)
+        now, generated = time.monotonic(), self.generation._value.get()  # noqa: SLF001 - one counter's value
+        t0, g0 = self._last_gen
+        if now - t0 > 0.5:
+            self.gen_throughput.set((generated - g0) / (now - t0))
+            self._last_gen = (now, generated)
+        text = generate_latest(self.registry)
+        return b"\n".join(line for line in text.split(b"\n") if b"_created" not in line)
+
+
+FLAVORS = ("vllm", "sglang")
 
 
 class ChatBody(msgspec.Struct):
@@ -192,11 +266,14 @@ class SimServer:
     """One simulated vLLM server: engine, metrics and routes."""
 
     def __init__(self, profile: SimProfile, model: str = MODEL, faults: SimFaults | None = None, api_key: str | None = None,
-                 gpus: int = 0, node: str = "sim-node"):
-        """`gpus` > 0: also serve a simulated dcgm-exporter for that many GPUs of node `node` at /dcgm/metrics."""
-        self.profile, self.model, self.api_key = profile, model, api_key
+                 gpus: int = 0, node: str = "sim-node", flavor: str = "vllm", cache_report: bool = False):
+        """`gpus` > 0: also serve a simulated dcgm-exporter for that many GPUs of node `node` at /dcgm/metrics.
+        `flavor` sglang: SGLang's metric names, /get_model_info and /get_server_info, and cached tokens in
+        usage only with `cache_report` (SGLang's --enable-cache-report)."""
+        self.profile, self.model, self.api_key, self.flavor = profile, model, api_key, flavor
+        self.cache_report = cache_report or flavor == "vllm"
         self.faults = faults or SimFaults()
-        self.metrics = SimMetrics(profile, model)
+        self.metrics: SimMetrics | SglangMetrics = SglangMetrics(profile, model) if flavor == "sglang" else SimMetrics(profile, model)
         self.engine = SimEngine(profile, self.metrics.stats())
         self.gpus = SimGpus(self.engine, gpus, node) if gpus > 0 else None
         self.created = int(time.time())
@@ -211,6 +288,8 @@ class SimServer:
                 Route("/version", self.version),
                 Route("/metrics", self.metrics_endpoint),
                 Route("/sim/faults", self.set_faults, methods=["POST", "GET"]),
+                *([Route(p, self.model_info) for p in ("/get_model_info", "/model_info")]
+                  + [Route(p, self.server_info) for p in ("/get_server_info", "/server_info")] if flavor == "sglang" else []),
             ],
             lifespan=self._lifespan,
             middleware=[Middleware(RequireKey, key=api_key)] if api_key else [],
@@ -228,15 +307,27 @@ class SimServer:
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{
-            "id": self.model, "object": "model", "created": self.created, "owned_by": OWNED_BY, "root": self.model,
+            "id": self.model, "object": "model", "created": self.created,
+            "owned_by": "sglang" if self.flavor == "sglang" else OWNED_BY, "root": self.model,
             "parent": None, "max_model_len": self.profile.max_model_len, "permission": [],
         }]})
 
     async def health(self, request: Request) -> Response:
         return Response(status_code=200)
 
+    async def model_info(self, request: Request) -> Response:
+        return JSONResponse({"model_path": self.model, "tokenizer_path": self.model, "is_generation": True,
+                             "preferred_sampling_params": None, "simulated": True})
+
+    async def server_info(self, request: Request) -> Response:
+        return JSONResponse({"version": f"{SGLANG_VERSION}-simulated", "simulated": True, "model_path": self.model,
+                             "context_length": self.profile.max_model_len, "max_total_num_tokens": self.profile.kv_tokens,
+                             "enable_metrics": True, "enable_cache_report": self.cache_report,
+                             "chunked_prefill_size": self.profile.max_num_batched_tokens})
+
     async def version(self, request: Request) -> Response:
-        return JSONResponse({"version": f"{drivers.__version__}-simulated", "simulated": True, "profile": self.profile.name})
+        version = SGLANG_VERSION if self.flavor == "sglang" else drivers.__version__
+        return JSONResponse({"version": f"{version}-simulated", "simulated": True, "profile": self.profile.name})
 
     async def metrics_endpoint(self, request: Request) -> Response:
         mode = self.faults.metrics
@@ -246,11 +337,7 @@ class SimServer:
             return Response("vllm:num_requests_running{engine=\"0\" 1 2 3\n<html>oops</html>\n", media_type="text/plain")
         if mode == "slow":
             await asyncio.sleep(10.0)
-        m, e = self.metrics, self.engine
-        m.running.set(e.num_running)
-        m.waiting.set(e.num_waiting)
-        m.kv.set(e.pool.usage())
-        return Response(generate_latest(m.registry), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(self.metrics.render(self.engine), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def dcgm_endpoint(self, request: Request) -> Response:
         assert self.gpus is not None
@@ -339,8 +426,11 @@ class SimServer:
         })
 
     def _usage(self, req: SimRequest) -> dict[str, Any]:
-        return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.generated,
-                "completion_tokens": req.generated, "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
+        usage: dict[str, Any] = {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.generated,
+                                 "completion_tokens": req.generated}
+        if self.cache_report:
+            usage["prompt_tokens_details"] = {"cached_tokens": req.cached_tokens}
+        return usage
 
     async def _stream(self, req: SimRequest, chat: bool, include_usage: bool):  # type: ignore[no-untyped-def]
         f = self.faults
@@ -458,8 +548,9 @@ class ThreadedSim(ThreadedServer):
     """A simulated server on a loopback port, in a thread of its own (tests)."""
 
     def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0, api_key: str | None = None,
-                 tls: tuple[str, str] | None = None):
-        self.sim = SimServer(profile, faults=faults, api_key=api_key)
+                 tls: tuple[str, str] | None = None, **server: Any):
+        """`server`: SimServer's options (gpus, node, flavor, cache_report)."""
+        self.sim = SimServer(profile, faults=faults, api_key=api_key, **server)
         super().__init__(self.sim.app, port, tls)
 
     def __enter__(self) -> ThreadedSim:

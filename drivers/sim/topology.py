@@ -161,14 +161,16 @@ class Topology:
 
 
 def apps(topology: Topology, profile: SimProfile, faults: SimFaults, api_key: str | None, urls: list[str],
-         gpus: int = 0, node: str = "sim-node") -> list[Any]:
-    """One ASGI app per socket, in the order of `urls`; each engine's node has `gpus` simulated GPUs."""
-    names = topology.nodes(node)
+         server: dict[str, Any]) -> list[Any]:
+    """One ASGI app per socket, in the order of `urls`. `server`: each engine's SimServer options
+    (gpus, flavor, cache_report; `node` names the first and is numbered or suffixed for the others)."""
+    names = topology.nodes(server.get("node", "sim-node"))
+    opts = {k: v for k, v in server.items() if k != "node"}
     if topology.kind == "pd":
-        return [PdProxy(urls[1], urls[2]).app, SimServer(profile, api_key=api_key, gpus=gpus, node=names[0]).app,
-                SimServer(profile, faults=faults, api_key=api_key, gpus=gpus, node=names[1]).app]
+        return [PdProxy(urls[1], urls[2]).app, SimServer(profile, api_key=api_key, node=names[0], **opts).app,
+                SimServer(profile, faults=faults, api_key=api_key, node=names[1], **opts).app]
     # Fault knobs are shared by the replicas: POST /sim/faults on one sets them for all.
-    return [SimServer(profile, faults=faults, api_key=api_key, gpus=gpus, node=n).app for n in names]
+    return [SimServer(profile, faults=faults, api_key=api_key, node=n, **opts).app for n in names]
 
 
 async def serve_all(apps_: list[Any], sockets: list[socket.socket]) -> None:

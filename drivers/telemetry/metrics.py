@@ -90,7 +90,7 @@ SGLANG = Profile(
         "ttft_count": _s("sglang:time_to_first_token_seconds_count"),
     },
     why_missing={
-        "prefix_hits": "SGLang exposes cached tokens only in newer releases",
+        "prefix_hits": "SGLang exposes no prefix-cache counters (sglang:cached_tokens_total needs a newer release)",
         "preemptions": "SGLang exposes no preemption counter",
         "kv_capacity_tokens": "SGLang exposes max_total_num_tokens only in newer releases",
     },

@@ -44,9 +44,17 @@ class Panel(ChangingStatic):
     def __init__(self, title: str, **kw: object):
         super().__init__(**kw)  # type: ignore[arg-type]
         self.border_title = title
+        self._last: tuple[RunState, float] | None = None
 
     def show(self, state: RunState, now: float) -> None:
+        self._last = (state, now)
         self.show_content(self.render_state(state, now))
+
+    def on_resize(self) -> None:
+        """A panel sized by what is left (1fr) learns its height only after the tick that set the
+        others': what it shows depends on its size, so it draws again."""
+        if self._last is not None:
+            self.show(*self._last)
 
     def plain_text(self) -> str:
         """What the panel shows, as plain text (for tests and captures)."""
@@ -184,7 +192,7 @@ class PrefillPanel(Panel):
         rows = []
         width = max(8, self.size.width - 52)
         fit = max(1, self.size.height)
-        shown = progress if len(progress) <= fit else progress[:fit - 1]
+        shown = progress if len(progress) <= fit else progress[:max(1, fit - 1)]
         for p in shown:
             line = Text(f"{p.session} turn {p.turn}", style="bold yellow")
             line.append(f"  ~{format_tokens(p.new_tokens)} new  {duration(p.elapsed)}")
@@ -196,8 +204,17 @@ class PrefillPanel(Panel):
                 line.append("  (no earlier prefill rate to estimate from)", style="dim")
             rows.append(line)
         if len(shown) < len(progress):
-            rows.append(Text(f"+{len(progress) - len(shown)} more prefilling", style="dim"))
+            more = Text(f"+{len(progress) - len(shown)} more prefilling", style="dim")
+            if len(rows) < fit:
+                rows.append(more)
+            else:  # one row: the longest wait, and how many more
+                rows[-1] = Text.assemble(rows[-1][: max(0, self.size.width - len(more) - 2)], "  ", more)
         return Group(*rows)
+
+
+# What makes each engine put cached tokens in a response's usage.
+CACHE_REPORT_FLAGS = {"vllm": "vLLM: --enable-prompt-tokens-details", "sglang": "SGLang: --enable-cache-report",
+                      "llama.cpp": "llama.cpp: a build with prompt_tokens_details"}
 
 
 class ServerPanel(Panel):
@@ -253,7 +270,8 @@ class ServerPanel(Panel):
         if len(answered) > 1:  # one row per endpoint and the total: requests, rates and preemptions are there
             return Group(*lines, *endpoint_table(state, answered, self.size.width))
         if state.sessions and state.usage_reports_cache() is False:
-            lines.append(Text("  per-request cached tokens unavailable (vLLM: --enable-prompt-tokens-details)", style="dim italic"))
+            flag = CACHE_REPORT_FLAGS.get(srv.engine or "", "vLLM: --enable-prompt-tokens-details")
+            lines.append(Text(f"  per-request cached tokens unavailable ({flag})", style="dim italic"))
         line = Text("requests ", style="bold")
         line.append(f"running {whole(v.get('running'))} · waiting {whole(v.get('waiting'))}")
         lines.append(line)

@@ -1,0 +1,259 @@
+"""Many nodes through Prometheus (issue 12): GPUs labelled by node, the fleet
+read from a real Prometheus server, rampwatch's own figures exported to it and
+read back, and the Grafana dashboard's queries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.recording import Recording, read_recording
+from rampwatch.drivers.run.runner import Run
+from rampwatch.drivers.sim.gpus import DCGM_PATH
+from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.telemetry.exporter import SERIES, RunExporter
+from rampwatch.drivers.telemetry.gpu import parse_dcgm
+from rampwatch.drivers.telemetry.metrics import _LINE, _labels
+from rampwatch.drivers.model.state import RunState
+from rampwatch.tui.app import RampwatchApp
+from rampwatch.tui.sources import ReplaySource
+from tests.conftest import DATA, free_port, rampwatch_cmd
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEDULE = [2000, 4000, 8000]
+
+
+def ramp(urls: list[str], exporter: RunExporter | None = None, **cfg) -> Run:
+    """A two-session ramp in this process, over `urls`, feeding `exporter`."""
+    config = RunConfig(url=urls[0], more_urls=urls[1:], sessions=2, schedule=SCHEDULE, output_tokens=16,
+                       ignore_eos=True, gpu="none", scrape_interval=0.2, **cfg)
+    run = Run(config, record=False)
+
+    async def main() -> int:
+        await run.prepare()
+        if exporter is not None:
+            exporter.clock, exporter.run = run.clock, run.salt
+            run.hub.listeners.append(exporter)
+        return await run.drive()
+
+    run.exit_code = asyncio.run(main())
+    return run
+
+
+def prometheus_binary() -> str:
+    exe = shutil.which("prometheus")
+    if exe is None:
+        msg = "no prometheus binary (Debian: apt-get install prometheus; .ci/run installs it)"
+        if os.environ.get("RAMPWATCH_REQUIRE_PROMETHEUS") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exe
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    """Start a real Prometheus on loopback scraping the targets a test gives; yields (url, start)."""
+    exe = prometheus_binary()
+    procs = []
+
+    def start(jobs: dict[str, tuple[str, list[str]]]) -> str:
+        port = free_port()
+        lines = ["global:", "  scrape_interval: 1s", "  scrape_timeout: 900ms", "scrape_configs:"]
+        for job, (path, targets) in jobs.items():
+            lines += [f"  - job_name: {job}", f"    metrics_path: {path}", "    static_configs:",
+                      f"      - targets: [{', '.join(repr(t) for t in targets)}]"]
+        (tmp_path / "prometheus.yml").write_text("\n".join(lines) + "\n")
+        log = open(tmp_path / "prometheus.log", "w")
+        procs.append(subprocess.Popen([exe, f"--config.file={tmp_path / 'prometheus.yml'}",
+                                       f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _get(url + "/-/ready") == 200, 60, "Prometheus did not become ready")
+        return url
+
+    yield start
+    for p in procs:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=30)
+
+
+def _get(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def wait_for(cond, timeout: float, why: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(why)
+        time.sleep(0.25)
+
+
+def query(prom: str, promql: str) -> list[dict]:
+    r = httpx.get(prom + "/api/v1/query", params={"query": promql}, timeout=10).json()
+    assert r["status"] == "success", r
+    return r["data"]["result"]
+
+
+def host_port(url: str) -> str:
+    return url.removeprefix("http://")
+
+
+def test_two_nodes_of_eight_gpus_never_collide():
+    with ThreadedSim(make_profile("tiny"), gpus=8, node="node-a") as a, ThreadedSim(make_profile("tiny"), gpus=8, node="node-b") as b:
+        texts = [httpx.get(s.url + DCGM_PATH).text for s in (a, b)]
+    gpus = parse_dcgm(texts[0], node="ignored") + parse_dcgm(texts[1])
+    assert len(gpus) == 16 and len({(g.node, g.index) for g in gpus}) == 16
+    assert {g.node for g in gpus} == {"node-a", "node-b"} and all("simulated" in g.name for g in gpus)
+    # Without a Hostname label the URL's host names the node.
+    bare = re.sub(r',Hostname="[^"]*"', "", texts[0])
+    assert {g.node for g in parse_dcgm(bare, node="10.0.0.7")} == {"10.0.0.7"}
+
+
+def test_simulated_gpus_follow_the_engine(tmp_path):
+    """Idle GPUs read 0%; while the engine steps they are busy."""
+    with ThreadedSim(make_profile("tiny", time_scale=0.2), gpus=2) as s:
+        idle = parse_dcgm(httpx.get(s.url + DCGM_PATH).text)
+        time.sleep(0.3)
+        idle = parse_dcgm(httpx.get(s.url + DCGM_PATH).text)
+        busy: list[float] = []
+
+        async def main() -> None:
+            run = Run(RunConfig(url=s.url, sessions=2, schedule=[4000, 8000], output_tokens=64, ignore_eos=True,
+                                gpu=[s.url + DCGM_PATH], scrape_interval=0.3), record=False)
+            await run.prepare()
+            await run.drive()
+            busy.extend(g.util for g in run.state.gpus if g.util is not None)
+
+        asyncio.run(main())
+    assert all(g.util == 0 for g in idle) and max(busy) > 20
+
+
+def test_exporter_figures_match_the_report():
+    """Scraped from the exporter's own HTTP endpoint, per session: TTFT sum and count, turns, needles, context."""
+    exporter = RunExporter(time.monotonic)
+    exporter.serve("127.0.0.1", 0)
+    try:
+        with ThreadedSim(make_profile("tiny")) as s:
+            run = ramp([s.url], exporter)
+        text = httpx.get(f"http://127.0.0.1:{exporter.port}/metrics").text
+    finally:
+        exporter.close()
+    rep = build_report(run.state)
+    for sess in rep.sessions:
+        sid = sess.id
+
+        def value(name: str, **labels: str) -> float:
+            want = {"session": sid, "run": run.salt, **labels}
+            found = [float(m.group(3)) for m in _LINE.finditer(text) if m.group(1) == name and _labels(m.group(2)) == want]
+            assert len(found) == 1, (name, labels)
+            return found[0]
+
+        assert value("rampwatch_ttft_seconds_sum") == pytest.approx(sess.summary.ttft_sum_s, abs=1e-9)
+        assert value("rampwatch_ttft_seconds_count") == len(SCHEDULE)
+        assert value("rampwatch_turns_total", status="ok") == len(SCHEDULE)
+        assert value("rampwatch_needle_found_total") == sess.summary.needle_found
+        assert value("rampwatch_context_tokens") == sess.turns[-1].context_tokens
+        assert value("rampwatch_decode_tokens_per_second") == pytest.approx(sess.turns[-1].decode_tok_s, rel=1e-9)
+        assert value("rampwatch_turn") == len(SCHEDULE)
+
+
+def test_prefill_in_flight_grows_while_a_prefill_waits():
+    exporter = RunExporter(lambda: 5.0, run="r")
+    exporter(ev.RequestSent(t=2.0, session="s1", turn=3, target_tokens=1, new_tokens_est=1, body_bytes=1))
+    assert list(exporter.prefills()) == [("s1", 3.0)]
+    exporter(ev.FirstToken(t=4.0, session="s1", turn=3))
+    assert list(exporter.prefills()) == []
+
+
+def test_the_grafana_dashboard_queries_only_series_that_exist(tmp_path):
+    out = tmp_path / "dashboard.json"
+    p = subprocess.run([*rampwatch_cmd(), "export", "--grafana-dashboard", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    dash = json.loads(out.read_text())
+    vllm = set(re.findall(r"^(vllm:[a-zA-Z0-9_:]+)", (DATA / "vllm-0.32.0-cpu-metrics.txt").read_text(), re.M))
+    exprs = [t["expr"] for panel in dash["panels"] for t in panel.get("targets", [])]
+    assert len(exprs) >= 10
+    for expr in exprs:
+        names = re.findall(r"\b(rampwatch_[a-z_]+|vllm:[a-zA-Z0-9_:]+)", expr)
+        assert names, expr
+        for name in names:
+            if name.startswith("rampwatch_"):
+                assert re.sub(r"_(bucket|sum|count|total)$", "", name) in SERIES, name
+            else:
+                assert name in vllm, name
+
+
+def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_path):
+    """A real Prometheus scrapes two simulated engines, their two simulated dcgm-exporters (8 GPUs a
+    node) and rampwatch's exporter; `watch --prometheus` shows both engines and all 16 GPUs, and the
+    exporter's series read back through Prometheus's API match the run's report."""
+    exporter = RunExporter(time.monotonic)
+    exporter.serve("127.0.0.1", 0)
+    with ThreadedSim(make_profile("tiny"), gpus=8, node="node-a") as a, ThreadedSim(make_profile("tiny"), gpus=8, node="node-b") as b:
+        engines = [host_port(a.url), host_port(b.url)]
+        prom = prometheus({"vllm": ("/metrics", engines), "dcgm": (DCGM_PATH, engines),
+                           "rampwatch": ("/metrics", [f"127.0.0.1:{exporter.port}"])})
+        wait_for(lambda: len([r for r in query(prom, "up") if r["value"][1] == "1"]) == 5, 60, "targets not up")
+        run = ramp([a.url, b.url], exporter)
+        assert run.exit_code == 0
+        time.sleep(3)  # two scrapes after the last turn
+
+        rec = tmp_path / "watch.jsonl"
+        watch = subprocess.Popen([*rampwatch_cmd(), "watch", "--prometheus", prom, "--headless", "--record", str(rec),
+                                  "--scrape-interval", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: rec.exists() and rec.read_bytes().count(b'"GpuSample"') >= 6, 60, "watch read no GPUs")
+        finally:
+            watch.send_signal(signal.SIGINT)
+            out, err = watch.communicate(timeout=30)
+        assert watch.returncode == 130, err
+    exporter.close()
+
+    back = read_recording(rec)
+    state = RunState(back.header)
+    for e in back.events:
+        state.apply(e)
+    assert sorted(ep.name for ep in state.endpoints.values() if ep.last_sample_t is not None) == sorted(engines)
+    assert all(ep.engine == "vllm" for ep in state.endpoints.values() if ep.last_sample_t is not None)
+    assert len(state.gpus) == 16
+    assert {n for n, _ in state.gpu_nodes()} == {"node-a", "node-b"}  # the exporters' Hostname, not the instance
+    # The exporter's series, read back through Prometheus, are the run's report.
+    rep = build_report(run.state)
+    sums = {r["metric"]["session"]: float(r["value"][1]) for r in query(prom, f'rampwatch_ttft_seconds_sum{{run="{run.salt}"}}')}
+    assert sums == pytest.approx({s.id: s.summary.ttft_sum_s for s in rep.sessions}, abs=1e-6)
+    ok = {r["metric"]["session"]: float(r["value"][1]) for r in query(prom, f'rampwatch_turns_total{{run="{run.salt}",status="ok"}}')}
+    assert ok == {s.id: float(len(s.turns)) for s in rep.sessions}
+    needles = {r["metric"]["session"]: float(r["value"][1]) for r in query(prom, f'rampwatch_needle_found_total{{run="{run.salt}"}}')}
+    assert needles == {s.id: float(s.summary.needle_found) for s in rep.sessions}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_two_nodes_of_gpus_snapshot(snap_compare, size):
+    """2 nodes x 8 GPUs: one line per GPU at 120x40, one line per node in the compact form."""
+    gpus = [ev.GpuReading(index=k, node=node, name="NVIDIA H200 (simulated)", util=40.0 + 7 * k + (20 if node == "node-b" else 0),
+                          mem_used=(80 + k) * 2**30, mem_total=141 * 2**30, power=300.0 + 30 * k, sm_clock=1980.0, temp=50.0 + k)
+            for node in ("node-a", "node-b") for k in range(8)]
+    header = ev.Header(rampwatch_version="0", command=[], mode="watch", server="http://prometheus:9090", model="m",
+                       engine="vllm", started_at="2026-11-29T00:00:00Z")
+    events = [ev.GpuSample(t=1.0, source=f"prometheus {n}:9400", gpus=[g for g in gpus if g.node == n]) for n in ("node-a", "node-b")]
+    src = ReplaySource(Recording(header=header, events=events))
+    src.seek(2.0)
+    src.paused = True
+    assert snap_compare(RampwatchApp(src, autostart=False), terminal_size=size)
