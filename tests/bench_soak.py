@@ -16,11 +16,13 @@ turns done and events/s; at the end the bars:
     first token and all its token times (the recording checked line by line);
   - recording size linear in turns (bytes per turn, first vs last quarter).
 
---chaos flips the engine's fault knobs at random times through POST
-/sim/faults (HTTP 500/503, a dropped stream, an error chunk, a stall, /metrics
-404/malformed/slow), restarts the engine (killed, port closed, back 3 s later)
-and fills the recording's disk (a tmpfs, filled then freed; needs root to
-mount, else skipped with a line saying so). Each counted fault is injected
+--chaos flips the engine's fault knobs at random times (every 6-12 s; each
+kind once in a random order, then at random) through POST /sim/faults (HTTP
+500/503, a dropped stream, an error chunk, a stall, /metrics 404/malformed/
+slow), restarts the engine (killed, port closed, back 3 s later; at most
+--restarts times, as each makes every session re-prefill ~1M tokens, hence
+--request-timeout 900) and fills the recording's disk (a tmpfs, filled then
+freed; needs root to mount, else skipped with a line saying so). Each counted fault is injected
 alone and waited on until it has hit a request. Bars: every turn no fault hit
 completes; the report's failed turns equal the injected faults that hit turns
 plus the attempts in flight at a restart (which the session then retries, as
@@ -155,10 +157,11 @@ class Chaos:
         kinds = [*self.COUNTED, "stall 2 s", "metrics 404", "metrics malformed", "metrics slow", "engine restart"]
         if self.disk is not None and self.disk.mounted:
             kinds.append("disk full")
-        while not self.stop.wait(self.rng.uniform(8, 20)):
+        first = self.rng.sample(kinds, len(kinds))  # every kind once, in a random order; then any
+        while not self.stop.wait(self.rng.uniform(6, 12)):
             if len(self.restarts) >= self.max_restarts and "engine restart" in kinds:
                 kinds.remove("engine restart")  # each costs every session a full re-prefill of ~1M tokens
-            kind = self.rng.choice(kinds)
+            kind = first.pop(0) if first else self.rng.choice(kinds)
             now = time.time()
             try:
                 outcome = self.inject(kind)

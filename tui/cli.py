@@ -32,10 +32,10 @@ from rampwatch.drivers.run.sweep import SweepFile, read_sweep, why_stop, write_s
 from rampwatch.drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
 from rampwatch.drivers.sim.server import loopback_socket
 from rampwatch.drivers.sim.gpus import DCGM_PATH
-from rampwatch.drivers.telemetry.exporter import RunExporter, parse_listen
-from rampwatch.tui.web import WebServer, page_command
 from rampwatch.drivers.sim.topology import Topology
+from rampwatch.drivers.telemetry.exporter import RunExporter, parse_listen
 from rampwatch.tui.headless import HeadlessPrinter
+from rampwatch.tui.web import WebServer, page_command
 
 EXIT_BAD_INPUT = 2
 # The glm-like profile at 10x: a full two-session 1M ramp in about two minutes.

@@ -37,10 +37,18 @@ class Usage(msgspec.Struct):
     prompt_tokens_details: PromptDetails | None = None
 
 
+class Timings(msgspec.Struct):
+    """llama.cpp's own figures for the request, on its last chunk."""
+
+    prompt_ms: float | None = None  # prompt processing (cached tokens excluded)
+    cache_n: int | None = None  # prompt tokens reused from its cache
+
+
 class Chunk(msgspec.Struct):
     choices: list[Choice] = []
     usage: Usage | None = None
     error: Any = None
+    timings: Timings | None = None
 
 
 _decode_chunk = msgspec.json.Decoder(Chunk).decode
@@ -60,6 +68,8 @@ class StreamResult(msgspec.Struct):
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
+    server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp's timings.prompt_ms)
+    server_cached: int | None = None  # the server's own cached prompt tokens (llama.cpp's timings.cache_n)
 
 
 def encode_message(role: str, pieces: list[str]) -> bytes:
@@ -155,6 +165,11 @@ class ChatStreamParser:
                         if thought:
                             self._reasoning.append(thought)
                         break
+                tm = chunk.timings
+                if tm is not None:
+                    if tm.prompt_ms is not None:
+                        res.server_prefill_s = tm.prompt_ms / 1000
+                    res.server_cached = tm.cache_n
                 u = chunk.usage
                 if u is not None:
                     res.prompt_tokens = u.prompt_tokens

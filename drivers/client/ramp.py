@@ -144,6 +144,7 @@ class Calibration:
     chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
     template_tokens: int = DEFAULT_TEMPLATE_TOKENS  # chat-template tokens around one user message
     fixed_tokens: tuple[int, int] | None = None  # tokens of (turn 1's, later turns') fixed text
+    tokenize_field: str | None = None  # the text field /tokenize takes (prompt; llama.cpp: content); None: no /tokenize
 
 
 class Conversation:
@@ -163,6 +164,7 @@ class Conversation:
         self.chars_per_token = cal.chars_per_token
         self.template_tokens = cal.template_tokens
         self._fixed_measured = cal.fixed_tokens
+        self.tokenize_field = cal.tokenize_field
         self.needle = Needle(rng)
         self.filler = Filler(rng)
         self.last_prompt_tokens: int | None = None  # the previous turn's reported prompt
@@ -216,8 +218,10 @@ class Conversation:
         yield f"\n\n{self.needle.question()}"
         self._pending = (turn, written)
 
-    def add_reply(self, prompt_tokens: int | None, completion_tokens: int) -> None:
-        """Fold the server's usage for the turn just finished into the budget."""
+    def add_reply(self, prompt_tokens: int | None, completion_tokens: int, resent_tokens: int | None = None) -> None:
+        """Fold the server's usage for the turn just finished into the budget. `resent_tokens`:
+        the reply counted as text, as the next turn re-sends it (a small model's stray bytes can
+        re-tokenize to half again its completion tokens); else its completion tokens."""
         if prompt_tokens is not None and self._pending is not None:
             turn, filler_chars = self._pending
             before = 0 if self.last_prompt_tokens is None else self.last_prompt_tokens + self.last_reply_tokens
@@ -226,5 +230,5 @@ class Conversation:
                 self.chars_per_token = filler_chars / added
         if prompt_tokens is not None:
             self.last_prompt_tokens = prompt_tokens
-        self.last_reply_tokens = completion_tokens
+        self.last_reply_tokens = resent_tokens if resent_tokens is not None else completion_tokens
         self._pending = None

@@ -138,12 +138,30 @@ class SessionRunner:
             completion = res.completion_tokens if res.completion_tokens is not None else res.chunks
             self.emit(ev.TurnDone(
                 t=self.clock(), session=self.sid, turn=turn, status="ok", prompt_tokens=res.prompt_tokens,
-                cached_tokens=res.cached_tokens, completion_tokens=completion, chunks=res.chunks,
+                cached_tokens=res.cached_tokens if res.cached_tokens is not None else res.server_cached,
+                completion_tokens=completion, chunks=res.chunks,
                 needle=needle, reply_chars=len(res.text), text=res.text if self.opts.record_text else None,
+                server_prefill_s=res.server_prefill_s,
             ))
-            self.conv.add_reply(res.prompt_tokens, completion)
-            self.history += [user, encode_message("assistant", [self._kept_reply(res.text)])]
+            kept = self._kept_reply(res.text)
+            self.conv.add_reply(res.prompt_tokens, completion, await self._resent_tokens(kept))
+            self.history += [user, encode_message("assistant", [kept])]
             return "ok"
+
+    async def _resent_tokens(self, reply: str) -> int | None:
+        """The reply's tokens as the next turn will re-send it, counted by the server's /tokenize
+        (None where it has none: completion tokens then stand in)."""
+        field = self.conv.tokenize_field
+        if field is None or not reply:
+            return None
+        try:
+            r = await self.client.post(self.base_url + "/tokenize", json={"model": self.opts.model, field: reply},
+                                       headers=self.headers, timeout=30.0)
+            data = r.json() if r.status_code == 200 else {}
+            n = data.get("count")
+            return int(n) if n is not None else len(data["tokens"]) if data.get("tokens") else None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
 
     def _kept_reply(self, content: str) -> str:
         """The reply as it goes back into the history: verbatim, or (strict

@@ -126,6 +126,7 @@ class TurnDone(Event):
     error: str | None = None
     reply_chars: int = 0
     text: str | None = None  # the reply, only with --record-text
+    server_prefill_s: float | None = None  # the server's own prompt time for this request (llama.cpp timings)
 
 
 class MetricsSample(Event):

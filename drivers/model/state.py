@@ -139,8 +139,24 @@ class SessionView:
             self.timeline_first += drop
 
 
+class _Rates:
+    """Prefill and decode tokens/s from a `rates` dict (an endpoint's, or every endpoint's summed)."""
+
+    __slots__ = ()
+    rates: dict[str, float]
+
+    @property
+    def prefill_rate(self) -> float | None:
+        """Computed prompt tokens/s (cache hits included where the engine does not split them)."""
+        return self.rates.get("prompt_computed", self.rates.get("prompt_tokens"))
+
+    @property
+    def decode_rate(self) -> float | None:
+        return self.rates.get("generation_tokens")
+
+
 @dataclass(slots=True)
-class EndpointView:
+class EndpointView(_Rates):
     """One server's metrics, folded on their own: counters made monotonic
     across its restarts, a baseline taken when it first answered (so a server
     that joins late adds none of its earlier history), rates, errors."""
@@ -194,14 +210,6 @@ class EndpointView:
         v = self.values
         return {k: v[k] - self.baseline[k] for k in COUNTERS if k in v}
 
-    @property
-    def prefill_rate(self) -> float | None:
-        return _prefill_rate(self.rates)
-
-    @property
-    def decode_rate(self) -> float | None:
-        return self.rates.get("generation_tokens")
-
     def hit_rate_since_start(self) -> float | None:
         return _hit_rate(self.since_start())
 
@@ -212,7 +220,7 @@ class EndpointView:
 
 
 @dataclass(slots=True)
-class ServerView:
+class ServerView(_Rates):
     """Every endpoint together: counters are the sum of each one's growth
     since it first answered; request gauges and pools add up; KV usage is
     the share of all pools in use (the fullest one's where a pool is unknown)."""
@@ -225,19 +233,6 @@ class ServerView:
     kv_peak: float | None = None
     rates: dict[str, float] = field(default_factory=dict)  # tokens/s, summed over endpoints
     last_sample_t: float | None = None
-
-    @property
-    def prefill_rate(self) -> float | None:
-        """Computed prompt tokens/s (cache hits included where the engine does not split them)."""
-        return _prefill_rate(self.rates)
-
-    @property
-    def decode_rate(self) -> float | None:
-        return self.rates.get("generation_tokens")
-
-
-def _prefill_rate(rates: dict[str, float]) -> float | None:
-    return rates.get("prompt_computed", rates.get("prompt_tokens"))
 
 
 def _hit_rate(counters: dict[str, float]) -> float | None:
@@ -375,6 +370,7 @@ class RunState:
         rec.status, rec.done_t = e.status, e.t
         rec.prompt_tokens, rec.cached_tokens = e.prompt_tokens, e.cached_tokens
         rec.completion_tokens, rec.needle, rec.error = e.completion_tokens, e.needle, e.error
+        rec.server_prefill_s = e.server_prefill_s
         rec.cache_at_done = self._cache_counters()
         if rec.chunks == 0:
             rec.chunks = e.chunks

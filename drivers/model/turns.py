@@ -42,6 +42,7 @@ class TurnRecord:
     kv_peak: float | None = None
     # The server's prefix-cache (queries, hits) counters when the turn was sent and done: a tuple, not a
     # dict, because a long run keeps every finished turn.
+    server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp), to set beside the TTFT
     cache_at_sent: tuple[float, float] | None = None
     cache_at_done: tuple[float, float] | None = None
     # Inter-token gaps (between text chunks' arrivals), split by whether another session was prefilling;
@@ -169,6 +170,7 @@ class TurnRow(msgspec.Struct):
     gap_max_s: float | None
     gaps_over_100ms: int
     gaps_over_1s: int
+    server_prefill_s: float | None  # the server's own prompt time where it reports one per request (llama.cpp)
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
@@ -191,6 +193,7 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         gap_max_s=gaps.max_s if gaps else None,
         gaps_over_100ms=gaps.over_100ms if gaps else 0,
         gaps_over_1s=gaps.over_1s if gaps else 0,
+        server_prefill_s=rec.server_prefill_s,
     )
 
 

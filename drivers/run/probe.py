@@ -79,7 +79,12 @@ async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str, probe
     figures where /tokenize is missing (usage then corrects from turn 2)."""
     sample = Filler(random.Random(7)).text(20_000)
 
+    field: list[str] = []  # the text field that worked
+
     async def count(body: dict[str, object]) -> int | None:
+        # vLLM and SGLang take {"prompt"} or {"messages"}; llama.cpp takes {"content"} (and answers
+        # an unknown form with no tokens, which for a non-empty text means "not this form").
+        text = body.get("prompt", body.get("messages"))
         for form in (body, {"content": body.get("prompt")} if "prompt" in body else None):
             if form is None:
                 continue
@@ -88,22 +93,42 @@ async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str, probe
                 if r.status_code == 200:
                     data = r.json()
                     n = data.get("count")
-                    return int(n) if n is not None else len(data.get("tokens") or [])
+                    n = int(n) if n is not None else len(data.get("tokens") or [])
+                    if n or not text:
+                        if n and not field and "messages" not in form:
+                            field.extend(form)
+                        return n
             except (httpx.HTTPError, ValueError, AttributeError, TypeError):
                 pass
         return None
+
+    async def count_chat(content: str) -> int | None:
+        """Tokens of one user message in the chat template: /tokenize with messages, else
+        (llama.cpp) the template applied by /apply-template, then counted."""
+        messages = [{"role": "user", "content": content}]
+        n = await count({"messages": messages})
+        if n is not None:
+            return n
+        try:
+            r = await client.post(cfg.base_url + "/apply-template", json={"messages": messages}, headers=cfg.headers(),
+                                  timeout=30.0)
+            prompt = r.json().get("prompt") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            prompt = None
+        return await count({"prompt": prompt}) if isinstance(prompt, str) else None
 
     plain = await count({"prompt": sample})
     if not plain:
         return Calibration()
     specials = await count({"prompt": ""}) or 0
     chars_per_token = len(sample) / max(1, plain - specials)
-    chat = await count({"messages": [{"role": "user", "content": sample}]})
+    chat = await count_chat(sample)
     template = chat - plain + specials if chat is not None else DEFAULT_TEMPLATE_TOKENS
     fixed = []
     for turn in (1, 2):
         n = await count({"prompt": probe_conv.fixed_text(turn)})
         fixed.append(n - specials if n is not None else round(len(probe_conv.fixed_text(turn)) / chars_per_token))
-    return Calibration(chars_per_token=chars_per_token, template_tokens=max(0, template), fixed_tokens=(fixed[0], fixed[1]))
+    return Calibration(chars_per_token=chars_per_token, template_tokens=max(0, template), fixed_tokens=(fixed[0], fixed[1]),
+                       tokenize_field=field[0] if field else None)
 
 

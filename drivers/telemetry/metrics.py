@@ -241,6 +241,19 @@ class MetricsScraper:
         self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), headers=headers or {}, trust_env=False,
                                          verify=verify)
         self._profile: Profile | None = None
+        self._llama_ctx: float | None = None  # llama.cpp's context (all slots), from /props: its KV size in tokens
+
+    async def _llama_context(self) -> float | None:
+        """llama.cpp keeps its context size out of /metrics; /props has it (per slot, and the slots)."""
+        if self._llama_ctx is None:
+            try:
+                r = await self._client.get(re.sub(r"/metrics(?=$|\?)", "/props", self.url, count=1))
+                props = r.json() if r.status_code == 200 else {}
+                per_slot = props["default_generation_settings"]["n_ctx"]
+                self._llama_ctx = float(per_slot) * float(props.get("total_slots") or 1)
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                return None
+        return self._llama_ctx
 
     async def scrape_once(self) -> bool:
         try:
@@ -253,6 +266,9 @@ class MetricsScraper:
             if self._profile is None or self._profile.prefix not in text:
                 self._profile = detect(text)  # (re)detect after an engine restart
             engine, values, missing = normalize(text, self._profile)
+            if engine == "llama.cpp" and (ctx := await self._llama_context()) is not None:
+                values["kv_capacity_tokens"] = ctx
+                missing.pop("kv_capacity_tokens", None)
             self.emit(ev.MetricsSample(t=t, source=self.source, engine=engine, values=values, missing=missing))
             return True
         except (httpx.HTTPError, MetricsFormatError, UnicodeDecodeError) as e:
