@@ -87,8 +87,11 @@ DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-a",device="nvidia0",modelName="NVIDIA H20
 
 
 async def test_dcgm_exporter_over_http():
+    seen: list[str | None] = []
+
     class Exporter(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
+            seen.append(self.headers.get("Authorization"))
             body = DCGM.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -103,11 +106,13 @@ async def test_dcgm_exporter_over_http():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     got: list[ev.AnyEvent] = []
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    task = asyncio.create_task(GpuSampler(url, 0.05, got.append, lambda: 0.0).run())
+    task = asyncio.create_task(GpuSampler(url, 0.05, got.append, lambda: 0.0, headers={"Authorization": "Bearer k"}).run())
     await asyncio.sleep(0.3)
     task.cancel()
     server.shutdown()
     sample = next(e for e in got if isinstance(e, ev.GpuSample))
+    assert seen and set(seen) == {"Bearer k"}  # the run's authorization, as for /metrics
+    assert {g.node for g in sample.gpus} == {"node1"}  # dcgm-exporter's Hostname label
     g0, g1 = sample.gpus
     assert (g0.index, g0.name, g0.util, g0.power, g0.sm_clock) == (0, "NVIDIA H200", 87.0, 512.5, 1980.0)
     assert g0.mem_used == 40960 * 2**20 and g0.mem_total == (40960 + 102400) * 2**20 and g1.util == 12.0

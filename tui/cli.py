@@ -592,6 +592,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace, argv: list[str]) -> int:
     """Each session count in turn, in lockstep, recorded; stops when the server starts to fail or preempt."""
     counts: list[int] = args.sessions
+    if args.web:
+        return fail("--web is for run, watch, demo and replay; a sweep prints its curve (replay its recordings with --web)")
     sweep_path = None if args.no_record else (args.record or default_record_path("sweep").with_suffix(".sweep.json"))
     if sweep_path is not None:
         if args.record is None:

@@ -191,7 +191,7 @@ class Run:
                                              headers=cfg.headers(), verify=self.tls, gpus=not cfg.gpu_sources()))
         background = [asyncio.create_task(s.run()) for s in samplers]
         for source in cfg.gpu_sources():
-            gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls)
+            gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls, headers=cfg.headers())
             background.append(asyncio.create_task(gpus.run()))
         if cfg.insecure:
             emit(ev.Notice(t=clock(), level="warn", message="TLS certificates are NOT verified (--insecure)"))

@@ -87,7 +87,8 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
               f"{'SGLang' if flavor == 'sglang' else 'vLLM'}'s HTTP and metrics surface", flush=True)
         for line in topology.describe(urls, getattr(args, "gpus", None) or 0):
             print(f"  {line}", flush=True)
-        print(f"  try: rampwatch run {' '.join(topology.run_args(urls))}   (Ctrl-C to stop)", flush=True)
+        print(f"  try: rampwatch run {' '.join(topology.run_args(urls, getattr(args, 'gpus', None) or 0))}   "
+              "(Ctrl-C to stop)", flush=True)
     try:
         server = {"gpus": getattr(args, "gpus", None) or 0, "node": getattr(args, "node", "sim-node"),
                   "flavor": getattr(args, "flavor", "vllm"), "cache_report": getattr(args, "enable_cache_report", False)}

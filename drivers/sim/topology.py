@@ -143,10 +143,11 @@ class Topology:
             return [urls[0]], [f"prefill:prefill={urls[1]}/metrics", f"decode:decode={urls[2]}/metrics"]
         return list(urls), []
 
-    def run_args(self, urls: list[str]) -> list[str]:
-        """How `rampwatch run` reaches these servers."""
+    def run_args(self, urls: list[str], gpus: int = 0) -> list[str]:
+        """How `rampwatch run` reaches these servers (and their simulated GPUs)."""
         targets, specs = self.targets(urls)
-        return [*targets, *(a for spec in specs for a in ("--metrics-url", spec))]
+        gpu_args = [a for engine in self.engines(urls) for a in ("--gpu", engine + DCGM_PATH)] if gpus else []
+        return [*targets, *(a for spec in specs for a in ("--metrics-url", spec)), *gpu_args]
 
 
     def engines(self, urls: list[str]) -> list[str]:

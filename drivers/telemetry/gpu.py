@@ -115,9 +115,10 @@ class GpuSampler:
     """Samples one source on an interval: 'auto' (NVML if present), 'none' or a dcgm-exporter URL."""
 
     def __init__(self, source: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 nvml: Any = None, verify: ssl.SSLContext | bool = True):
+                 nvml: Any = None, verify: ssl.SSLContext | bool = True, headers: dict[str, str] | None = None):
+        """`headers`: the run's authorization, sent to a dcgm-exporter URL as to /metrics."""
         self.source, self.interval, self.emit, self.clock = source, interval, emit, clock
-        self.verify = verify
+        self.verify, self.headers = verify, headers or {}
         self.nvml = nvml  # a pynvml stand-in for tests; None: the real nvidia-ml-py
 
     async def run(self) -> None:
@@ -148,7 +149,7 @@ class GpuSampler:
 
     async def _run_dcgm(self, url: str) -> None:
         source = redact_url(url)
-        async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=self.verify) as client:
+        async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=self.verify, headers=self.headers) as client:
             while True:
                 try:
                     r = await client.get(url)
