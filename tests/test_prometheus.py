@@ -206,25 +206,38 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
     exporter's series read back through Prometheus's API match the run's report."""
     exporter = RunExporter(time.monotonic)
     exporter.serve("127.0.0.1", 0)
-    with ThreadedSim(make_profile("tiny"), gpus=8, node="node-a") as a, ThreadedSim(make_profile("tiny"), gpus=8, node="node-b") as b:
-        engines = [host_port(a.url), host_port(b.url)]
-        prom = prometheus({"vllm": ("/metrics", engines), "dcgm": (DCGM_PATH, engines),
-                           "rampwatch": ("/metrics", [f"127.0.0.1:{exporter.port}"])})
-        wait_for(lambda: len([r for r in query(prom, "up") if r["value"][1] == "1"]) == 5, 60, "targets not up")
-        run = ramp([a.url, b.url], exporter)
-        assert run.exit_code == 0
-        time.sleep(3)  # two scrapes after the last turn
+    try:
+        with ThreadedSim(make_profile("tiny"), gpus=8, node="node-a") as a, \
+                ThreadedSim(make_profile("tiny"), gpus=8, node="node-b") as b:
+            engines = [host_port(a.url), host_port(b.url)]
+            prom = prometheus({"vllm": ("/metrics", engines), "dcgm": (DCGM_PATH, engines),
+                               "rampwatch": ("/metrics", [f"127.0.0.1:{exporter.port}"])})
+            wait_for(lambda: len([r for r in query(prom, "up") if r["value"][1] == "1"]) == 5, 60, "targets not up")
+            run = ramp([a.url, b.url], exporter)
+            assert run.exit_code == 0
+            # The exporter's series, read back through Prometheus (while it still serves them: a target that
+            # goes away has its series marked stale), are the run's report.
+            rep = build_report(run.state)
+            expected = {s.id: s.summary.ttft_sum_s for s in rep.sessions}
+            series = f'rampwatch_ttft_seconds_sum{{run="{run.salt}"}}'
+            wait_for(lambda: by_session(query(prom, series)) == pytest.approx(expected, abs=1e-6), 30,
+                     "Prometheus never held the run's final TTFT sums")
+            ok = by_session(query(prom, f'rampwatch_turns_total{{run="{run.salt}",status="ok"}}'))
+            assert ok == {s.id: float(len(s.turns)) for s in rep.sessions}
+            needles = by_session(query(prom, f'rampwatch_needle_found_total{{run="{run.salt}"}}'))
+            assert needles == {s.id: float(s.summary.needle_found) for s in rep.sessions}
 
-        rec = tmp_path / "watch.jsonl"
-        watch = subprocess.Popen([*rampwatch_cmd(), "watch", "--prometheus", prom, "--headless", "--record", str(rec),
-                                  "--scrape-interval", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for(lambda: rec.exists() and rec.read_bytes().count(b'"GpuSample"') >= 6, 60, "watch read no GPUs")
-        finally:
-            watch.send_signal(signal.SIGINT)
-            out, err = watch.communicate(timeout=30)
-        assert watch.returncode == 130, err
-    exporter.close()
+            rec = tmp_path / "watch.jsonl"
+            watch = subprocess.Popen([*rampwatch_cmd(), "watch", "--prometheus", prom, "--headless", "--record", str(rec),
+                                      "--scrape-interval", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                wait_for(lambda: rec.exists() and rec.read_bytes().count(b'"GpuSample"') >= 6, 60, "watch read no GPUs")
+            finally:
+                watch.send_signal(signal.SIGINT)
+                out, err = watch.communicate(timeout=30)
+            assert watch.returncode == 130, err
+    finally:
+        exporter.close()
 
     back = read_recording(rec)
     state = RunState(back.header)
@@ -234,14 +247,10 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
     assert all(ep.engine == "vllm" for ep in state.endpoints.values() if ep.last_sample_t is not None)
     assert len(state.gpus) == 16
     assert {n for n, _ in state.gpu_nodes()} == {"node-a", "node-b"}  # the exporters' Hostname, not the instance
-    # The exporter's series, read back through Prometheus, are the run's report.
-    rep = build_report(run.state)
-    sums = {r["metric"]["session"]: float(r["value"][1]) for r in query(prom, f'rampwatch_ttft_seconds_sum{{run="{run.salt}"}}')}
-    assert sums == pytest.approx({s.id: s.summary.ttft_sum_s for s in rep.sessions}, abs=1e-6)
-    ok = {r["metric"]["session"]: float(r["value"][1]) for r in query(prom, f'rampwatch_turns_total{{run="{run.salt}",status="ok"}}')}
-    assert ok == {s.id: float(len(s.turns)) for s in rep.sessions}
-    needles = {r["metric"]["session"]: float(r["value"][1]) for r in query(prom, f'rampwatch_needle_found_total{{run="{run.salt}"}}')}
-    assert needles == {s.id: float(s.summary.needle_found) for s in rep.sessions}
+
+
+def by_session(result: list[dict]) -> dict[str, float]:
+    return {r["metric"]["session"]: float(r["value"][1]) for r in result}
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
