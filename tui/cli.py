@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import os
 import sys
 import time
 from collections.abc import Callable
