@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import rampwatch.drivers as drivers
@@ -450,36 +451,52 @@ def serve_until_interrupted(server: WebServer, why: str) -> None:
         server.close()
 
 
+@dataclass
+class Serving:
+    """What a headless run serves beside itself: the browser UI (--web), its own metrics (--serve-metrics)."""
+
+    web: WebServer | None = None
+    exporter: RunExporter | None = None
+
+    def close(self) -> None:
+        if self.web is not None:
+            self.web.close()
+        if self.exporter is not None:
+            self.exporter.close()
+
+
 def _execute_headless(cfg: RunConfig, record: bool, web: str | None = None) -> int:
-    run = _run_headless(cfg, record, web)
-    if run.web is not None:
-        serve_until_interrupted(run.web, f"the run {run.state.ended.status if run.state and run.state.ended else 'ended'}")
-    if run.exporter is not None and cfg.mode != "watch":
+    run, serving = _run_headless(cfg, record, web)
+    if serving.web is not None:
+        serve_until_interrupted(serving.web, f"the run {run.state.ended.status if run.state and run.state.ended else 'ended'}")
+    if serving.exporter is not None and cfg.mode != "watch":
         print(f"rampwatch: its metrics stay up {EXPORTER_LINGER_S:.0f} s for a last scrape (Ctrl-C to leave now)",
               file=sys.stderr, flush=True)
         try:
             time.sleep(EXPORTER_LINGER_S)
         except KeyboardInterrupt:
             pass
-        run.exporter.close()
+    serving.close()
     return run.exit_code
 
 
-def _run_headless(cfg: RunConfig, record: bool, web: str | None = None) -> Run:
+def _run_headless(cfg: RunConfig, record: bool, web: str | None = None) -> tuple[Run, Serving]:
     run = Run(cfg, record=record)
-    run.web = None
+    serving = Serving()
 
     async def main() -> int:
         try:
             await run.prepare()
+            if web and run.recording_path is not None:
+                serving.web = serve_web(web, page_command(run.recording_path, follow=True), f"rampwatch {cfg.mode}",
+                                        cfg.api_key)
+            serving.exporter = start_exporter(cfg, run.clock, run.salt)
         except BadInput:
+            serving.close()
             await run.aclose()
             raise
-        if web and run.recording_path is not None:
-            run.web = serve_web(web, page_command(run.recording_path, follow=True), f"rampwatch {cfg.mode}", cfg.api_key)
-        run.exporter = start_exporter(cfg, run.clock, run.salt)
-        if run.exporter is not None:
-            run.hub.listeners.append(run.exporter)
+        if serving.exporter is not None:
+            run.hub.listeners.append(serving.exporter)
         path = run.recording_path
         where = f", recording to {path}" if path else ""
         info = run.info
@@ -503,7 +520,7 @@ def _run_headless(cfg: RunConfig, record: bool, web: str | None = None) -> Run:
     ended = run.state.ended
     if ended is not None and ended.status == "crashed":
         print(f"rampwatch: crashed: {ended.error}", file=sys.stderr)
-    return run
+    return run, serving
 
 
 def read_noting(path: Path, skip_bad_lines: bool) -> Recording:
@@ -609,9 +626,8 @@ def cmd_sweep(args: argparse.Namespace, argv: list[str]) -> int:
         if sweep_path is not None:
             cfg.record = sweep_path.with_name(f"{sweep_path.name.removesuffix('.sweep.json')}-{n}s.jsonl")
         print(f"rampwatch sweep: {n} session(s)", flush=True)
-        run = _run_headless(cfg, record=sweep_path is not None)
-        if run.exporter is not None:
-            run.exporter.close()  # the next point serves on the same port
+        run, serving = _run_headless(cfg, record=sweep_path is not None)
+        serving.close()  # the next point serves on the same port
         assert run.state is not None
         points.append((n, build_report(run.state), run.state.preemptions_this_run()))
         if sweep_path is not None and run.recording_path is not None:
@@ -638,7 +654,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     if not 0.25 <= args.speed <= 64:
         return fail("--speed must be between 0.25 and 64")
-    read_recording(args.path, skip_bad_lines=args.skip_bad_lines)  # bad input is one line, before anything opens
+    if args.web or args.follow:  # bad input is one line, before a server or a UI opens
+        read_recording(args.path, skip_bad_lines=args.skip_bad_lines)
     if args.web:
         server = serve_web(args.web, page_command(args.path, follow=args.follow, speed=args.speed), "rampwatch replay")
         serve_until_interrupted(server, f"serving {'the growing' if args.follow else 'a replay of'} {args.path}")

@@ -45,7 +45,7 @@ def server_line(state: RunState) -> str:
     """The server panel in one line, for watch mode without a UI."""
     srv = state.server
     if srv.last_sample_t is None:
-        errors = "; ".join(srv.errors.values())
+        errors = "; ".join(state.metrics_errors().values())
         return f"server: no metrics yet{' (' + errors + ')' if errors else ''}"
     v = srv.values
     return (f"server: KV {pct(v.get('kv_usage'))} · running {whole(v.get('running'))} · waiting {whole(v.get('waiting'))} · "

@@ -153,7 +153,7 @@ class ReplaySource:
 class FollowSource:
     """A run as its recording grows: what each browser page of `--web` shows.
     Every tick reads the lines appended since the last (the driver flushes
-    them about every 50 ms), so any number of pages follow one run, and the
+    its recording every half second), so any number of pages follow one run, and the
     page's process holds nothing but the recording's path."""
 
     def __init__(self, path: Path):

@@ -147,6 +147,14 @@ class Calibration:
     tokenize_field: str | None = None  # the text field /tokenize takes (prompt; llama.cpp: content); None: no /tokenize
 
 
+def tokenize_count(answer: object) -> int:
+    """Tokens in a /tokenize answer: vLLM and SGLang give `count`, llama.cpp the `tokens` list."""
+    if not isinstance(answer, dict):
+        raise ValueError("not a /tokenize answer")
+    n = answer.get("count")
+    return int(n) if n is not None else len(answer.get("tokens") or [])
+
+
 class Conversation:
     """One growing conversation: what to send each turn so the server's
     prompt_tokens lands on the schedule, from usage feedback alone.

@@ -15,7 +15,7 @@ import msgspec
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message, stream_chat
-from rampwatch.drivers.client.ramp import Conversation
+from rampwatch.drivers.client.ramp import Conversation, tokenize_count
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 
 
@@ -157,10 +157,8 @@ class SessionRunner:
         try:
             r = await self.client.post(self.base_url + "/tokenize", json={"model": self.opts.model, field: reply},
                                        headers=self.headers, timeout=30.0)
-            data = r.json() if r.status_code == 200 else {}
-            n = data.get("count")
-            return int(n) if n is not None else len(data["tokens"]) if data.get("tokens") else None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return (tokenize_count(r.json()) or None) if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, TypeError):
             return None
 
     def _kept_reply(self, content: str) -> str:

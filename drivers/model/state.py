@@ -228,11 +228,13 @@ class ServerView(_Rates):
     values: dict[str, float] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  # fields no endpoint exposes, and why
     engine: str | None = None
-    errors: dict[str, str] = field(default_factory=dict)  # endpoint -> last error (cleared on success)
     kv_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
     kv_peak: float | None = None
     rates: dict[str, float] = field(default_factory=dict)  # tokens/s, summed over endpoints
     last_sample_t: float | None = None
+
+    def hit_rate_since_start(self) -> float | None:
+        return _hit_rate(self.values)  # its counters are growth since each endpoint first answered
 
 
 def _hit_rate(counters: dict[str, float]) -> float | None:
@@ -412,10 +414,9 @@ class RunState:
         srv = self.server
         ep = self._endpoint(e.source)
         ep.fold(e)
-        srv.errors.pop(e.source, None)
         answered = [x for x in self.endpoints.values() if x.last_sample_t is not None]
         srv.values, srv.rates, srv.missing = merge_endpoints(answered)
-        srv.engine = ep.engine if len({x.engine for x in answered}) == 1 else "/".join(sorted({x.engine or "?" for x in answered}))
+        srv.engine = "/".join(sorted({x.engine or "?" for x in answered}))
         kv = srv.values.get("kv_usage")
         if kv is not None:
             srv.kv_history.append((e.t, kv))
@@ -429,10 +430,10 @@ class RunState:
         srv.last_sample_t = e.t
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
-        if self.server.errors.get(e.source) != e.error:
+        ep = self._endpoint(e.source)
+        if ep.error != e.error:
             self._log(LogEntry(e.t, "warn", f"metrics {e.source}: {e.error}"))
-        self.server.errors[e.source] = e.error
-        self._endpoint(e.source).error = e.error
+        ep.error = e.error
 
     def _on_gpu(self, e: ev.GpuSample) -> None:
         self._gpu_sources[e.source] = list(e.gpus)
@@ -482,6 +483,10 @@ class RunState:
         return list(self.log)[len(self.log) - n:] if n > 0 else []
 
     # -- reading -------------------------------------------------------------
+
+    def metrics_errors(self) -> dict[str, str]:
+        """Each endpoint whose last scrape failed, and why."""
+        return {name: ep.error for name, ep in self.endpoints.items() if ep.error}
 
     def counters(self) -> dict[str, float]:
         v = self.server.values
@@ -597,7 +602,7 @@ class RunState:
         return self.server.values.get("preemptions")  # counters are growth since each server first answered
 
     def hit_rate_since_start(self) -> float | None:
-        return _hit_rate(self.counters())
+        return self.server.hit_rate_since_start()
 
 
 COLLAPSE_AT = 3  # finished turns in one second that the log shows as one line

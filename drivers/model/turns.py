@@ -40,9 +40,9 @@ class TurnRecord:
     error: str | None = None
     done_t: float | None = None
     kv_peak: float | None = None
+    server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp), to set beside the TTFT
     # The server's prefix-cache (queries, hits) counters when the turn was sent and done: a tuple, not a
     # dict, because a long run keeps every finished turn.
-    server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp), to set beside the TTFT
     cache_at_sent: tuple[float, float] | None = None
     cache_at_done: tuple[float, float] | None = None
     # Inter-token gaps (between text chunks' arrivals), split by whether another session was prefilling;

@@ -9,13 +9,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import unquote, urlsplit
 
-from rampwatch.drivers.model.events import Endpoint, endpoint_name
+from rampwatch.drivers.model.events import Endpoint, EndpointRole, endpoint_name
 from rampwatch.drivers.telemetry.metrics import redact_url
 
-ROLES = ("prefill", "decode", "both")
+ROLES = get_args(EndpointRole)
 
 
 class BadInput(Exception):
@@ -96,7 +96,7 @@ class RunConfig:
         urls = self.base_urls
         pin = self.pins.get(session)
         if pin is not None:
-            return next(u for u in urls if pin in (u, endpoint_name(u)))
+            return next(u for u in urls if pinned_to(pin, u))
         return urls[(k - 1) % len(urls)]
 
     def headers(self) -> dict[str, str]:
@@ -112,6 +112,11 @@ class RunConfig:
 
 def base_of(url: str) -> str:
     return redact_url(url.rstrip("/").removesuffix("/v1"))
+
+
+def pinned_to(pin: str, url: str) -> bool:
+    """Whether a --pin target (a URL in any spelling, or a name) is the server at base URL `url`."""
+    return pin == endpoint_name(url) or base_of(pin) == url
 
 
 @dataclass(frozen=True)
@@ -156,10 +161,8 @@ def check_topology(cfg: RunConfig) -> None:
     for session, target in cfg.pins.items():
         if session not in ids:
             raise BadInput(f"--pin {session}=…: no such session (sessions are s1..s{cfg.sessions})")
-        if target not in urls and target not in names and base_of(target) not in urls:
+        if not any(pinned_to(target, u) for u in urls):
             raise BadInput(f"--pin {session}={target}: not one of the servers ({', '.join(names)})")
-        if base_of(target) in urls:
-            cfg.pins[session] = base_of(target)
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")

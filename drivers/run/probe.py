@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from rampwatch.drivers.client.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler
+from rampwatch.drivers.client.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler, tokenize_count
 from rampwatch.drivers.client.tls import is_untrusted
 from rampwatch.drivers.run.config import BadInput, RunConfig
 
@@ -91,9 +91,7 @@ async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str, probe
             try:
                 r = await client.post(cfg.base_url + "/tokenize", json={"model": model, **form}, headers=cfg.headers(), timeout=30.0)
                 if r.status_code == 200:
-                    data = r.json()
-                    n = data.get("count")
-                    n = int(n) if n is not None else len(data.get("tokens") or [])
+                    n = tokenize_count(r.json())
                     if n or not text:
                         if n and not field and "messages" not in form:
                             field.extend(form)

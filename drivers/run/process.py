@@ -18,8 +18,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rampwatch.drivers.model import events as ev

@@ -13,7 +13,6 @@ import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -31,10 +30,10 @@ from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, p
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.telemetry.metrics import MetricsScraper
-from rampwatch.drivers.telemetry.exporter import RunExporter
 from rampwatch.drivers.telemetry.prometheus import PrometheusReader
 
 EXIT_CRASHED = 3
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
 def return_big_buffers_to_the_os() -> None:
@@ -50,9 +49,6 @@ def return_big_buffers_to_the_os() -> None:
         libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
     except (OSError, AttributeError):
         pass  # not glibc (musl, ...): its own policy stands
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
 def crash_summary(e: BaseException) -> str:
@@ -85,8 +81,6 @@ class Run:
         self.interrupted_by: int | None = None
         self._client: httpx.AsyncClient | None = None
         self.tls = tls_context()
-        self.exporter: RunExporter | None = None  # --serve-metrics: a listener the caller adds (tui/cli.py)
-        self.web: Any = None  # --web: the browser UI's server, started by the caller (tui/cli.py)
 
     def _client_for(self) -> httpx.AsyncClient:
         if self._client is None:

@@ -81,17 +81,15 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
     key_var = getattr(args, "api_key_env", None)
     key = os.environ.get(key_var) if key_var else None
     urls = ["http://%s:%d" % sock.getsockname()[:2] for sock in socks]
+    gpus = args.gpus or 0
     if announce:
-        flavor = getattr(args, "flavor", "vllm")
         print(f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g}), "
-              f"{'SGLang' if flavor == 'sglang' else 'vLLM'}'s HTTP and metrics surface", flush=True)
-        for line in topology.describe(urls, getattr(args, "gpus", None) or 0):
+              f"{'SGLang' if args.flavor == 'sglang' else 'vLLM'}'s HTTP and metrics surface", flush=True)
+        for line in topology.describe(urls, gpus):
             print(f"  {line}", flush=True)
-        print(f"  try: rampwatch run {' '.join(topology.run_args(urls, getattr(args, 'gpus', None) or 0))}   "
-              "(Ctrl-C to stop)", flush=True)
+        print(f"  try: rampwatch run {' '.join(topology.run_args(urls, gpus))}   (Ctrl-C to stop)", flush=True)
+    server = {"gpus": gpus, "node": args.node, "flavor": args.flavor, "cache_report": args.enable_cache_report}
     try:
-        server = {"gpus": getattr(args, "gpus", None) or 0, "node": getattr(args, "node", "sim-node"),
-                  "flavor": getattr(args, "flavor", "vllm"), "cache_report": getattr(args, "enable_cache_report", False)}
         asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, server), socks))
     except KeyboardInterrupt:
         pass

@@ -192,7 +192,8 @@ class SglangMetrics:
                              list(tok), buckets=ITL_BUCKETS, registry=r).labels(**tok)
         self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
                              list(tok), buckets=REQ_BUCKETS, registry=r).labels(**tok)
-        self._last_gen = (time.monotonic(), 0.0)
+        self._generated = 0  # tokens generated so far, for gen_throughput
+        self._last_gen = (time.monotonic(), 0)
 
     def stats(self) -> StepStats:
         def admit(r: SimRequest) -> None:
@@ -201,23 +202,27 @@ class SglangMetrics:
 
         def first(r: SimRequest) -> None:
             self.ttft.observe(r.first_t - r.arrival)  # type: ignore[operator]
-            self.generation.inc()
+            self._generate()
 
         def token(r: SimRequest, dt: float) -> None:
             self.itl.observe(dt)
-            self.generation.inc()
+            self._generate()
 
         def finish(r: SimRequest) -> None:
             self.e2e.observe(time.monotonic() - r.arrival)
 
         return StepStats(on_admit=admit, on_first=first, on_token=token, on_finish=finish)
 
+    def _generate(self) -> None:
+        self.generation.inc()
+        self._generated += 1
+
     def render(self, engine: SimEngine) -> bytes:
         self.running.set(engine.num_running)
         self.waiting.set(engine.num_waiting)
         self.kv.set(engine.pool.usage())
         self.kv_used.set(engine.pool.used * engine.profile.block_size)
-        now, generated = time.monotonic(), self.generation._value.get()  # noqa: SLF001 - one counter's value
+        now, generated = time.monotonic(), self._generated
         t0, g0 = self._last_gen
         if now - t0 > 0.5:
             self.gen_throughput.set((generated - g0) / (now - t0))
@@ -250,12 +255,13 @@ class RequireKey:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] != "/health" and dict(scope["headers"]).get(b"authorization") != self.expected:
-            await _error(401, "invalid or missing API key", "AuthenticationError")(scope, receive, send)
+            await error_response(401, "invalid or missing API key", "AuthenticationError")(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
-def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
+def error_response(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
+    """An OpenAI-style error body."""
     return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status)
 
 
@@ -348,20 +354,20 @@ class SimServer:
             try:
                 self.faults.update(msgspec.json.decode(await request.body()))
             except (msgspec.DecodeError, ValueError, TypeError) as e:
-                return _error(400, str(e))
+                return error_response(400, str(e))
         return JSONResponse(asdict(self.faults))
 
     async def tokenize(self, request: Request) -> Response:
         try:
             body = msgspec.json.decode(await request.body(), type=ChatBody)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            return _error(400, f"invalid request: {e}")
+            return error_response(400, f"invalid request: {e}")
         if body.messages is not None:
             data = render_chat(body.messages)
         elif body.prompt is not None:
             data = body.prompt.encode()
         else:
-            return _error(400, "either 'prompt' or 'messages' is required")
+            return error_response(400, "either 'prompt' or 'messages' is required")
         n = count_tokens(data, self.profile.chars_per_token)
         return JSONResponse({"count": n, "max_model_len": self.profile.max_model_len, "tokens": [], "token_strs": None})
 
@@ -376,28 +382,28 @@ class SimServer:
         if f.take("stall_requests"):
             await asyncio.sleep(f.stall_s)
         if f.take("fail_requests"):
-            return _error(f.fail_status, "simulated server error", "InternalServerError" if f.fail_status >= 500 else "BadRequestError")
+            return error_response(f.fail_status, "simulated server error", "InternalServerError" if f.fail_status >= 500 else "BadRequestError")
         try:
             body = msgspec.json.decode(await request.body(), type=ChatBody)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            return _error(400, f"invalid request: {e}")
+            return error_response(400, f"invalid request: {e}")
         if body.model not in (None, self.model):
-            return _error(404, f"The model `{body.model}` does not exist.", "NotFoundError")
+            return error_response(404, f"The model `{body.model}` does not exist.", "NotFoundError")
         if chat:
             if not body.messages:
-                return _error(400, "'messages' must be a non-empty list")
+                return error_response(400, "'messages' must be a non-empty list")
             prompt = render_chat(body.messages)
         else:
             if body.prompt is None:
-                return _error(400, "'prompt' is required")
+                return error_response(400, "'prompt' is required")
             prompt = body.prompt.encode()
         max_tokens = body.max_completion_tokens or body.max_tokens or 16
         if max_tokens < 1:
-            return _error(400, "max_tokens must be at least 1")
+            return error_response(400, "max_tokens must be at least 1")
         n = count_tokens(prompt, self.profile.chars_per_token)
         limit = self.profile.max_model_len
         if n + max_tokens > limit:
-            return _error(400, f"This model's maximum context length is {limit} tokens. However, you requested "
+            return error_response(400, f"This model's maximum context length is {limit} tokens. However, you requested "
                                f"{n + max_tokens} tokens ({n} in the messages, {max_tokens} in the completion). "
                                "Please reduce the length of the messages or completion.")
         req = self.engine.make_request(prompt, max_tokens, body.ignore_eos or body.min_tokens >= max_tokens)

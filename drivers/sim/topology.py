@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from rampwatch.drivers.sim.gpus import DCGM_PATH
 from rampwatch.drivers.sim.profiles import SimProfile
-from rampwatch.drivers.sim.server import SimFaults, SimServer, uvicorn_server
+from rampwatch.drivers.sim.server import SimFaults, SimServer, error_response, uvicorn_server
 
 _FORWARDED = ("authorization", "content-type")
 
@@ -59,7 +59,7 @@ class PdProxy:
             r = await self.client.request(request.method, base + request.url.path, content=await request.body(),
                                           headers=self._headers(request))
         except httpx.HTTPError as e:
-            return _error(502, f"upstream {base} unreachable: {type(e).__name__}")
+            return error_response(502, f"upstream {base} unreachable: {type(e).__name__}", "ProxyError")
         return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
 
     async def forward_prefill(self, request: Request) -> Response:
@@ -80,7 +80,7 @@ class PdProxy:
         try:
             body = msgspec.json.decode(raw)
         except msgspec.DecodeError as e:
-            return _error(400, f"invalid request: {e}")
+            return error_response(400, f"invalid request: {e}")
         path, headers = request.url.path, self._headers(request)
         first = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "min_tokens", "ignore_eos")}
         first.update(max_tokens=1, stream=False)
@@ -88,7 +88,7 @@ class PdProxy:
         try:
             r = await self.client.post(self.prefill + path, json=first, headers=headers)
         except httpx.HTTPError as e:
-            return _error(502, f"prefill server unreachable: {type(e).__name__}")
+            return error_response(502, f"prefill server unreachable: {type(e).__name__}", "ProxyError")
         if r.status_code != 200:
             return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
         body["kv_transfer_params"] = {"do_remote_prefill": True, "remote_engine": "prefill"}
@@ -96,14 +96,9 @@ class PdProxy:
             up = await self.client.send(self.client.build_request("POST", self.decode + path, json=body, headers=headers),
                                         stream=True)
         except httpx.HTTPError as e:
-            return _error(502, f"decode server unreachable: {type(e).__name__}")
+            return error_response(502, f"decode server unreachable: {type(e).__name__}", "ProxyError")
         return StreamingResponse(up.aiter_raw(), status_code=up.status_code, media_type=up.headers.get("content-type"),
                                  background=BackgroundTask(up.aclose))
-
-
-def _error(status: int, message: str) -> Response:
-    return Response(msgspec.json.encode({"error": {"message": message, "type": "ProxyError", "code": status}}),
-                    status_code=status, media_type="application/json")
 
 
 _TOPOLOGY = re.compile(r"^(single|pd|replicas:([1-9][0-9]?))$")
@@ -148,7 +143,6 @@ class Topology:
         targets, specs = self.targets(urls)
         gpu_args = [a for engine in self.engines(urls) for a in ("--gpu", engine + DCGM_PATH)] if gpus else []
         return [*targets, *(a for spec in specs for a in ("--metrics-url", spec)), *gpu_args]
-
 
     def engines(self, urls: list[str]) -> list[str]:
         """The URLs of the simulated engines (each serves /metrics, and /dcgm/metrics with --gpus)."""

@@ -10,7 +10,6 @@ import asyncio
 import ssl
 from collections.abc import Callable
 from typing import Any
-
 from urllib.parse import urlsplit
 
 import httpx

@@ -242,17 +242,19 @@ class MetricsScraper:
                                          verify=verify)
         self._profile: Profile | None = None
         self._llama_ctx: float | None = None  # llama.cpp's context (all slots), from /props: its KV size in tokens
+        self._llama_asked = False  # /props is asked once (a server without it is not asked every scrape)
 
     async def _llama_context(self) -> float | None:
         """llama.cpp keeps its context size out of /metrics; /props has it (per slot, and the slots)."""
-        if self._llama_ctx is None:
+        if not self._llama_asked:
+            self._llama_asked = True
             try:
                 r = await self._client.get(re.sub(r"/metrics(?=$|\?)", "/props", self.url, count=1))
                 props = r.json() if r.status_code == 200 else {}
                 per_slot = props["default_generation_settings"]["n_ctx"]
                 self._llama_ctx = float(per_slot) * float(props.get("total_slots") or 1)
             except (httpx.HTTPError, ValueError, KeyError, TypeError):
-                return None
+                pass
         return self._llama_ctx
 
     async def scrape_once(self) -> bool:

@@ -72,7 +72,7 @@ class PrometheusReader:
         except (ValueError, KeyError, TypeError) as e:
             raise MetricsFormatError(f"not a Prometheus API answer ({type(e).__name__})") from None
 
-    async def read_once(self) -> None:
+    async def scrape_once(self) -> None:
         try:
             engines = await self.query(ENGINE_QUERY)
         except (httpx.HTTPError, MetricsFormatError) as e:
@@ -100,11 +100,8 @@ class PrometheusReader:
     async def run(self) -> None:
         """Read until cancelled; the owner then calls aclose()."""
         while True:
-            await self.read_once()
+            await self.scrape_once()
             await asyncio.sleep(self.interval)
-
-    async def scrape_once(self) -> None:  # the run's last look, as for a direct scrape
-        await self.read_once()
 
     async def aclose(self) -> None:
         await self._client.aclose()

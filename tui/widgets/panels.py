@@ -223,10 +223,10 @@ class ServerPanel(Panel):
     def render_state(self, state: RunState, now: float) -> object:
         srv = state.server
         v, missing = srv.values, srv.missing
-        lines = []
-        if srv.errors:
-            for src, err in srv.errors.items():
-                lines.append(Text(f"metrics {src}: {err}", style="bold red"))
+        answered = [ep for ep in state.endpoints.values() if ep.last_sample_t is not None]
+        rows = {ep.name for ep in answered} if len(answered) > 1 and not self.compact else set()  # say it in their row
+        lines = [Text(f"metrics {src}: {err}", style="bold red") for src, err in state.metrics_errors().items()
+                 if src not in rows]
         if srv.last_sample_t is None:
             lines.append(Text("waiting for the first /metrics scrape…", style="dim"))
             return Group(*lines)
@@ -236,7 +236,6 @@ class ServerPanel(Panel):
             return Text(f"unavailable: {missing.get(field, 'not exposed')}", style="dim italic")
 
         last_hit = state.last_turn_hit_rate()
-        answered = [ep for ep in state.endpoints.values() if ep.last_sample_t is not None]
         if self.compact:
             worst = self._worst(answered) if len(answered) > 1 else []
             return Group(*lines, *self._compact(state, last_hit), *worst)
@@ -313,7 +312,6 @@ class ServerPanel(Panel):
         two.append("-" if pre is None else f"{pre:.0f}")
         return [one, two]
 
-
     @staticmethod
     def _worst(answered: list[EndpointView]) -> list[Text]:
         """The endpoint under most pressure (fullest KV, then most waiting), for the compact form."""
@@ -332,15 +330,10 @@ ENDPOINT_COLUMNS: list[tuple[str, int, Callable[[EndpointView | None, ServerView
     ("wait", 4, lambda ep, srv: whole((ep or srv).values.get("waiting"))),
     ("prefill", 7, lambda ep, srv: rate((ep or srv).prefill_rate)),
     ("decode", 6, lambda ep, srv: rate((ep or srv).decode_rate)),
-    ("hit", 4, lambda ep, srv: pct(ep.hit_rate_since_start() if ep else _hit(srv))),
+    ("hit", 4, lambda ep, srv: pct((ep or srv).hit_rate_since_start())),
     ("role", 7, lambda ep, srv: ep.role if ep else ""),
     ("pre", 3, lambda ep, srv: whole((ep.since_start() if ep else srv.values).get("preemptions"))),
 ]
-
-
-def _hit(srv: ServerView) -> float | None:
-    q, h = srv.values.get("prefix_queries"), srv.values.get("prefix_hits")
-    return h / q if q and h is not None else None
 
 
 def endpoint_table(state: RunState, answered: list[EndpointView], width: int) -> list[Text]:
@@ -393,12 +386,12 @@ def gpu_line(g: ev.GpuReading, label_w: int, width: int) -> Text:
     if g.power is not None:
         extras.append(f"  {g.power:.0f}" + (f"/{g.power_limit:.0f}W" if g.power_limit else "W"))
     extras += [f"  {whole(g.sm_clock)}MHz", f"  {whole(g.temp)}°C"]
-    head = (f"{g.node[:label_w]:<{label_w}} " if label_w else "") + f"{g.index} "
-    fixed = len(head) + 6  # the bar's value: " 100%"
+    label, index = (f"{g.node[:label_w]:<{label_w}} " if label_w else ""), f"{g.index} "
+    fixed = len(label) + len(index) + 6  # the bar's value: " 100%"
     while extras and fixed + sum(len(x) for x in extras) + 8 > width:
         extras.pop()  # temperature first, then clock, power, memory: the bar keeps at least 8 cells
-    line = Text(head[:-len(f"{g.index} ")], style="dim")
-    line.append(f"{g.index} ", style="bold")
+    line = Text(label, style="dim")
+    line.append(index, style="bold")
     line.append_text(bar(None if g.util is None else g.util / 100, max(4, width - fixed - sum(len(x) for x in extras)), "magenta"))
     line.append(f" {whole(g.util):>3}%" + "".join(extras))
     return line
