@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 
 from rampwatch.drivers.client.ramp import (
@@ -48,8 +51,6 @@ def test_format_tokens():
 
 
 def test_filler_never_repeats_a_block_and_is_salted():
-    import random
-
     a = Filler(random.Random("run-a")).text(200_000)
     b = Filler(random.Random("run-b")).text(200_000)
     assert abs(len(a) - 200_000) < 50
@@ -94,6 +95,33 @@ def test_budget_corrects_the_ratio_from_usage():
     chars2, new2 = conv.plan(2)
     assert new2 == 20_000 - reported - 100
     assert chars2 == pytest.approx((new2 - 8 - 20) * 3.0, rel=0.01)
+
+
+def _byte_bpe_tokens(text: str) -> int:
+    """The tiny GGUF's tokenizer (tests/make_tiny_gguf.py): a token a byte, a space merged with the lowercase
+    letter after it. Names and codes (capitals) cost a token a character: one session's needle is not another's."""
+    return len(text.encode()) - len(re.findall(r" [a-z]", text))
+
+
+def test_turn_one_lands_on_target_with_each_sessions_own_fixed_text():
+    schedule = scale_schedule(SEED_SCHEDULE, 15 * 1024)  # turn 1: 503 tokens, none of it correctable by usage
+    sample = Filler(random.Random(7)).text(20_000)
+    probe = Conversation("0123456789ab-s1", schedule)
+    probed = Calibration(chars_per_token=len(sample) / _byte_bpe_tokens(sample), template_tokens=0,
+                         fixed_tokens=(_byte_bpe_tokens(probe.fixed_text(1)), _byte_bpe_tokens(probe.fixed_text(2))))
+
+    def turn_one_error(conv: Conversation) -> float:
+        return abs(_byte_bpe_tokens(_message(conv, 1)) / schedule[0] - 1)
+
+    own, probes = [], []
+    for k in range(2, 202):
+        conv = Conversation(f"0123456789ab-s{k}", schedule, probed)
+        probes.append(turn_one_error(conv))
+        conv = Conversation(f"0123456789ab-s{k}", schedule, probed)
+        conv.measured_fixed(_byte_bpe_tokens(conv.fixed_text(1)), _byte_bpe_tokens(conv.fixed_text(2)))
+        own.append(turn_one_error(conv))
+    # The probe session's fixed text put some sessions' first turn more than 2% off; their own never does.
+    assert max(probes) > 0.02 and max(own) < 0.02, (max(probes), max(own))
 
 
 def test_million_token_turn_comes_in_slices():

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import httpx
 import pytest
 
+from rampwatch.drivers.client.ramp import Calibration, Conversation
+from rampwatch.drivers.client.session import SessionRunner, TurnOptions
+from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.probe import probe
 
@@ -47,3 +51,23 @@ def test_auth_headers_and_url_without_credentials():
     assert cfg.headers() == {"Authorization": "Basic " + base64.b64encode(b"al@ice:p:ss").decode()}
     cfg.api_key = "sk-1"
     assert cfg.headers() == {"Authorization": "Bearer sk-1"}
+
+
+async def test_a_session_counts_its_own_fixed_text_without_the_servers_bos():
+    """Turn 1 has no usage to correct it: each session counts its own salt, fact and question by the
+    server's /tokenize (llama.cpp's {"content"} form here, which adds a BOS to any text)."""
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        text = json.loads(request.content)["content"]
+        asked.append(text)
+        return httpx.Response(200, json={"tokens": [1] + [0] * len(text)})  # a BOS, then a token a character
+
+    cal = Calibration(chars_per_token=2.0, template_tokens=5, fixed_tokens=(1, 1), tokenize_field="content", special_tokens=1)
+    conv = Conversation("run-s2", [1000, 2000], cal)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as c:
+        runner = SessionRunner("s2", conv, c, "http://x", {}, TurnOptions(model="m"), lambda e: None, RunClock())
+        await runner._measure_fixed_text()
+        assert await runner._resent_tokens("four") == 4
+    assert asked[:2] == [conv.fixed_text(1), conv.fixed_text(2)]
+    assert conv.plan(1) == ((1000 - 5 - len(conv.fixed_text(1))) * 2, 1000)

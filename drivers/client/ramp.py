@@ -143,8 +143,9 @@ class Calibration:
 
     chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
     template_tokens: int = DEFAULT_TEMPLATE_TOKENS  # chat-template tokens around one user message
-    fixed_tokens: tuple[int, int] | None = None  # tokens of (turn 1's, later turns') fixed text
+    fixed_tokens: tuple[int, int] | None = None  # tokens of (turn 1's, later turns') fixed text, for the probe's session
     tokenize_field: str | None = None  # the text field /tokenize takes (prompt; llama.cpp: content); None: no /tokenize
+    special_tokens: int = 0  # what /tokenize adds to any text (a BOS): not part of the text's own count
 
 
 def tokenize_count(answer: object) -> int:
@@ -173,6 +174,7 @@ class Conversation:
         self.template_tokens = cal.template_tokens
         self._fixed_measured = cal.fixed_tokens
         self.tokenize_field = cal.tokenize_field
+        self.special_tokens = cal.special_tokens
         self.needle = Needle(rng)
         self.filler = Filler(rng)
         self.last_prompt_tokens: int | None = None  # the previous turn's reported prompt
@@ -183,6 +185,11 @@ class Conversation:
         """The non-filler text of a turn's message: salt and fact (turn 1), and the question."""
         lead = f"[{self.salt}] \n{self.needle.fact()}\n" if turn == 1 else ""
         return lead + f"\n\n{self.needle.question()}"
+
+    def measured_fixed(self, first: int, later: int) -> None:
+        """This session's own fixed text as the server counts it: its salt and needle's
+        name tokenize differently from the probe's, which turn 1 has no usage to correct."""
+        self._fixed_measured = (first, later)
 
     def _fixed_tokens(self, turn: int) -> int:
         if self._fixed_measured is not None:

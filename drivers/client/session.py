@@ -72,6 +72,7 @@ class SessionRunner:
         --reconnect-timeout ends the session."""
         gate = self.gate
         try:
+            await self._measure_fixed_text()
             for turn in range(1, len(self.conv.schedule) + 1):
                 if gate is not None and not await gate.before(turn):
                     self.emit(ev.Notice(t=self.clock(), level="info", session=self.sid,
@@ -149,17 +150,28 @@ class SessionRunner:
             return "ok"
 
     async def _resent_tokens(self, reply: str) -> int | None:
-        """The reply's tokens as the next turn will re-send it, counted by the server's /tokenize
-        (None where it has none: completion tokens then stand in)."""
+        """The reply's tokens as the next turn will re-send it (None without /tokenize:
+        completion tokens then stand in)."""
+        return await self._server_tokens(reply) if reply else None
+
+    async def _measure_fixed_text(self) -> None:
+        counts = [await self._server_tokens(self.conv.fixed_text(turn)) for turn in (1, 2)]
+        if None not in counts:
+            self.conv.measured_fixed(*counts)
+
+    async def _server_tokens(self, text: str) -> int | None:
+        """`text`'s own tokens by the server's /tokenize (less what it adds to any text);
+        None where the server has no /tokenize or it failed."""
         field = self.conv.tokenize_field
-        if field is None or not reply:
+        if field is None:
             return None
         try:
-            r = await self.client.post(self.base_url + "/tokenize", json={"model": self.opts.model, field: reply},
+            r = await self.client.post(self.base_url + "/tokenize", json={"model": self.opts.model, field: text},
                                        headers=self.headers, timeout=30.0)
-            return (tokenize_count(r.json()) or None) if r.status_code == 200 else None
+            n = tokenize_count(r.json()) if r.status_code == 200 else 0
         except (httpx.HTTPError, ValueError, TypeError):
             return None
+        return max(0, n - self.conv.special_tokens) if n else None
 
     def _kept_reply(self, content: str) -> str:
         """The reply as it goes back into the history: verbatim, or (strict

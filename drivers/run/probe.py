@@ -127,6 +127,6 @@ async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str, probe
         n = await count({"prompt": probe_conv.fixed_text(turn)})
         fixed.append(n - specials if n is not None else round(len(probe_conv.fixed_text(turn)) / chars_per_token))
     return Calibration(chars_per_token=chars_per_token, template_tokens=max(0, template), fixed_tokens=(fixed[0], fixed[1]),
-                       tokenize_field=field[0] if field else None)
+                       tokenize_field=field[0] if field else None, special_tokens=specials)
 
 
