@@ -125,6 +125,11 @@ def test_schedule_over_max_model_len_is_refused_before_sending(sim):
     (["report", "/nonexistent/x.jsonl"], "no such recording"),
     (["replay", "/nonexistent/x.jsonl", "--headless"], "no such recording"),
     (["replay", "x.jsonl", "--speed", "100"], "--speed"),
+    (["watch", "--prometheus", "http://127.0.0.1:9", "--prometheus-match", "job=vllm", "--headless"],
+     "--prometheus-match: not PromQL label matchers"),
+    (["watch", "--prometheus", "http://127.0.0.1:9", "--prometheus-gpu-match", "Hostname", "--headless"],
+     "--prometheus-gpu-match: not PromQL"),
+    (["watch", "http://127.0.0.1:9", "--prometheus-match", 'job="vllm"', "--headless"], "need --prometheus URL"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     p = rw(*args)

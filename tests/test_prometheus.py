@@ -27,6 +27,7 @@ from rampwatch.drivers.sim.server import ThreadedSim, make_profile
 from rampwatch.drivers.telemetry.exporter import SERIES, RunExporter
 from rampwatch.drivers.telemetry.gpu import parse_dcgm
 from rampwatch.drivers.telemetry.metrics import _LINE, _labels
+from rampwatch.drivers.telemetry.prometheus import ENGINE_SERIES, Match, PrometheusReader, parse_match
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
@@ -171,6 +172,74 @@ def test_exporter_figures_match_the_report():
         assert value("rampwatch_turn") == len(SCHEDULE)
 
 
+@pytest.mark.parametrize("spec,match", [
+    ('job="vllm"', Match('job="vllm"')),
+    ('prefill:{job="llm-prefill", instance=~"10\\.0\\..*"}', Match('job="llm-prefill", instance=~"10\\.0\\..*"', "prefill")),
+    ('decode:job="a:b,c"', Match('job="a:b,c"', "decode")),  # colons and commas inside a value are the value's
+    ('pod!~"x"', Match('pod!~"x"')),
+])
+def test_prometheus_match_specs(spec, match):
+    assert parse_match(spec) == match
+
+
+@pytest.mark.parametrize("spec", ["job=vllm", 'job="a" pod="b"', 'job="a"}', "prefill:job"])
+def test_prometheus_match_rejects_what_is_not_label_matchers(spec):
+    with pytest.raises(ValueError, match="not PromQL label matchers"):
+        parse_match(spec)
+
+
+async def test_prometheus_reader_roles_errors_recovery_and_auth():
+    """Each match's query names only the series the profiles read; what it finds carries its role; an
+    instance two matches find keeps the first role; a match that finds nothing is said, and cleared when
+    Prometheus answers again. Prometheus gets its own URL's credentials, nothing else."""
+    asked: list[httpx.Request] = []
+    down = False
+    vllm = ["vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        if down:
+            return httpx.Response(503)
+        query = request.url.params["query"]
+        result = [{"metric": {"__name__": name, "instance": inst, "job": job}, "value": [0, "0.5"]}
+                  for inst, job in (("p:8000", "prefill"), ("d:8000", "decode"))
+                  if f'job="{job}"' in query or 'instance=~"' in query for name in vllm]
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
+
+    got: list[ev.AnyEvent] = []
+    reader = PrometheusReader("http://watcher:s3cret@prom:9090", 1.0, got.append, lambda: 1.0, gpu_matchers=None,
+                              matches=[parse_match('prefill:job="prefill"'), parse_match('decode:instance=~".*"'),
+                                       parse_match('job="none"')])
+    reader._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    await reader.scrape_once()
+    queries = [r.url.params["query"] for r in asked]
+    assert all(q.startswith('{__name__=~"') and q.count("|") == len(ENGINE_SERIES) - 1 for q in queries)
+    assert [q[q.index('",') + 1:] for q in queries] == [',job="prefill"}', ',instance=~".*"}', ',job="none"}']
+    assert all(r.headers["authorization"].startswith("Basic ") for r in asked)  # its own user:password
+    roles = {e.source: e.role for e in got if isinstance(e, ev.MetricsSample)}
+    assert roles == {"p:8000": "prefill", "d:8000": "decode"}
+    errors = [e for e in got if isinstance(e, ev.MetricsError)]
+    assert [(e.source, e.error) for e in errors] == [("prometheus http://prom:9090", 'no vllm:, sglang: or llamacpp: series in Prometheus matching job="none"')]
+    state = RunState(ev.Header(rampwatch_version="0", command=[], mode="watch", server="http://prom:9090"))
+    for e in got:
+        state.apply(e)
+    assert {ep.name: ep.role for ep in state.endpoints.values() if ep.last_sample_t} == roles
+    assert state.metrics_errors() == {"prometheus http://prom:9090": errors[0].error}
+
+    reader.matches = reader.matches[:2]
+    down, got[:] = True, []
+    await reader.scrape_once()
+    down = False
+    await reader.scrape_once()
+    await reader.scrape_once()
+    errors = [e.error for e in got if isinstance(e, ev.MetricsError)]
+    assert errors == ["HTTP 503 from the Prometheus API", ""]  # failing, then answering again (said once)
+    for e in got:
+        state.apply(e)
+    assert state.metrics_errors() == {}
+    await reader.aclose()
+
+
 def test_prefill_in_flight_grows_while_a_prefill_waits():
     exporter = RunExporter(lambda: 5.0, run="r")
     exporter(ev.RequestSent(t=2.0, session="s1", turn=3, target_tokens=1, new_tokens_est=1, body_bytes=1))
@@ -224,26 +293,44 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
             needles = by_session(query(prom, f'rampwatch_needle_found_total{{run="{run.salt}"}}'))
             assert needles == {s.id: float(s.summary.needle_found) for s in rep.sessions}
 
-            rec = tmp_path / "watch.jsonl"
-            watch = subprocess.Popen([*rampwatch_cmd(), "watch", "--prometheus", prom, "--headless", "--record", str(rec),
-                                      "--scrape-interval", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # The whole fleet; and the same fleet narrowed by label matchers, with roles (a prefill/decode split
+            # read through Prometheus): engine a is the first match's prefill, b the second's decode, GPUs node-a's.
+            recs = {"all": tmp_path / "watch.jsonl", "matched": tmp_path / "matched.jsonl"}
+            narrowed = ["--prometheus-match", f'prefill:instance="{engines[0]}"', "--prometheus-match", 'decode:job="vllm"',
+                        "--prometheus-gpu-match", 'Hostname="node-a"']
+            watches = [subprocess.Popen([*rampwatch_cmd(), "watch", "--prometheus", prom, "--headless", "--record", str(rec),
+                                         "--scrape-interval", "0.5", *(narrowed if name == "matched" else [])],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       for name, rec in recs.items()]
             try:
-                wait_for(lambda: rec.exists() and rec.read_bytes().count(b'"GpuSample"') >= 6, 60, "watch read no GPUs")
+                for rec in recs.values():
+                    wait_for(lambda: rec.exists() and rec.read_bytes().count(b'"GpuSample"') >= 6, 60, "watch read no GPUs")
             finally:
-                watch.send_signal(signal.SIGINT)
-                out, err = watch.communicate(timeout=30)
-            assert watch.returncode == 130, err
+                for watch in watches:
+                    watch.send_signal(signal.SIGINT)
+                    out, err = watch.communicate(timeout=30)
+                    assert watch.returncode == 130, err
     finally:
         exporter.close()
 
-    back = read_recording(rec)
-    state = RunState(back.header)
-    for e in back.events:
-        state.apply(e)
+    def replayed(rec: Path) -> RunState:
+        back = read_recording(rec)
+        state = RunState(back.header)
+        for e in back.events:
+            state.apply(e)
+        return state
+
+    state = replayed(recs["all"])
     assert sorted(ep.name for ep in state.endpoints.values() if ep.last_sample_t is not None) == sorted(engines)
     assert all(ep.engine == "vllm" for ep in state.endpoints.values() if ep.last_sample_t is not None)
     assert len(state.gpus) == 16
     assert {n for n, _ in state.gpu_nodes()} == {"node-a", "node-b"}  # the exporters' Hostname, not the instance
+    assert not state.metrics_errors()
+    state = replayed(recs["matched"])
+    assert {ep.name: ep.role for ep in state.endpoints.values() if ep.last_sample_t} == {engines[0]: "prefill",
+                                                                                        engines[1]: "decode"}
+    assert len(state.gpus) == 8 and {n for n, _ in state.gpu_nodes()} == {"node-a"}
+    assert not state.metrics_errors()
 
 
 def by_session(result: list[dict]) -> dict[str, float]:

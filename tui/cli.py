@@ -34,6 +34,7 @@ from rampwatch.drivers.sim.server import loopback_socket
 from rampwatch.drivers.sim.gpus import DCGM_PATH
 from rampwatch.drivers.sim.topology import Topology
 from rampwatch.drivers.telemetry.exporter import RunExporter, parse_listen
+from rampwatch.drivers.telemetry.prometheus import parse_match, parse_matchers
 from rampwatch.tui.headless import HeadlessPrinter
 from rampwatch.tui.web import WebServer, page_command
 
@@ -99,6 +100,12 @@ def add_server_watch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prometheus", metavar="URL",
                    help="read server and GPU figures from this Prometheus server's HTTP API (engines' vllm:/sglang:/"
                         "llamacpp: series and DCGM_FI_DEV_*, one endpoint per instance) instead of scraping /metrics")
+    p.add_argument("--prometheus-match", action="append", default=None, metavar="[ROLE:]MATCHERS",
+                   help="with --prometheus: read only the engines these PromQL label matchers select, repeatable, ROLE "
+                        "prefill, decode or both (default); e.g. 'prefill:job=\"llm-prefill\"' (default: every engine)")
+    p.add_argument("--prometheus-gpu-match", metavar="MATCHERS",
+                   help="with --prometheus: read only the dcgm-exporter GPUs these label matchers select, e.g. "
+                        "'Hostname=~\"gpu-node-(1|2)\"' (default: every GPU)")
     p.add_argument("--serve-metrics", metavar="[HOST:]PORT",
                    help="expose rampwatch's own figures (TTFT, decode tok/s, gaps, prefill in flight, turns, needle) "
                         "for Prometheus at http://HOST:PORT/metrics (HOST default 127.0.0.1)")
@@ -301,6 +308,16 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
     for url in urls + ([args.prometheus] if args.prometheus else []):
         if "://" not in url:
             raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
+    if (args.prometheus_match or args.prometheus_gpu_match) and not args.prometheus:
+        raise BadInput("--prometheus-match and --prometheus-gpu-match need --prometheus URL")
+    try:
+        matches = [parse_match(m) for m in args.prometheus_match or []]
+    except ValueError as e:
+        raise BadInput(f"--prometheus-match: {e}") from None
+    try:
+        gpu_matchers = parse_matchers(args.prometheus_gpu_match or "")
+    except ValueError as e:
+        raise BadInput(f"--prometheus-gpu-match: {e}") from None
     cfg = RunConfig(
         url=urls[0],
         more_urls=urls[1:],
@@ -315,6 +332,8 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         ca_bundle=args.ca_bundle,
         insecure=args.insecure,
         prometheus=args.prometheus,
+        prometheus_match=matches,
+        prometheus_gpu_match=gpu_matchers,
         serve_metrics=args.serve_metrics,
     )
     if mode != "watch":
@@ -685,6 +704,7 @@ def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
     args.url = "http://127.0.0.1"  # replaced by the child's address below
     args.metrics_url, args.gpu, args.scrape_interval, args.api_key_env, args.api_key_file = None, None, 0.5, None, None
     args.ca_bundle, args.insecure, args.prometheus, args.serve_metrics = None, False, None, None
+    args.prometheus_match, args.prometheus_gpu_match = None, None
     cfg = config_from(args, "demo", argv)  # validate before starting anything
     try:
         child = ChildSim(args)

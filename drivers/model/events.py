@@ -132,15 +132,21 @@ class TurnDone(Event):
 class MetricsSample(Event):
     """One scrape, normalized by an engine profile. A field absent from
     `values` is unavailable on this server (never 0); `missing` says why.
-    `source` is the endpoint's name (older recordings: its metrics URL)."""
+    `source` is the endpoint's name (older recordings: its metrics URL).
+    `role`: the endpoint's role where the sample says it (found through
+    Prometheus, not listed in the header)."""
 
     source: str
     engine: str
     values: dict[str, float]
     missing: dict[str, str] = {}
+    role: EndpointRole | None = None
 
 
 class MetricsError(Event):
+    """A source failed to answer; an empty `error`: a source with no samples of
+    its own (a Prometheus server) answers again."""
+
     source: str
     error: str
 

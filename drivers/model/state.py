@@ -413,6 +413,8 @@ class RunState:
     def _on_metrics(self, e: ev.MetricsSample) -> None:
         srv = self.server
         ep = self._endpoint(e.source)
+        if e.role is not None:
+            ep.role = e.role
         ep.fold(e)
         answered = [x for x in self.endpoints.values() if x.last_sample_t is not None]
         srv.values, srv.rates, srv.missing = merge_endpoints(answered)
@@ -431,9 +433,10 @@ class RunState:
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
         ep = self._endpoint(e.source)
-        if ep.error != e.error:
-            self._log(LogEntry(e.t, "warn", f"metrics {e.source}: {e.error}"))
-        ep.error = e.error
+        if ep.error != (e.error or None):
+            self._log(LogEntry(e.t, "warn", f"metrics {e.source}: {e.error}") if e.error
+                      else LogEntry(e.t, "info", f"metrics {e.source}: answering again"))
+        ep.error = e.error or None
 
     def _on_gpu(self, e: ev.GpuSample) -> None:
         self._gpu_sources[e.source] = list(e.gpus)

@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 from rampwatch.drivers.model.events import Endpoint, EndpointRole, endpoint_name
 from rampwatch.drivers.telemetry.metrics import redact_url
+from rampwatch.drivers.telemetry.prometheus import Match
 
 ROLES = get_args(EndpointRole)
 
@@ -56,6 +57,8 @@ class RunConfig:
     ca_bundle: Path | None = None  # trust these certificates instead of certifi's bundle
     insecure: bool = False  # verify no certificate (said loudly: header, recording, output)
     prometheus: str | None = None  # read server and GPU figures from this Prometheus server instead of scraping
+    prometheus_match: list[Match] = field(default_factory=list)  # which engines it reads, with their roles (none: all)
+    prometheus_gpu_match: str = ""  # which GPUs it reads (PromQL label matchers; empty: all)
     serve_metrics: str | None = None  # [HOST:]PORT: expose rampwatch's own figures for Prometheus
 
     @property

@@ -181,8 +181,9 @@ class Run:
             MetricsScraper(s.url, cfg.scrape_interval, emit, clock, headers=cfg.headers(), verify=self.tls, source=s.name)
             for s in cfg.metrics_sources()]
         if cfg.prometheus:
-            samplers.append(PrometheusReader(cfg.prometheus, max(cfg.scrape_interval, 1.0), emit, clock,
-                                             headers=cfg.headers(), verify=self.tls, gpus=not cfg.gpu_sources()))
+            samplers.append(PrometheusReader(cfg.prometheus, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls,
+                                             matches=cfg.prometheus_match,
+                                             gpu_matchers=None if cfg.gpu_sources() else cfg.prometheus_gpu_match))
         background = [asyncio.create_task(s.run()) for s in samplers]
         for source in cfg.gpu_sources():
             gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls, headers=cfg.headers())

@@ -72,7 +72,7 @@ def _float(x: Any) -> float | None:
     return None if x is None else float(x)
 
 
-_DCGM_FIELDS = {
+DCGM_FIELDS = {  # the series read, and their units to NVML's
     "DCGM_FI_DEV_GPU_UTIL": ("util", 1.0),
     "DCGM_FI_DEV_FB_USED": ("mem_used", 1024 * 1024),  # MiB -> bytes
     "DCGM_FI_DEV_FB_FREE": ("_fb_free", 1024 * 1024),
@@ -88,7 +88,7 @@ def parse_dcgm(text: str, node: str = "") -> list[ev.GpuReading]:
     each labelled with its node: the Hostname label, else `node`."""
     gpus: dict[tuple[str, int], dict[str, Any]] = {}
     for m in _LINE.finditer(text):
-        spec = _DCGM_FIELDS.get(m.group(1))
+        spec = DCGM_FIELDS.get(m.group(1))
         if spec is None:
             continue
         lab = _labels(m.group(2))

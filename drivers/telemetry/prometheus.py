@@ -1,29 +1,71 @@
 """Server and GPU figures read from a Prometheus server (`--prometheus URL`),
 for a fleet rampwatch cannot or should not scrape itself.
 
-Each interval two instant queries go to its HTTP API, one for the engines'
-series (vllm:, sglang:, llamacpp:) and one for dcgm-exporter's (DCGM_FI_DEV_).
-The answer is grouped by `instance`, rebuilt into exposition text and read by
-the same code as a direct scrape, so the panels and the recording's events
-are the same: one endpoint per engine instance, GPUs labelled by node.
+Each interval instant queries go to its HTTP API: one per --prometheus-match
+for the engines' series (only the vllm:, sglang: and llamacpp: names the
+profiles read, so a fleet's histograms are not fetched) and one for
+dcgm-exporter's. Each answer is grouped by `instance`, rebuilt into
+exposition text and read by the same code as a direct scrape, so the panels
+and the recording's events are the same: one endpoint per engine instance
+(with the role of the match that found it), GPUs labelled by node.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.telemetry.gpu import parse_dcgm
-from rampwatch.drivers.telemetry.metrics import MetricsFormatError, detect, normalize, redact_url
+from rampwatch.drivers.telemetry.gpu import DCGM_FIELDS, parse_dcgm
+from rampwatch.drivers.telemetry.metrics import PROFILES, MetricsFormatError, detect, normalize, redact_url
 
-ENGINE_QUERY = '{__name__=~"vllm:.+|sglang:.+|llamacpp:.+"}'
-GPU_QUERY = '{__name__=~"DCGM_FI_DEV_.+"}'
+ENGINE_SERIES = sorted({s.name for p in PROFILES for aliases in p.fields.values() for s in aliases} | {"vllm:cache_config_info"})
+ROLES = ("prefill", "decode", "both")
+
+# One PromQL label matcher (job="vllm", instance=~"10\\.0\\..*"); a --prometheus-match is a comma list of them.
+_MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+
+
+@dataclass(frozen=True)
+class Match:
+    """Which engine series one query reads (PromQL label matchers, empty: all) and the role of what it finds."""
+
+    matchers: str = ""
+    role: ev.EndpointRole = "both"
+
+
+def parse_matchers(text: str) -> str:
+    """`job="vllm",instance=~"a.*"` checked and trimmed (braces optional); ValueError says what is wrong."""
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    rest = body
+    while rest.strip():
+        m = _MATCHER.match(rest)
+        if m is None or (m.end() < len(rest) and rest[m.end()] != ","):
+            raise ValueError(f'not PromQL label matchers: {text!r} (e.g. job="vllm" or job="vllm",instance=~"10.0.0.*")')
+        rest = rest[m.end() + 1:]
+    return body.strip().rstrip(",")
+
+
+def parse_match(spec: str) -> Match:
+    """A --prometheus-match spec: [ROLE:]MATCHERS, e.g. prefill:job="llm-prefill"."""
+    role, sep, rest = spec.partition(":")
+    if sep and role in ROLES:
+        return Match(parse_matchers(rest), role)  # type: ignore[arg-type]
+    return Match(parse_matchers(spec))
+
+
+def selector(names: list[str] | tuple[str, ...], matchers: str = "") -> str:
+    """An instant-query selector for these metric names, narrowed by label matchers."""
+    return '{__name__=~"' + "|".join(names) + '"' + (f",{matchers}" if matchers else "") + "}"
 
 
 def _escape(value: str) -> str:
@@ -51,14 +93,19 @@ def by_instance(result: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
 class PrometheusReader:
     """Polls a Prometheus server and emits MetricsSample per engine instance and
     GpuSample per GPU instance; a failing query becomes MetricsError /
-    GpuUnavailable for source 'prometheus', never an exception in the run."""
+    GpuUnavailable for source 'prometheus', never an exception in the run.
+
+    Prometheus is its own service: it gets the user:password of its own URL
+    (httpx sends them as Basic auth), never the inference server's API key."""
 
     def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 headers: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True, gpus: bool = True):
-        self.url, self.interval, self.emit, self.clock, self.gpus = url.rstrip("/"), interval, emit, clock, gpus
+                 verify: ssl.SSLContext | bool = True, matches: list[Match] | None = None, gpu_matchers: str | None = ""):
+        self.url, self.interval, self.emit, self.clock = url.rstrip("/"), interval, emit, clock
+        self.matches = matches or [Match()]
+        self.gpu_matchers = gpu_matchers  # None: GPUs are not read from Prometheus
         self.source = "prometheus " + redact_url(self.url)
-        self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), headers=headers or {}, trust_env=False,
-                                         verify=verify)
+        self._failing = False
+        self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), trust_env=False, verify=verify)
 
     async def query(self, promql: str) -> list[dict[str, Any]]:
         r = await self._client.get(self.url + "/api/v1/query", params={"query": promql})
@@ -73,26 +120,41 @@ class PrometheusReader:
             raise MetricsFormatError(f"not a Prometheus API answer ({type(e).__name__})") from None
 
     async def scrape_once(self) -> None:
+        error = None
         try:
-            engines = await self.query(ENGINE_QUERY)
+            found = [(m, await self.query(selector(ENGINE_SERIES, m.matchers))) for m in self.matches]
         except (httpx.HTTPError, MetricsFormatError) as e:
-            self.emit(ev.MetricsError(t=self.clock(), source=self.source, error=_describe(e)))
+            error = _describe(e)
         else:
             t = self.clock()
-            for instance, series in sorted(by_instance(engines).items()):
-                text = exposition(series)
-                engine, values, missing = normalize(text, detect(text))
-                self.emit(ev.MetricsSample(t=t, source=instance, engine=engine, values=values, missing=missing))
-        if not self.gpus:
+            seen: set[str] = set()
+            for match, engines in found:
+                for instance, series in sorted(by_instance(engines).items()):
+                    if instance in seen:
+                        continue  # matched twice: the first match's role holds
+                    seen.add(instance)
+                    text = exposition(series)
+                    engine, values, missing = normalize(text, detect(text))
+                    self.emit(ev.MetricsSample(t=t, source=instance, engine=engine, values=values, missing=missing,
+                                               role=match.role))
+            empty = [m.matchers for m, engines in found if not engines]
+            if empty:
+                error = "no vllm:, sglang: or llamacpp: series in Prometheus" + (
+                    f" matching {'; '.join(empty)}" if any(empty) else "")
+        if error is not None or self._failing:
+            self.emit(ev.MetricsError(t=self.clock(), source=self.source, error=error or ""))
+        self._failing = error is not None
+        if self.gpu_matchers is None:
             return
         try:
-            gpus = await self.query(GPU_QUERY)
+            gpus = await self.query(selector(tuple(DCGM_FIELDS), self.gpu_matchers))
         except (httpx.HTTPError, MetricsFormatError) as e:
             self.emit(ev.GpuUnavailable(t=self.clock(), source=self.source, reason=f"Prometheus: {_describe(e)}"))
             return
         t = self.clock()
         if not gpus:
-            self.emit(ev.GpuUnavailable(t=t, source=self.source, reason="no DCGM_FI_DEV_* series in Prometheus"))
+            self.emit(ev.GpuUnavailable(t=t, source=self.source, reason="no DCGM_FI_DEV_* series in Prometheus"
+                                        + (f" matching {self.gpu_matchers}" if self.gpu_matchers else "")))
         for instance, series in sorted(by_instance(gpus).items()):
             host = urlsplit("//" + instance).hostname or instance
             self.emit(ev.GpuSample(t=t, source=f"prometheus {instance}", gpus=parse_dcgm(exposition(series), node=host)))
