@@ -396,6 +396,8 @@ def report(args: argparse.Namespace, back, samples: list[Sample], wall: float, s
         print(f"recording bytes per turn: first quarter {a:.0f}, last quarter {b:.0f} ({100 * (b - a) / a:+.1f}%)  (linear: ~0)")
     else:
         print("too few samples after warm-up to judge memory; run longer (--plateau-turns)")
+    peak = max(samples, key=lambda s: s.driver_rss)
+    print(f"driver RSS peak: {peak.driver_rss / 2**20:.0f} MB at {peak.at / 60:.1f} min (sampled every {args.sample_every:g} s)")
     problems = lost_events(events)
     print(f"events lost: {len(problems)}  (bar 0)" + "".join(f"\n  {p}" for p in problems[:10]))
     final: dict[tuple[str, int], str] = {}

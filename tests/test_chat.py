@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from rampwatch.drivers.client.chat import ChatStreamParser, StreamError, chat_body, encode_message, error_text, stream_chat
-from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed, ResponseParser
+from rampwatch.drivers.client.wire import WRITE_SLICE, Connection, ConnectionDropped, ConnectionFailed, ResponseParser
 
 
 def _chunk(**delta) -> bytes:
@@ -89,7 +89,7 @@ async def test_usage_chunk_never_resets_first_token():
 
 def test_body_encoding_round_trips():
     msgs = [encode_message("user", ["hé \"quoted\"\n", "ünïcode ", "\\slash"]), encode_message("assistant", ["ok"])]
-    body = msgspec.json.decode(chat_body("m", msgs, 64, ignore_eos=True))
+    body = msgspec.json.decode(b"".join(chat_body("m", msgs, 64, ignore_eos=True)))
     assert body["messages"][0]["content"] == "hé \"quoted\"\nünïcode \\slash"
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["ignore_eos"] is True and body["min_tokens"] == 64 and body["max_tokens"] == 64
@@ -247,6 +247,61 @@ async def test_stale_keepalive_connection_is_retried_once_and_drops_are_reported
         with pytest.raises(ConnectionDropped):
             await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None)
         conn.close()
+
+
+async def test_a_large_body_goes_out_in_parts_without_a_buffered_copy():
+    """A 16 MB history sent to a server that reads slowly: every byte arrives in order, and what the
+    transport holds at any moment stays near one slice, not the rest of the body."""
+    parts = [bytes([65 + k]) * (2 * 1024 * 1024 + k) for k in range(8)]
+    got = bytearray()
+
+    async def handle(reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        while len(got) < length:
+            got.extend(await reader.read(65536))
+            await asyncio.sleep(0.0005)
+        body = b"".join(_chunked([_chunk(content="a"), DONE]))
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body)
+        await writer.drain()
+
+    server, url = await _server(handle)
+    async with server:
+        conn = Connection(url, lambda: 0.0)
+        buffered = [0]
+
+        async def watch() -> None:
+            while True:
+                proto = conn._proto
+                if proto is not None and proto.transport is not None:
+                    buffered[0] = max(buffered[0], proto.transport.get_write_buffer_size())
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        res = await stream_chat(conn, "/p", parts, {}, lambda t: None, lambda b: None, timeout=30)
+        watcher.cancel()
+        conn.close()
+    assert res.text == "a" and bytes(got) == b"".join(parts)
+    assert 0 < buffered[0] <= 2 * WRITE_SLICE, buffered[0]
+
+
+async def test_an_answer_before_the_body_went_out_ends_the_request_and_the_connection():
+    """A server that refuses a request from its head (413) and stops reading: the error comes back at
+    once, and the connection, with part of the body unsent, is not used again."""
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        error = b'{"error": {"message": "too large"}}'
+        writer.write(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: %d\r\n\r\n%s" % (len(error), error))
+        await writer.drain()
+        await asyncio.sleep(30)  # neither reads the rest nor closes
+
+    server, url = await _server(handle)
+    async with server:
+        conn = Connection(url, lambda: 0.0)
+        with pytest.raises(StreamError, match="too large"):
+            await stream_chat(conn, "/p", [b"x" * (64 * 1024 * 1024)], {}, lambda t: None, lambda b: None, timeout=20)
+        assert conn._proto is None
+        server.close()
 
 
 async def test_nothing_listening_is_connection_failed():

@@ -14,7 +14,9 @@ import time
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rampwatch.drivers.client import session
 from rampwatch.drivers.model import events as ev
@@ -25,10 +27,10 @@ from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.server import ThreadedSim, make_profile
 from rampwatch.tui.app import RampwatchApp
-from rampwatch.tui.cli import load_state
+from rampwatch.tui.cli import export_from_ui, load_state
 from rampwatch.tui.sources import LiveSource
 from rampwatch.tui.widgets.panels import EventsPanel, HeaderBar
-from tests.conftest import drive, rampwatch_cmd
+from tests.conftest import drive, free_port, rampwatch_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,6 +120,37 @@ async def test_quitting_the_ui_stops_the_driver_and_records_cancelled_turns(tmp_
     assert done and all(e.status == "cancelled" for e in done)
     assert any(isinstance(e, ev.Mark) for e in back.events)
     assert source.state.ended is not None and source.state.ended.status == "interrupted"
+
+
+async def test_with_the_ui_its_process_serves_the_runs_figures(tmp_path):
+    """--serve-metrics with the UI: the driver's events reach the UI process's exporter, which still
+    serves the final figures after the run; they equal the recording's report."""
+    rec = tmp_path / "exported.jsonl"
+    cfg = config(rec=rec, url="", serve_metrics=f"127.0.0.1:{free_port()}")
+    with ThreadedSim(make_profile("tiny")) as s:
+        cfg.url, cfg.metrics_urls = s.url, [s.url + "/metrics"]
+        driver = DriverProcess(cfg)
+        driver.start()
+        exporter = export_from_ui(cfg, driver)
+        assert exporter is not None
+        try:
+            source = LiveSource(driver)
+            async with RampwatchApp(source).run_test(size=(120, 40)) as pilot:
+                await wait_for(lambda: source.finished, timeout=60)
+                async with httpx.AsyncClient() as client:
+                    text = (await client.get(f"http://127.0.0.1:{exporter.port}/metrics")).text
+                await pilot.press("q")
+            assert source.stop() == 0
+        finally:
+            exporter.close()
+    samples = {(m.name, m.labels.get("session"), m.labels.get("status")): m.value
+               for family in text_string_to_metric_families(text) for m in family.samples}
+    rep = build_report(load_state(rec, skip_bad_lines=False))
+    assert len(rep.sessions) == 2
+    for sess in rep.sessions:
+        assert samples[("rampwatch_ttft_seconds_sum", sess.id, None)] == pytest.approx(sess.summary.ttft_sum_s, abs=1e-9)
+        assert samples[("rampwatch_turns_total", sess.id, "ok")] == len(sess.turns) == 4
+        assert samples[("rampwatch_context_tokens", sess.id, None)] == sess.turns[-1].context_tokens
 
 
 def test_live_state_equals_the_replay_of_its_recording(tmp_path, sim):

@@ -412,9 +412,7 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool, web: str | None = 
     except DriverCrashed as e:
         print(f"rampwatch: {e}", file=sys.stderr)
         return EXIT_CRASHED
-    exporter = start_exporter(cfg, driver.now, driver.state.header.salt if driver.state.header else "")
-    if exporter is not None:
-        driver.listeners.append(exporter)  # the UI process serves them: it stays up after the run, for a last scrape
+    export_from_ui(cfg, driver)
     code = run_app_live(driver)
     ended = driver.state.ended
     if ended is not None and ended.status == "crashed":
@@ -425,6 +423,15 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool, web: str | None = 
     if driver.recording:
         print(f"recording: {driver.recording}", file=sys.stderr)
     return code
+
+
+def export_from_ui(cfg: RunConfig, driver: DriverProcess) -> RunExporter | None:
+    """--serve-metrics with the UI: the UI process serves the driver's figures (it stays up after the
+    run, for a last scrape)."""
+    exporter = start_exporter(cfg, driver.now, driver.state.header.salt if driver.state.header else "")
+    if exporter is not None:
+        driver.listeners.append(exporter)
+    return exporter
 
 
 def start_exporter(cfg: RunConfig, clock: Callable[[], float], run: str) -> RunExporter | None:

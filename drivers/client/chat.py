@@ -79,7 +79,9 @@ def encode_message(role: str, pieces: list[str]) -> bytes:
     return b'{"role":' + _encode(role) + b',"content":"' + b"".join(parts) + b'"}'
 
 
-def chat_body(model: str, messages: list[bytes], max_tokens: int, ignore_eos: bool) -> bytes:
+def chat_body(model: str, messages: list[bytes], max_tokens: int, ignore_eos: bool) -> list[bytes]:
+    """The request body in parts, the messages' own bytes among them: a 1M-token history is sent
+    from the session's messages as they are, never joined into one more copy."""
     opts: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
@@ -90,8 +92,10 @@ def chat_body(model: str, messages: list[bytes], max_tokens: int, ignore_eos: bo
     if ignore_eos:
         opts["ignore_eos"] = True
         opts["min_tokens"] = max_tokens
-    head = _encode(opts)
-    return head[:-1] + b',"messages":[' + b",".join(messages) + b"]}"
+    parts = [_encode(opts)[:-1] + b',"messages":[']
+    for k, message in enumerate(messages):
+        parts += [b",", message] if k else [message]
+    return [*parts, b"]}"]
 
 
 def error_text(body: bytes | str, status: int | None = None) -> str:
@@ -196,7 +200,7 @@ class ChatStreamParser:
 async def stream_chat(
     conn: Connection,
     path: str,
-    body: bytes,
+    body: bytes | list[bytes],
     headers: dict[str, str],
     on_first: Callable[[float], None],
     on_times: Callable[[list[float]], None],

@@ -111,7 +111,7 @@ class SessionRunner:
         while True:
             attempt += 1
             self.emit(ev.RequestSent(t=self.clock(), session=self.sid, turn=turn, target_tokens=target,
-                                     new_tokens_est=new_est, body_bytes=len(body), attempt=attempt, text=user_text))
+                                     new_tokens_est=new_est, body_bytes=sum(map(len, body)), attempt=attempt, text=user_text))
             try:
                 res = await stream_chat(self.conn, self.path, body, self.headers,
                                         self._on_first(turn), self._on_times(turn), self.opts.request_timeout)

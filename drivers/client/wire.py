@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from rampwatch.drivers.client.tls import tls_context
@@ -132,6 +132,11 @@ class ResponseParser:
             self.on_body(self.status or 0, b"".join(out) if len(out) > 1 else out[0], t)
 
 
+# A request body goes out in slices of this size, each when the transport has room: what it buffers
+# stays near this, not a copy of the rest of a 4 MB prompt per session.
+WRITE_SLICE = 256 * 1024
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self, clock: Callable[[], float]):
         self.clock = clock
@@ -139,9 +144,30 @@ class _Protocol(asyncio.Protocol):
         self.parser: ResponseParser | None = None
         self.finished: asyncio.Future[None] | None = None
         self.closed = False
+        self._writable = asyncio.Event()
+        self._writable.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    async def send(self, parts: Sequence[bytes]) -> None:
+        """Write `parts` in order, a slice at a time as the socket takes them; stops
+        early if the connection goes (the response then says why)."""
+        assert self.transport is not None
+        for part in parts:
+            view = memoryview(part)
+            for start in range(0, len(view), WRITE_SLICE):
+                if not self._writable.is_set():
+                    await self._writable.wait()
+                if self.closed:
+                    return
+                self.transport.write(view[start:start + WRITE_SLICE])
 
     def data_received(self, data: bytes) -> None:
         t = self.clock()  # stamped before anything else looks at the bytes
@@ -158,6 +184,7 @@ class _Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._writable.set()  # a send waiting for room stops
         fut = self.finished
         if fut is None or fut.done():
             return
@@ -193,14 +220,16 @@ class Connection:
             raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {e.__class__.__name__}") from None
         return proto
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str],
+    async def post(self, path: str, body: bytes | Sequence[bytes], headers: dict[str, str],
                    on_body: Callable[[int, bytes, float], None], timeout: float | None = None) -> ResponseParser:
         """Send a POST and feed the response body to `on_body` as it arrives.
-        Returns the parser (status, headers) once the response is complete."""
-        head = [f"POST {path} HTTP/1.1", f"Host: {self.host_header}", f"Content-Length: {len(body)}",
+        Returns the parser (status, headers) once the response is complete.
+        `body` may come in parts (a history's messages), sent without joining them."""
+        parts = [body] if isinstance(body, bytes) else body
+        head = [f"POST {path} HTTP/1.1", f"Host: {self.host_header}", f"Content-Length: {sum(map(len, parts))}",
                 "Accept: text/event-stream, application/json", "User-Agent: rampwatch"]
         head += [f"{k}: {v}" for k, v in headers.items()]
-        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        request_head = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
         reused = self._proto is not None and not self._proto.closed
         if not reused:
             self._proto = await self._connect()
@@ -215,20 +244,26 @@ class Connection:
 
         parser = ResponseParser(body_seen)
         proto.parser = parser
-        proto.finished = asyncio.get_running_loop().create_future()
-        proto.transport.write(request)
+        loop = asyncio.get_running_loop()
+        proto.finished = loop.create_future()
+        sender = loop.create_task(proto.send([request_head, *parts]))
         try:
             await asyncio.wait_for(proto.finished, timeout)
         except ConnectionDropped:
+            sender.cancel()
             self._proto = None
             if reused and parser.status is None and not received:
                 # The server had closed the idle keep-alive connection: once more on a fresh one.
                 return await self.post(path, body, headers, on_body, timeout)
             raise
         except BaseException:
+            sender.cancel()
             self.close()  # cancelled or timed out mid-response: this connection is spent
             raise
-        if not parser.keep_alive:
+        if not sender.done():  # answered before the whole body went out: the rest must not start the next request
+            sender.cancel()
+            self.close()
+        elif not parser.keep_alive:
             self.close()
         return parser
 
