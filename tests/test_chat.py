@@ -252,7 +252,8 @@ async def test_stale_keepalive_connection_is_retried_once_and_drops_are_reported
 async def test_a_large_body_goes_out_in_parts_without_a_buffered_copy():
     """A 16 MB history sent to a server that reads slowly: every byte arrives in order, and what the
     transport holds at any moment stays near one slice, not the rest of the body."""
-    parts = [bytes([65 + k]) * (2 * 1024 * 1024 + k) for k in range(8)]
+    # Large parts (a history's messages) between small ones (the separators), as chat_body gives them.
+    parts = [b'{"messages":['] + [p for k in range(8) for p in (bytes([65 + k]) * (2 * 1024 * 1024 + k), b",")] + [b"]}"]
     got = bytearray()
 
     async def handle(reader, writer):

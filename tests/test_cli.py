@@ -130,11 +130,18 @@ def test_schedule_over_max_model_len_is_refused_before_sending(sim):
     (["watch", "--prometheus", "http://127.0.0.1:9", "--prometheus-gpu-match", "Hostname", "--headless"],
      "--prometheus-gpu-match: not PromQL"),
     (["watch", "http://127.0.0.1:9", "--prometheus-match", 'job="vllm"', "--headless"], "need --prometheus URL"),
+    (["watch", "--prometheus", "http://127.0.0.1:9", "--headless", "--no-record"], "cannot reach Prometheus at http://127.0.0.1:9"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     p = rw(*args)
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_server_that_is_not_prometheus_is_refused_before_the_run(sim):
+    p = rw("watch", "--prometheus", sim.url, "--headless", "--no-record")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert f"Prometheus at {sim.url}: HTTP 404, not a Prometheus API answer" in p.stderr
 
 
 def test_unknown_model_and_non_openai_server(sim):

@@ -233,7 +233,7 @@ async def test_prometheus_reader_roles_errors_recovery_and_auth():
     await reader.scrape_once()
     await reader.scrape_once()
     errors = [e.error for e in got if isinstance(e, ev.MetricsError)]
-    assert errors == ["HTTP 503 from the Prometheus API", ""]  # failing, then answering again (said once)
+    assert errors == ["HTTP 503, not a Prometheus API answer", ""]  # failing, then answering again (said once)
     for e in got:
         state.apply(e)
     assert state.metrics_errors() == {}
@@ -331,6 +331,14 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
                                                                                         engines[1]: "decode"}
     assert len(state.gpus) == 8 and {n for n, _ in state.gpu_nodes()} == {"node-a"}
     assert not state.metrics_errors()
+
+
+def test_a_matcher_prometheus_cannot_parse_is_refused_before_the_run(prometheus):
+    prom = prometheus({})
+    p = subprocess.run([*rampwatch_cmd(), "watch", "--prometheus", prom, "--prometheus-match", 'job=~"("', "--headless",
+                        "--no-record"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert f"Prometheus at {prom}: query failed:" in p.stderr and "Traceback" not in p.stderr
 
 
 def by_session(result: list[dict]) -> dict[str, float]:

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.telemetry.metrics import _LINE, _labels, normalize
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE, scale_schedule
@@ -139,14 +140,25 @@ def test_lockstep_one_shot_strict_needle_against_vllm(vllm_server, tmp_path):
     shot = rep.one_shot.turn
     assert shot.context_tokens == pytest.approx(schedule[-1], rel=0.02)
     assert shot.cached_tokens is not None and shot.cached_tokens < 16
-    # On these 2 shared cores the client is sometimes starved while the other session's prefill holds both,
-    # and a whole reply arrives in one read: one delivery, no gap to measure ("-" in the report).
-    rows = [r for sess in rep.sessions for r in sess.turns]
-    measured = [r for r in rows if r.gap_max_s is not None]
-    assert len(measured) >= 0.8 * len(rows), [(r.turn, r.gap_max_s) for r in rows]
-    for r in measured:
-        assert r.gap_max_s >= r.gap_p99_s >= r.gap_p50_s > 0, r.turn
+    # Gaps are the waits between deliveries as the recording has them. On these 2 shared cores (and the suite's
+    # other servers) a starved client or API process sometimes gets a whole reply in one read: one delivery, no
+    # gap to measure ("-" in the report). Every turn read in two or more has its gaps, and most turns are.
     events = read_recording(rec).events
+    deliveries: dict[tuple[str, int], list[float]] = {}
+    for e in events:
+        if isinstance(e, ev.TokenTimes):
+            deliveries.setdefault((e.session, e.turn), []).extend(e.times)
+    measured = 0
+    for sess in rep.sessions:
+        for r in sess.turns:
+            stamps = sorted(set(deliveries[(sess.id, r.turn)]))
+            waits = [b - a for a, b in zip(stamps, stamps[1:])]
+            if not waits:
+                assert r.gap_max_s is None, (sess.id, r.turn)
+                continue
+            measured += 1
+            assert r.gap_max_s == pytest.approx(max(waits)) and r.gap_max_s >= r.gap_p99_s >= r.gap_p50_s > 0, r.turn
+    assert measured >= 10, measured  # of 20 turns (20 of 20 on an idle machine)
     for turn in range(2, 11):  # lockstep: no turn left before every session had finished the one before
         sent = min(e.t for e in events if type(e).__name__ == "RequestSent" and e.turn == turn and e.session != "one-shot")
         done = max(e.t for e in events if type(e).__name__ == "TurnDone" and e.turn == turn - 1 and e.session != "one-shot")

@@ -157,17 +157,37 @@ class _Protocol(asyncio.Protocol):
         self._writable.set()
 
     async def send(self, parts: Sequence[bytes]) -> None:
-        """Write `parts` in order, a slice at a time as the socket takes them; stops
-        early if the connection goes (the response then says why)."""
+        """Write `parts` in order, a slice at a time as the socket takes them (small parts
+        gathered into one write, large ones sliced without a copy); stops early if the
+        connection goes (the response then says why)."""
         assert self.transport is not None
+        small = bytearray()
         for part in parts:
+            if len(part) < WRITE_SLICE:
+                small += part
+                if len(small) < WRITE_SLICE:
+                    continue
+                part, small = bytes(small), bytearray()
+            elif small:
+                if not await self._write(small):
+                    return
+                small = bytearray()
             view = memoryview(part)
             for start in range(0, len(view), WRITE_SLICE):
-                if not self._writable.is_set():
-                    await self._writable.wait()
-                if self.closed:
+                if not await self._write(view[start:start + WRITE_SLICE]):
                     return
-                self.transport.write(view[start:start + WRITE_SLICE])
+        if small:
+            await self._write(small)
+
+    async def _write(self, data: bytes | bytearray | memoryview) -> bool:
+        """One write once the transport has room; False when the connection is gone."""
+        if not self._writable.is_set():
+            await self._writable.wait()
+        if self.closed:
+            return False
+        assert self.transport is not None
+        self.transport.write(data)
+        return True
 
     def data_received(self, data: bytes) -> None:
         t = self.clock()  # stamped before anything else looks at the bytes

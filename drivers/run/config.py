@@ -71,6 +71,10 @@ class RunConfig:
         """Every server sessions are sent to, without credentials."""
         return [base_of(u) for u in (self.url, *self.more_urls)]
 
+    def prometheus_gpus(self) -> str | None:
+        """The label matchers GPUs are read from Prometheus with; None: --gpu names the GPU sources."""
+        return None if self.gpu_sources() else self.prometheus_gpu_match
+
     def gpu_sources(self) -> list[str]:
         return [self.gpu] if isinstance(self.gpu, str) else list(self.gpu)  # empty: --prometheus reads the GPUs
 

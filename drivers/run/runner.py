@@ -30,7 +30,7 @@ from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, p
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.telemetry.metrics import MetricsScraper
-from rampwatch.drivers.telemetry.prometheus import PrometheusReader
+from rampwatch.drivers.telemetry.prometheus import PrometheusReader, check_prometheus
 
 EXIT_CRASHED = 3
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
@@ -102,6 +102,10 @@ class Run:
         except TlsError as e:
             raise BadInput(str(e)) from None
         client = self._client_for()
+        if cfg.prometheus:
+            problem = await check_prometheus(client, cfg.prometheus, cfg.prometheus_match, cfg.prometheus_gpus())
+            if problem:
+                raise BadInput(problem)
         if cfg.mode == "watch":
             info = ServerInfo(model=cfg.model or "", max_model_len=None, engine=None, engine_version=None)
             try:
@@ -183,7 +187,7 @@ class Run:
         if cfg.prometheus:
             samplers.append(PrometheusReader(cfg.prometheus, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls,
                                              matches=cfg.prometheus_match,
-                                             gpu_matchers=None if cfg.gpu_sources() else cfg.prometheus_gpu_match))
+                                             gpu_matchers=cfg.prometheus_gpus()))
         background = [asyncio.create_task(s.run()) for s in samplers]
         for source in cfg.gpu_sources():
             gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls, headers=cfg.headers())

@@ -90,6 +90,43 @@ def by_instance(result: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     return groups
 
 
+async def instant_query(client: httpx.AsyncClient, url: str, promql: str) -> list[dict[str, Any]]:
+    """One instant query's vector; MetricsFormatError says what is wrong with the answer."""
+    r = await client.get(url + "/api/v1/query", params={"query": promql})
+    try:
+        data = r.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or "status" not in data:
+        raise MetricsFormatError(f"HTTP {r.status_code}, not a Prometheus API answer")
+    if data["status"] != "success":
+        raise MetricsFormatError(f"query failed: {data.get('error', data['status'])}")
+    try:
+        if data["data"]["resultType"] != "vector":
+            raise MetricsFormatError(f"query gave a {data['data']['resultType']}, not a vector")
+        return list(data["data"]["result"])
+    except (KeyError, TypeError) as e:
+        raise MetricsFormatError(f"not a Prometheus API answer ({type(e).__name__})") from None
+
+
+async def check_prometheus(client: httpx.AsyncClient, url: str, matches: list[Match], gpu_matchers: str | None) -> str | None:
+    """Before the run: whether `url` is a Prometheus server that takes every query the run will ask
+    (a regex it cannot parse is refused here, not every second). None when it does, else why not."""
+    base, shown = url.rstrip("/"), redact_url(url.rstrip("/"))
+    queries = [selector(ENGINE_SERIES, m.matchers) for m in matches or [Match()]]
+    if gpu_matchers is not None:
+        queries.append(selector(tuple(DCGM_FIELDS), gpu_matchers))
+    try:
+        for promql in queries:
+            await instant_query(client, base, promql)
+    except httpx.HTTPError as e:
+        return f"cannot reach Prometheus at {shown}: {type(e).__name__} (is it up?)"
+    except MetricsFormatError as e:
+        hint = " (give its user:password@ in the --prometheus URL)" if "HTTP 401" in str(e) or "HTTP 403" in str(e) else ""
+        return f"Prometheus at {shown}: {e}{hint}"
+    return None
+
+
 class PrometheusReader:
     """Polls a Prometheus server and emits MetricsSample per engine instance and
     GpuSample per GPU instance; a failing query becomes MetricsError /
@@ -108,16 +145,7 @@ class PrometheusReader:
         self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), trust_env=False, verify=verify)
 
     async def query(self, promql: str) -> list[dict[str, Any]]:
-        r = await self._client.get(self.url + "/api/v1/query", params={"query": promql})
-        if r.status_code != 200:
-            raise MetricsFormatError(f"HTTP {r.status_code} from the Prometheus API")
-        try:
-            data = r.json()
-            if data.get("status") != "success" or data["data"]["resultType"] != "vector":
-                raise MetricsFormatError(f"query failed: {data.get('error', data.get('status'))}")
-            return list(data["data"]["result"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise MetricsFormatError(f"not a Prometheus API answer ({type(e).__name__})") from None
+        return await instant_query(self._client, self.url, promql)
 
     async def scrape_once(self) -> None:
         error = None
