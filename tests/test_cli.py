@@ -131,6 +131,11 @@ def test_schedule_over_max_model_len_is_refused_before_sending(sim):
      "--prometheus-gpu-match: not PromQL"),
     (["watch", "http://127.0.0.1:9", "--prometheus-match", 'job="vllm"', "--headless"], "need --prometheus URL"),
     (["watch", "--prometheus", "http://127.0.0.1:9", "--headless", "--no-record"], "cannot reach Prometheus at http://127.0.0.1:9"),
+    (["watch", "--prometheus", "http://p:9090", "--metrics-url", "http://e:8000/metrics", "--gpu", "none"], "would read nothing"),
+    (["watch", "--prometheus", "http://p:9090", "--metrics-url", "http://e:8000/metrics", "--prometheus-match", 'job="a"'],
+     "use one"),
+    (["watch", "--prometheus", "http://p:9090", "--gpu", "http://n:9400/metrics", "--prometheus-gpu-match", 'job="a"'],
+     "use one"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     p = rw(*args)

@@ -240,6 +240,28 @@ async def test_prometheus_reader_roles_errors_recovery_and_auth():
     await reader.aclose()
 
 
+async def test_prometheus_reads_what_no_other_source_names():
+    """--metrics-url scrapes the engines: Prometheus is asked for the GPUs only (an engine read twice would
+    count its tokens twice in the totals); --gpu names the GPUs: it is asked for the engines only."""
+    both = RunConfig(url="http://e:8000", prometheus="http://p:9090", gpu=[], metrics_urls=["http://e:8000/metrics"])
+    assert (both.prometheus_engines(), both.prometheus_gpus()) == (None, "")
+    engines_only = RunConfig(url="http://e:8000", prometheus="http://p:9090", gpu=["http://n:9400/metrics"],
+                             prometheus_match=[Match('job="a"')])
+    assert (engines_only.prometheus_engines(), engines_only.prometheus_gpus()) == ([Match('job="a"')], None)
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.params["query"])
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+
+    reader = PrometheusReader("http://p:9090", 1.0, lambda e: None, lambda: 1.0, matches=both.prometheus_engines(),
+                              gpu_matchers=both.prometheus_gpus())
+    reader._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    await reader.scrape_once()
+    await reader.aclose()
+    assert len(asked) == 1 and "DCGM_FI_DEV_GPU_UTIL" in asked[0] and "vllm:" not in asked[0]
+
+
 def test_prefill_in_flight_grows_while_a_prefill_waits():
     exporter = RunExporter(lambda: 5.0, run="r")
     exporter(ev.RequestSent(t=2.0, session="s1", turn=3, target_tokens=1, new_tokens_est=1, body_bytes=1))

@@ -310,6 +310,12 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
             raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
     if (args.prometheus_match or args.prometheus_gpu_match) and not args.prometheus:
         raise BadInput("--prometheus-match and --prometheus-gpu-match need --prometheus URL")
+    if args.prometheus and args.metrics_url and args.gpu:
+        raise BadInput("--prometheus would read nothing: --metrics-url and --gpu name every source (drop one of them)")
+    if args.prometheus_match and args.metrics_url:
+        raise BadInput("--prometheus-match reads the engines from Prometheus, --metrics-url scrapes them: use one")
+    if args.prometheus_gpu_match and args.gpu:
+        raise BadInput("--prometheus-gpu-match reads the GPUs from Prometheus, --gpu names them: use one")
     try:
         matches = [parse_match(m) for m in args.prometheus_match or []]
     except ValueError as e:

@@ -71,6 +71,11 @@ class RunConfig:
         """Every server sessions are sent to, without credentials."""
         return [base_of(u) for u in (self.url, *self.more_urls)]
 
+    def prometheus_engines(self) -> list[Match] | None:
+        """What engines are read from Prometheus with; None: --metrics-url scrapes them (never both:
+        one engine read twice would count its tokens twice in the totals)."""
+        return None if self.metrics_urls else self.prometheus_match or [Match()]
+
     def prometheus_gpus(self) -> str | None:
         """The label matchers GPUs are read from Prometheus with; None: --gpu names the GPU sources."""
         return None if self.gpu_sources() else self.prometheus_gpu_match

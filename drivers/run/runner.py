@@ -103,7 +103,7 @@ class Run:
             raise BadInput(str(e)) from None
         client = self._client_for()
         if cfg.prometheus:
-            problem = await check_prometheus(client, cfg.prometheus, cfg.prometheus_match, cfg.prometheus_gpus())
+            problem = await check_prometheus(client, cfg.prometheus, cfg.prometheus_engines(), cfg.prometheus_gpus())
             if problem:
                 raise BadInput(problem)
         if cfg.mode == "watch":
@@ -186,8 +186,7 @@ class Run:
             for s in cfg.metrics_sources()]
         if cfg.prometheus:
             samplers.append(PrometheusReader(cfg.prometheus, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls,
-                                             matches=cfg.prometheus_match,
-                                             gpu_matchers=cfg.prometheus_gpus()))
+                                             matches=cfg.prometheus_engines(), gpu_matchers=cfg.prometheus_gpus()))
         background = [asyncio.create_task(s.run()) for s in samplers]
         for source in cfg.gpu_sources():
             gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls, headers=cfg.headers())

@@ -109,11 +109,12 @@ async def instant_query(client: httpx.AsyncClient, url: str, promql: str) -> lis
         raise MetricsFormatError(f"not a Prometheus API answer ({type(e).__name__})") from None
 
 
-async def check_prometheus(client: httpx.AsyncClient, url: str, matches: list[Match], gpu_matchers: str | None) -> str | None:
+async def check_prometheus(client: httpx.AsyncClient, url: str, matches: list[Match] | None,
+                           gpu_matchers: str | None) -> str | None:
     """Before the run: whether `url` is a Prometheus server that takes every query the run will ask
     (a regex it cannot parse is refused here, not every second). None when it does, else why not."""
     base, shown = url.rstrip("/"), redact_url(url.rstrip("/"))
-    queries = [selector(ENGINE_SERIES, m.matchers) for m in matches or [Match()]]
+    queries = [selector(ENGINE_SERIES, m.matchers) for m in matches or []]
     if gpu_matchers is not None:
         queries.append(selector(tuple(DCGM_FIELDS), gpu_matchers))
     try:
@@ -136,9 +137,9 @@ class PrometheusReader:
     (httpx sends them as Basic auth), never the inference server's API key."""
 
     def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 verify: ssl.SSLContext | bool = True, matches: list[Match] | None = None, gpu_matchers: str | None = ""):
+                 *, matches: list[Match] | None, gpu_matchers: str | None, verify: ssl.SSLContext | bool = True):
         self.url, self.interval, self.emit, self.clock = url.rstrip("/"), interval, emit, clock
-        self.matches = matches or [Match()]
+        self.matches = matches  # None: engines are not read from Prometheus
         self.gpu_matchers = gpu_matchers  # None: GPUs are not read from Prometheus
         self.source = "prometheus " + redact_url(self.url)
         self._failing = False
@@ -148,9 +149,15 @@ class PrometheusReader:
         return await instant_query(self._client, self.url, promql)
 
     async def scrape_once(self) -> None:
+        if self.matches is not None:
+            await self._read_engines(self.matches)
+        if self.gpu_matchers is not None:
+            await self._read_gpus(self.gpu_matchers)
+
+    async def _read_engines(self, matches: list[Match]) -> None:
         error = None
         try:
-            found = [(m, await self.query(selector(ENGINE_SERIES, m.matchers))) for m in self.matches]
+            found = [(m, await self.query(selector(ENGINE_SERIES, m.matchers))) for m in matches]
         except (httpx.HTTPError, MetricsFormatError) as e:
             error = _describe(e)
         else:
@@ -172,17 +179,17 @@ class PrometheusReader:
         if error is not None or self._failing:
             self.emit(ev.MetricsError(t=self.clock(), source=self.source, error=error or ""))
         self._failing = error is not None
-        if self.gpu_matchers is None:
-            return
+
+    async def _read_gpus(self, matchers: str) -> None:
         try:
-            gpus = await self.query(selector(tuple(DCGM_FIELDS), self.gpu_matchers))
+            gpus = await self.query(selector(tuple(DCGM_FIELDS), matchers))
         except (httpx.HTTPError, MetricsFormatError) as e:
             self.emit(ev.GpuUnavailable(t=self.clock(), source=self.source, reason=f"Prometheus: {_describe(e)}"))
             return
         t = self.clock()
         if not gpus:
             self.emit(ev.GpuUnavailable(t=t, source=self.source, reason="no DCGM_FI_DEV_* series in Prometheus"
-                                        + (f" matching {self.gpu_matchers}" if self.gpu_matchers else "")))
+                                        + (f" matching {matchers}" if matchers else "")))
         for instance, series in sorted(by_instance(gpus).items()):
             host = urlsplit("//" + instance).hostname or instance
             self.emit(ev.GpuSample(t=t, source=f"prometheus {instance}", gpus=parse_dcgm(exposition(series), node=host)))
