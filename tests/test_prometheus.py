@@ -26,7 +26,7 @@ from rampwatch.drivers.sim.gpus import DCGM_PATH
 from rampwatch.drivers.sim.server import ThreadedSim, make_profile
 from rampwatch.drivers.telemetry.exporter import SERIES, RunExporter
 from rampwatch.drivers.telemetry.gpu import parse_dcgm
-from rampwatch.drivers.telemetry.metrics import _LINE, _labels
+from rampwatch.drivers.telemetry.metrics import _LINE, ENGINE_POOL, _labels, normalize
 from rampwatch.drivers.telemetry.prometheus import ENGINE_SERIES, Match, PrometheusReader, parse_match
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.app import RampwatchApp
@@ -353,6 +353,38 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
                                                                                         engines[1]: "decode"}
     assert len(state.gpus) == 8 and {n for n, _ in state.gpu_nodes()} == {"node-a"}
     assert not state.metrics_errors()
+
+
+def test_a_real_vllm_read_through_prometheus_shows_what_its_own_metrics_show(prometheus, vllm_server, tmp_path):
+    """Real vLLM series through a real Prometheus (labels rewritten, info series, counters as stored) give
+    the Server panel the figures a direct scrape of the same server gives, with a ramp in between."""
+    prom = prometheus({"vllm": ("/metrics", [host_port(vllm_server)])})
+    wait_for(lambda: any(r["value"][1] == "1" for r in query(prom, 'up{job="vllm"}')), 60, "vLLM target not up")
+    rec = tmp_path / "through.jsonl"
+    p = subprocess.run([*rampwatch_cmd(), "run", vllm_server, "--scale-to", "4k", "--output-tokens", "8", "--ignore-eos",
+                        "--prometheus", prom, "--prometheus-match", 'job="vllm"', "--headless", "--record", str(rec)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    _, direct, _ = normalize(httpx.get(vllm_server + "/metrics").text)
+    got: list[ev.AnyEvent] = []
+
+    async def read_once() -> None:
+        reader = PrometheusReader(prom, 1.0, got.append, lambda: 0.0, matches=[Match('job="vllm"')], gpu_matchers=None)
+        await reader.scrape_once()
+        await reader.aclose()
+
+    asyncio.run(read_once())
+    [sample] = [e for e in got if isinstance(e, ev.MetricsSample)]
+    assert sample.engine == "vllm" and sample.source == host_port(vllm_server) and not sample.missing
+    for name in ("kv_capacity_tokens", ENGINE_POOL, "prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits"):
+        assert sample.values[name] == direct[name], name  # counters at rest: the same number both ways
+    back = read_recording(rec)
+    samples = [e for e in back.events if isinstance(e, ev.MetricsSample)]
+    assert samples and all(e.source == host_port(vllm_server) and e.role == "both" for e in samples)
+    # The run's last read waited for Prometheus's next scrape: the totals cover the last turn.
+    rep = json.loads(subprocess.run([*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert rep["servers"][0]["generation_tokens"] == 10 * 8
 
 
 def test_a_matcher_prometheus_cannot_parse_is_refused_before_the_run(prometheus):

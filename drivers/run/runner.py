@@ -246,9 +246,9 @@ class Run:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             if samplers and status in ("done", "failed", "time-limit"):
-                # One last scrape: the report's server figures cover the last turns too.
-                last = [asyncio.create_task(s.scrape_once()) for s in samplers]
-                _, slow = await asyncio.wait(last, timeout=2.0)
+                # One last read: the report's server figures cover the last turns too.
+                last = [asyncio.create_task(s.final_read()) for s in samplers]
+                _, slow = await asyncio.wait(last, timeout=max(s.FINAL_WAIT_S for s in samplers))
                 for t in slow:  # a server too slow to answer now says nothing after the run's last event
                     t.cancel()
                 await asyncio.gather(*last, return_exceptions=True)

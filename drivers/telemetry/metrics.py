@@ -232,6 +232,7 @@ class MetricsScraper:
     backing off while it fails; it never raises into the run."""
 
     MAX_BACKOFF = 30.0
+    FINAL_WAIT_S = 2.0  # the run's last read: a server slower than this says nothing after the run's last event
 
     def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
                  headers: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True, source: str | None = None):
@@ -276,6 +277,10 @@ class MetricsScraper:
         except (httpx.HTTPError, MetricsFormatError, UnicodeDecodeError) as e:
             self.emit(ev.MetricsError(t=self.clock(), source=self.source, error=_describe(e)))
             return False
+
+    async def final_read(self) -> None:
+        """The run's last read, after its last turn."""
+        await self.scrape_once()
 
     async def run(self) -> None:
         """Scrape until cancelled; the owner then calls aclose() (after a last scrape_once, if it wants one)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,9 @@ from rampwatch.drivers.telemetry.gpu import DCGM_FIELDS, parse_dcgm
 from rampwatch.drivers.telemetry.metrics import PROFILES, MetricsFormatError, detect, normalize, redact_url
 
 ENGINE_SERIES = sorted({s.name for p in PROFILES for aliases in p.fields.values() for s in aliases} | {"vllm:cache_config_info"})
+# One counter per engine kind, to see when Prometheus last scraped an engine (timestamp() drops the names,
+# so series of several names with the same labels cannot be asked at once).
+SCRAPE_CLOCK_SERIES = sorted({s.name for p in PROFILES for s in p.fields.get("generation_tokens", ())})
 ROLES = ("prefill", "decode", "both")
 
 # One PromQL label matcher (job="vllm", instance=~"10\\.0\\..*"); a --prometheus-match is a comma list of them.
@@ -143,6 +147,7 @@ class PrometheusReader:
         self.gpu_matchers = gpu_matchers  # None: GPUs are not read from Prometheus
         self.source = "prometheus " + redact_url(self.url)
         self._failing = False
+        self.wall = time.time  # Prometheus stamps samples with wall-clock time
         self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), trust_env=False, verify=verify)
 
     async def query(self, promql: str) -> list[dict[str, Any]]:
@@ -193,6 +198,29 @@ class PrometheusReader:
         for instance, series in sorted(by_instance(gpus).items()):
             host = urlsplit("//" + instance).hostname or instance
             self.emit(ev.GpuSample(t=t, source=f"prometheus {instance}", gpus=parse_dcgm(exposition(series), node=host)))
+
+    FINAL_WAIT_S = 30.0  # the longest wait for Prometheus's next scrape of the engines (15 s is a common interval)
+
+    async def final_read(self) -> None:
+        """The run's last read, once Prometheus has scraped every engine after the run's last turn:
+        what it holds lags by up to one scrape interval, and a total must cover the last turns."""
+        since = self.wall()
+        deadline = time.monotonic() + self.FINAL_WAIT_S - 2.0
+        said = False
+        while self.matches is not None and time.monotonic() < deadline:
+            try:
+                stamps = [float(s["value"][1]) for m in self.matches
+                          for s in await self.query(f"timestamp({selector(SCRAPE_CLOCK_SERIES, m.matchers)})")]
+            except (httpx.HTTPError, MetricsFormatError, KeyError, IndexError, TypeError, ValueError):
+                break
+            if not stamps or min(stamps) >= since:
+                break
+            if not said:
+                said = True
+                self.emit(ev.Notice(t=self.clock(), level="info", message=f"waiting up to {self.FINAL_WAIT_S:.0f} s "
+                                    "for Prometheus's next scrape, so the server totals cover the last turns"))
+            await asyncio.sleep(0.25)
+        await self.scrape_once()
 
     async def run(self) -> None:
         """Read until cancelled; the owner then calls aclose()."""
