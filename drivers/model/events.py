@@ -8,7 +8,7 @@ JSON object per line and decodes back into the same types.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal, Union, get_args
 from urllib.parse import urlsplit
 
 import msgspec
@@ -25,6 +25,7 @@ NeedleMode = Literal["verbatim", "strict"]
 SessionRole = Literal["ramp", "one-shot"]
 # What an endpoint does in the deployment: a replica does both; a prefill/decode split has one of each.
 EndpointRole = Literal["prefill", "decode", "both"]
+ENDPOINT_ROLES: tuple[str, ...] = get_args(EndpointRole)
 
 
 class Endpoint(msgspec.Struct, kw_only=True):

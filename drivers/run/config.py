@@ -9,14 +9,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-from rampwatch.drivers.model.events import Endpoint, EndpointRole, endpoint_name
+from rampwatch.drivers.model.events import ENDPOINT_ROLES, Endpoint, endpoint_name
 from rampwatch.drivers.telemetry.metrics import redact_url
 from rampwatch.drivers.telemetry.prometheus import Match
 
-ROLES = get_args(EndpointRole)
 
 
 class BadInput(Exception):
@@ -142,7 +141,7 @@ def parse_metrics_spec(spec: str) -> MetricsSource:
     """'[ROLE:][NAME=]URL' -> MetricsSource; BadInput when it is not one."""
     role, rest = "both", spec.strip()
     head, colon, tail = rest.partition(":")
-    if colon and head in ROLES and not tail.startswith("//"):
+    if colon and head in ENDPOINT_ROLES and not tail.startswith("//"):
         role, rest = head, tail
     name, eq, url = rest.partition("=")
     if not eq or "://" in name:

@@ -31,7 +31,6 @@ ENGINE_SERIES = sorted({s.name for p in PROFILES for aliases in p.fields.values(
 # One counter per engine kind, to see when Prometheus last scraped an engine (timestamp() drops the names,
 # so series of several names with the same labels cannot be asked at once).
 SCRAPE_CLOCK_SERIES = sorted({s.name for p in PROFILES for s in p.fields.get("generation_tokens", ())})
-ROLES = ("prefill", "decode", "both")
 
 # One PromQL label matcher (job="vllm", instance=~"10\\.0\\..*"); a --prometheus-match is a comma list of them.
 _MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
@@ -62,7 +61,7 @@ def parse_matchers(text: str) -> str:
 def parse_match(spec: str) -> Match:
     """A --prometheus-match spec: [ROLE:]MATCHERS, e.g. prefill:job="llm-prefill"."""
     role, sep, rest = spec.partition(":")
-    if sep and role in ROLES:
+    if sep and role in ev.ENDPOINT_ROLES:
         return Match(parse_matchers(rest), role)  # type: ignore[arg-type]
     return Match(parse_matchers(spec))
 
