@@ -305,15 +305,21 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
             assert run.exit_code == 0
             # The exporter's series, read back through Prometheus (while it still serves them: a target that
             # goes away has its series marked stale), are the run's report.
+            # A scrape can fall between a turn's first token (its TTFT) and its end (its count): wait for a scrape
+            # that holds all of them final.
             rep = build_report(run.state)
-            expected = {s.id: s.summary.ttft_sum_s for s in rep.sessions}
-            series = f'rampwatch_ttft_seconds_sum{{run="{run.salt}"}}'
-            wait_for(lambda: by_session(query(prom, series)) == pytest.approx(expected, abs=1e-6), 30,
-                     "Prometheus never held the run's final TTFT sums")
-            ok = by_session(query(prom, f'rampwatch_turns_total{{run="{run.salt}",status="ok"}}'))
-            assert ok == {s.id: float(len(s.turns)) for s in rep.sessions}
-            needles = by_session(query(prom, f'rampwatch_needle_found_total{{run="{run.salt}"}}'))
-            assert needles == {s.id: float(s.summary.needle_found) for s in rep.sessions}
+            expected = {
+                f'rampwatch_ttft_seconds_sum{{run="{run.salt}"}}': {s.id: s.summary.ttft_sum_s for s in rep.sessions},
+                f'rampwatch_turns_total{{run="{run.salt}",status="ok"}}': {s.id: float(len(s.turns)) for s in rep.sessions},
+                f'rampwatch_needle_found_total{{run="{run.salt}"}}': {s.id: float(s.summary.needle_found) for s in rep.sessions},
+            }
+            held: dict[str, dict[str, float]] = {}
+
+            def final() -> bool:
+                held.update({promql: by_session(query(prom, promql)) for promql in expected})
+                return all(held[q] == pytest.approx(want, abs=1e-6) for q, want in expected.items())
+
+            wait_for(final, 30, "Prometheus never held the run's final TTFT sums, turns and needles together")
 
             # The whole fleet; and the same fleet narrowed by label matchers, with roles (a prefill/decode split
             # read through Prometheus): engine a is the first match's prefill, b the second's decode, GPUs node-a's.
