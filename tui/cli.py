@@ -34,7 +34,7 @@ from rampwatch.drivers.sim.server import loopback_socket
 from rampwatch.drivers.sim.gpus import DCGM_PATH
 from rampwatch.drivers.sim.topology import Topology
 from rampwatch.drivers.telemetry.exporter import RunExporter, parse_listen
-from rampwatch.drivers.telemetry.prometheus import parse_match, parse_matchers
+from rampwatch.drivers.telemetry.prometheus import Match, parse_match, parse_matchers
 from rampwatch.tui.headless import HeadlessPrinter
 from rampwatch.tui.web import WebServer, page_command
 
@@ -99,7 +99,7 @@ def add_server_watch_args(p: argparse.ArgumentParser) -> None:
                         "URL per node (GPUs are labelled by the exporter's Hostname, else the URL's host) (default auto)")
     p.add_argument("--prometheus", metavar="URL",
                    help="read server and GPU figures from this Prometheus server's HTTP API (engines' vllm:/sglang:/"
-                        "llamacpp: series and DCGM_FI_DEV_*, one endpoint per instance) instead of scraping /metrics")
+                        "llamacpp: series unless --metrics-url, DCGM_FI_DEV_* unless --gpu; one endpoint per instance)")
     p.add_argument("--prometheus-match", action="append", default=None, metavar="[ROLE:]MATCHERS",
                    help="with --prometheus: read only the engines these PromQL label matchers select, repeatable, ROLE "
                         "prefill, decode or both (default); e.g. 'prefill:job=\"llm-prefill\"' (default: every engine)")
@@ -308,22 +308,7 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
     for url in urls + ([args.prometheus] if args.prometheus else []):
         if "://" not in url:
             raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
-    if (args.prometheus_match or args.prometheus_gpu_match) and not args.prometheus:
-        raise BadInput("--prometheus-match and --prometheus-gpu-match need --prometheus URL")
-    if args.prometheus and args.metrics_url and args.gpu:
-        raise BadInput("--prometheus would read nothing: --metrics-url and --gpu name every source (drop one of them)")
-    if args.prometheus_match and args.metrics_url:
-        raise BadInput("--prometheus-match reads the engines from Prometheus, --metrics-url scrapes them: use one")
-    if args.prometheus_gpu_match and args.gpu:
-        raise BadInput("--prometheus-gpu-match reads the GPUs from Prometheus, --gpu names them: use one")
-    try:
-        matches = [parse_match(m) for m in args.prometheus_match or []]
-    except ValueError as e:
-        raise BadInput(f"--prometheus-match: {e}") from None
-    try:
-        gpu_matchers = parse_matchers(args.prometheus_gpu_match or "")
-    except ValueError as e:
-        raise BadInput(f"--prometheus-gpu-match: {e}") from None
+    matches, gpu_matchers = prometheus_selection(args)
     cfg = RunConfig(
         url=urls[0],
         more_urls=urls[1:],
@@ -359,6 +344,26 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         cfg.time_limit = args.time_limit
         cfg.grace = args.grace
     return cfg
+
+
+def prometheus_selection(args: argparse.Namespace) -> tuple[list[Match], str]:
+    """--prometheus-match and --prometheus-gpu-match, checked: what Prometheus is asked for."""
+    if (args.prometheus_match or args.prometheus_gpu_match) and not args.prometheus:
+        raise BadInput("--prometheus-match and --prometheus-gpu-match need --prometheus URL")
+    if args.prometheus and args.metrics_url and args.gpu:
+        raise BadInput("--prometheus would read nothing: --metrics-url and --gpu name every source (drop one of them)")
+    if args.prometheus_match and args.metrics_url:
+        raise BadInput("--prometheus-match reads the engines from Prometheus, --metrics-url scrapes them: use one")
+    if args.prometheus_gpu_match and args.gpu:
+        raise BadInput("--prometheus-gpu-match reads the GPUs from Prometheus, --gpu names them: use one")
+    try:
+        matches = [parse_match(m) for m in args.prometheus_match or []]
+    except ValueError as e:
+        raise BadInput(f"--prometheus-match: {e}") from None
+    try:
+        return matches, parse_matchers(args.prometheus_gpu_match or "")
+    except ValueError as e:
+        raise BadInput(f"--prometheus-gpu-match: {e}") from None
 
 
 def scrub_argv(argv: list[str]) -> list[str]:

@@ -17,7 +17,6 @@ from rampwatch.drivers.telemetry.metrics import redact_url
 from rampwatch.drivers.telemetry.prometheus import Match
 
 
-
 class BadInput(Exception):
     """Something the user asked for cannot work; one line, exit code 2."""
 
