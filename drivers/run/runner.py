@@ -37,11 +37,11 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
 def return_big_buffers_to_the_os() -> None:
-    """Have glibc serve allocations of 1 MiB or more with mmap, always. A 1M-token
-    turn's body is several MB; by default glibc raises its mmap threshold after
-    the first such buffer is freed, and later ones then come from the heap,
-    which keeps the high-water mark of every burst (64 sessions re-sending at
-    once after an outage) as resident memory for the rest of the run."""
+    """Have glibc serve allocations of 1 MiB or more with mmap, always. Building a
+    1M-token turn's new message takes several MB of short-lived pieces; by default
+    glibc raises its mmap threshold after the first such buffer is freed, and later
+    ones then come from the heap, whose high-water mark (many sessions building at
+    once) stays resident for the rest of the run."""
     if sys.platform != "linux":
         return
     try:

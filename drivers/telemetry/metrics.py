@@ -275,7 +275,7 @@ class MetricsScraper:
             self.emit(ev.MetricsSample(t=t, source=self.source, engine=engine, values=values, missing=missing))
             return True
         except (httpx.HTTPError, MetricsFormatError, UnicodeDecodeError) as e:
-            self.emit(ev.MetricsError(t=self.clock(), source=self.source, error=_describe(e)))
+            self.emit(ev.MetricsError(t=self.clock(), source=self.source, error=describe_error(e)))
             return False
 
     async def final_read(self) -> None:
@@ -283,7 +283,7 @@ class MetricsScraper:
         await self.scrape_once()
 
     async def run(self) -> None:
-        """Scrape until cancelled; the owner then calls aclose() (after a last scrape_once, if it wants one)."""
+        """Scrape until cancelled; the owner then calls aclose() (after final_read, if it wants one)."""
         delay = self.interval
         while True:
             ok = await self.scrape_once()
@@ -294,7 +294,8 @@ class MetricsScraper:
         await self._client.aclose()
 
 
-def _describe(e: Exception) -> str:
+def describe_error(e: Exception) -> str:
+    """One short reason for a failed read of a metrics source."""
     if isinstance(e, httpx.ConnectError):
         return "cannot connect"
     if isinstance(e, httpx.TimeoutException):

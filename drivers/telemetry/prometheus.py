@@ -25,7 +25,7 @@ import httpx
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.telemetry.gpu import DCGM_FIELDS, parse_dcgm
-from rampwatch.drivers.telemetry.metrics import PROFILES, MetricsFormatError, detect, normalize, redact_url
+from rampwatch.drivers.telemetry.metrics import PROFILES, MetricsFormatError, describe_error, detect, normalize, redact_url
 
 ENGINE_SERIES = sorted({s.name for p in PROFILES for aliases in p.fields.values() for s in aliases} | {"vllm:cache_config_info"})
 # One counter per engine kind, to see when Prometheus last scraped an engine (timestamp() drops the names,
@@ -163,7 +163,7 @@ class PrometheusReader:
         try:
             found = [(m, await self.query(selector(ENGINE_SERIES, m.matchers))) for m in matches]
         except (httpx.HTTPError, MetricsFormatError) as e:
-            error = _describe(e)
+            error = describe_error(e)
         else:
             t = self.clock()
             seen: set[str] = set()
@@ -188,7 +188,7 @@ class PrometheusReader:
         try:
             gpus = await self.query(selector(tuple(DCGM_FIELDS), matchers))
         except (httpx.HTTPError, MetricsFormatError) as e:
-            self.emit(ev.GpuUnavailable(t=self.clock(), source=self.source, reason=f"Prometheus: {_describe(e)}"))
+            self.emit(ev.GpuUnavailable(t=self.clock(), source=self.source, reason=f"Prometheus: {describe_error(e)}"))
             return
         t = self.clock()
         if not gpus:
@@ -230,10 +230,3 @@ class PrometheusReader:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-
-def _describe(e: Exception) -> str:
-    if isinstance(e, httpx.ConnectError):
-        return "cannot connect to Prometheus"
-    if isinstance(e, httpx.TimeoutException):
-        return "Prometheus timed out"
-    return str(e) or type(e).__name__
