@@ -20,6 +20,9 @@ CHAT_TEMPLATE = (
 )
 
 
+ASCII = "".join(map(chr, range(128)))
+
+
 def corpus(n: int = 20000) -> list[str]:
     rng = random.Random(7)
     letters = "abcdefghijklmnopqrstuvwxyz"
@@ -38,9 +41,12 @@ def main(out: Path) -> None:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
+    # Only ASCII bytes in the vocabulary: a random model that sampled a lone byte of a multi-byte character
+    # would stream no text for that token (vLLM holds back an incomplete character), so the client's first
+    # text would come decode steps after the server's first token and the two TTFT clocks would disagree.
+    ascii_alphabet = sorted({c for piece, _ in tok.pre_tokenizer.pre_tokenize_str(ASCII) for c in piece})
     trainer = trainers.BpeTrainer(
-        vocab_size=2048, special_tokens=["<s>", "</s>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=2048, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=ascii_alphabet,
     )
     tok.train_from_iterator(corpus(), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
