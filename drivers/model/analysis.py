@@ -128,10 +128,6 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def session_rows(state: RunState, session: str) -> list[TurnRow]:
-    return [turn_row(rec) for rec in state.turns if rec.session == session]
-
-
 def _summary(state: RunState, sid: str, rows: list[TurnRow], records: list[TurnRecord]) -> SessionSummary:
     ttfts = [r.ttft_s for r in rows if r.ttft_s is not None]
     return SessionSummary(

@@ -157,7 +157,3 @@ class LineSplitter:
         for line in lines:
             if line:
                 self.on_line(line)
-
-    @property
-    def leftover(self) -> bytes:
-        return self._rest

@@ -126,7 +126,6 @@ class SimEngine:
         self.running: list[SimRequest] = []
         self.stats = stats or StepStats()
         self._work = asyncio.Event()
-        self.steps = 0
         self.busy = {"prefill": 0.0, "decode": 0.0}
 
     # -- requests ------------------------------------------------------------
@@ -325,7 +324,6 @@ class SimEngine:
             dt = p.step_time([(r.computed, c) for r, c in prefills], [r.prompt_tokens + r.generated for r in decodes])
             deadline = max(deadline, time.monotonic() - CATCH_UP_S) + dt
             await asyncio.sleep(max(0.0, deadline - time.monotonic()))
-            self.steps += 1
             # Seconds the GPUs spent in steps with a prefill chunk (compute-bound), and in decode-only steps.
             self.busy["prefill" if prefills else "decode"] += dt
             self._complete(prefills, decodes)
