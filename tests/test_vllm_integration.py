@@ -43,6 +43,14 @@ def ttft_histogram(text: str) -> tuple[float, float, dict[float, float]]:
     return total, count, buckets
 
 
+def kv_block_size(url: str) -> int:
+    """The server's KV block size, from vllm:cache_config_info's labels."""
+    for m in _LINE.finditer(httpx.get(url + "/metrics").text):
+        if m.group(1) == "vllm:cache_config_info":
+            return int(_labels(m.group(2))["block_size"])
+    raise AssertionError(f"{url}/metrics has no vllm:cache_config_info")
+
+
 class LoopbackNoise:
     """While the run goes, the slowest answer to GET /health from the same server: how late this
     shared machine (another process loading the CPU included) can deliver a ready response."""
@@ -207,8 +215,15 @@ def test_a_real_prefill_decode_pair_behind_rampwatchs_proxy(vllm_pd, tmp_path):
     pre, dec = by_role["prefill"], by_role["decode"]
     assert (pre["name"], dec["name"]) == ("p", "d")
     assert pre["generation_tokens"] == 10 and dec["generation_tokens"] == 10 * 16  # prefill: max_tokens 1 a turn
-    # The decode server loaded each prompt's KV from the prefill server's copy: nearly all of it cached.
+    # The decode server loaded each prompt's KV from the prefill server's copy: nearly all of it cached. But
+    # ExampleConnector (a debug connector) files a prompt of n tokens under its first (n-1)//B*B tokens and looks
+    # one up by its first (n-2)//B*B (it expects the prompt plus one generated token), B the KV block size: a
+    # prompt of k*B+1 tokens is never found, and only the decode server's own prefix cache serves it.
+    block = kv_block_size(decode)
+    unfindable = [t for t in turns if t["context_tokens"] % block == 1]
     for t in turns:
-        assert t["cached_tokens"] >= 0.9 * t["context_tokens"], t
-    assert dec["prompt_computed_tokens"] < 0.1 * pre["prompt_computed_tokens"]
+        if t not in unfindable:
+            assert t["cached_tokens"] >= 0.9 * t["context_tokens"], (t, block)
+    computed_for_unfindable = sum(t["context_tokens"] - t["cached_tokens"] for t in unfindable)
+    assert dec["prompt_computed_tokens"] - computed_for_unfindable < 0.1 * pre["prompt_computed_tokens"]
     assert rep["servers_total"]["generation_tokens"] == pre["generation_tokens"] + dec["generation_tokens"]
