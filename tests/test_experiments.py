@@ -115,12 +115,13 @@ def test_time_limit_stops_new_turns_and_says_where_each_session_got(tmp_path):
 
 
 def test_time_limit_grace_cancels_the_turn_in_flight(tmp_path):
+    # Turn 1 goes out ~0.5 s into the run (the probe and calibration come first) and would take ~25 s.
     with ThreadedSim(make_profile("tiny", time_scale=0.05)) as s:
         run = drive(s.url, sessions=1, schedule=[2000, 30000], output_tokens=512, ignore_eos=True,
-                    time_limit=0.5, grace=0.5)
+                    time_limit=2.0, grace=0.5)
     assert run.exit_code == 0 and run.state.ended.status == "time-limit"
-    assert run.state.turns[-1].status == "cancelled"
-    assert run.state.ended.t < 3.0
+    assert [r.status for r in run.state.turns] == ["cancelled"]
+    assert run.state.ended.t < 4.0
 
 
 def test_one_shot_is_a_fresh_baseline_after_the_ramp(sim, tmp_path):

@@ -124,6 +124,30 @@ def test_turn_one_lands_on_target_with_each_sessions_own_fixed_text():
     assert max(probes) > 0.02 and max(own) < 0.02, (max(probes), max(own))
 
 
+def test_turn_one_is_fitted_to_the_servers_count():
+    """Turn 1 is the whole prompt and has no usage to correct it: the server counts it before it goes, and
+    its filler is extended or trimmed to the character by the difference."""
+    schedule = scale_schedule(SEED_SCHEDULE, 15 * 1024)  # turn 1: 503 tokens
+    template = 19  # the tiny GGUF's ChatML around one user message
+
+    def prompt_tokens(content: str) -> int:
+        return template + _byte_bpe_tokens(content)
+
+    sample = Filler(random.Random(7)).text(20_000)
+    cal = Calibration(chars_per_token=len(sample) / _byte_bpe_tokens(sample), template_tokens=template)
+    drawn, fitted = [], []
+    for k in range(200):
+        conv = Conversation(f"0123456789ab-s{k}", schedule, cal)
+        conv.measured_fixed(_byte_bpe_tokens(conv.fixed_text(1)), _byte_bpe_tokens(conv.fixed_text(2)))
+        pieces = list(conv.user_message(1, conv.plan(1)[0]))
+        drawn.append(prompt_tokens("".join(pieces)) - schedule[0])
+        message = "".join(conv.fit_first_turn(pieces, prompt_tokens("".join(pieces))))
+        fitted.append(prompt_tokens(message) - schedule[0])
+        # What usage corrects the ratio with from turn 2 on: the filler characters actually sent.
+        assert conv._pending == (1, len(message) - len(conv.fixed_text(1)))
+    assert max(map(abs, drawn)) > 5 and max(map(abs, fitted)) <= 2, (sorted(drawn), sorted(fitted))
+
+
 def test_million_token_turn_comes_in_slices():
     # Build time is measured by tests/bench_client.py; here: size and slicing.
     conv = Conversation("big", [1_000_000])

@@ -71,3 +71,29 @@ async def test_a_session_counts_its_own_fixed_text_without_the_servers_bos():
         assert await runner._resent_tokens("four") == 4
     assert asked[:2] == [conv.fixed_text(1), conv.fixed_text(2)]
     assert conv.plan(1) == ((1000 - 5 - len(conv.fixed_text(1))) * 2, 1000)
+
+
+async def test_turn_one_is_counted_by_the_server_and_fitted_before_it_goes():
+    """llama.cpp's forms: /tokenize knows no messages (no tokens), /apply-template gives the prompt, and
+    /tokenize {"content"} counts that (a BOS, then a token a character here). The probe's fixed-text count
+    (40) is far from this session's (~130), so turn 1 as drawn would be ~90 tokens over; it goes out at 600."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if request.url.path == "/apply-template":
+            return httpx.Response(200, json={"prompt": "<u>" + body["messages"][0]["content"] + "</u>"})
+        return httpx.Response(200, json={"tokens": [1] + [0] * len(body["content"]) if "content" in body else []})
+
+    cal = Calibration(chars_per_token=1.0, template_tokens=8, fixed_tokens=(40, 20), tokenize_field="content", special_tokens=1)
+    conv = Conversation("run-s1", [600, 1200], cal)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as c:
+        runner = SessionRunner("s1", conv, c, "http://x", {}, TurnOptions(model="m"), lambda e: None, RunClock())
+        drawn = 1 + len("<u></u>") + len(_drawn_message(Conversation("run-s1", [600, 1200], cal)))
+        user, _ = await runner._user_message(1)
+    content = json.loads(user)["content"]
+    assert drawn > 680 and 1 + len("<u>" + content + "</u>") == 600
+    assert conv.needle.fact() in content and content.endswith(conv.needle.question())
+
+
+def _drawn_message(conv: Conversation) -> str:
+    return "".join(conv.user_message(1, conv.plan(1)[0]))

@@ -15,7 +15,8 @@ import msgspec
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message, stream_chat
-from rampwatch.drivers.client.ramp import Conversation, tokenize_count
+from rampwatch.drivers.client.ramp import FIT_FIRST_TURN_MAX_CHARS, Conversation
+from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 
 
@@ -59,6 +60,9 @@ class SessionRunner:
         self.history: list[bytes] = []  # encoded messages, re-sent every turn
         self.failed = False
         self.gate, self.role = gate, role
+        # The server's own counts, where calibration found a /tokenize (None: usage alone corrects the budget).
+        self.tokenizer = (ServerTokenizer(client, self.base_url, opts.model, headers, conv.tokenize_field, conv.special_tokens)
+                          if conv.tokenize_field else None)
 
     def plan_event(self) -> ev.SessionPlanned:
         c = self.conv
@@ -99,6 +103,11 @@ class SessionRunner:
         for piece in self.conv.user_message(turn, filler_chars):
             pieces.append(piece)
             await asyncio.sleep(0)  # a 1M-token turn is built without stalling other sessions
+        if turn == 1 and self.tokenizer and filler_chars <= FIT_FIRST_TURN_MAX_CHARS:
+            # Turn 1 has no usage to correct it, and it is the whole prompt: the server counts it before it goes.
+            tokens = await self.tokenizer.prompt("".join(pieces))
+            if tokens:
+                pieces = self.conv.fit_first_turn(pieces, tokens)
         return encode_message("user", pieces), "".join(pieces) if self.opts.record_text else None
 
     async def run_turn(self, turn: int) -> str:
@@ -152,26 +161,13 @@ class SessionRunner:
     async def _resent_tokens(self, reply: str) -> int | None:
         """The reply's tokens as the next turn will re-send it (None without /tokenize:
         completion tokens then stand in)."""
-        return await self._server_tokens(reply) if reply else None
+        return await self.tokenizer.text(reply) if reply and self.tokenizer else None
 
     async def _measure_fixed_text(self) -> None:
-        counts = [await self._server_tokens(self.conv.fixed_text(turn)) for turn in (1, 2)]
-        if None not in counts:
-            self.conv.measured_fixed(*counts)
-
-    async def _server_tokens(self, text: str) -> int | None:
-        """`text`'s own tokens by the server's /tokenize (less what it adds to any text);
-        None where the server has no /tokenize or it failed."""
-        field = self.conv.tokenize_field
-        if field is None:
-            return None
-        try:
-            r = await self.client.post(self.base_url + "/tokenize", json={"model": self.opts.model, field: text},
-                                       headers=self.headers, timeout=30.0)
-            n = tokenize_count(r.json()) if r.status_code == 200 else 0
-        except (httpx.HTTPError, ValueError, TypeError):
-            return None
-        return max(0, n - self.conv.special_tokens) if n else None
+        if self.tokenizer:
+            counts = [await self.tokenizer.text(self.conv.fixed_text(turn)) for turn in (1, 2)]
+            if None not in counts:
+                self.conv.measured_fixed(*counts)
 
     def _kept_reply(self, content: str) -> str:
         """The reply as it goes back into the history: verbatim, or (strict

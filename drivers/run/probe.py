@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from rampwatch.drivers.client.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler, tokenize_count
+from rampwatch.drivers.client.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler
+from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.tls import is_untrusted
 from rampwatch.drivers.run.config import BadInput, RunConfig
 
@@ -78,55 +79,19 @@ async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str, probe
     tokens around a message, and the needle's fixed text. Falls back to rough
     figures where /tokenize is missing (usage then corrects from turn 2)."""
     sample = Filler(random.Random(7)).text(20_000)
-
-    field: list[str] = []  # the text field that worked
-
-    async def count(body: dict[str, object]) -> int | None:
-        # vLLM and SGLang take {"prompt"} or {"messages"}; llama.cpp takes {"content"} (and answers
-        # an unknown form with no tokens, which for a non-empty text means "not this form").
-        text = body.get("prompt", body.get("messages"))
-        for form in (body, {"content": body.get("prompt")} if "prompt" in body else None):
-            if form is None:
-                continue
-            try:
-                r = await client.post(cfg.base_url + "/tokenize", json={"model": model, **form}, headers=cfg.headers(), timeout=30.0)
-                if r.status_code == 200:
-                    n = tokenize_count(r.json())
-                    if n or not text:
-                        if n and not field and "messages" not in form:
-                            field.extend(form)
-                        return n
-            except (httpx.HTTPError, ValueError, AttributeError, TypeError):
-                pass
-        return None
-
-    async def count_chat(content: str) -> int | None:
-        """Tokens of one user message in the chat template: /tokenize with messages, else
-        (llama.cpp) the template applied by /apply-template, then counted."""
-        messages = [{"role": "user", "content": content}]
-        n = await count({"messages": messages})
-        if n is not None:
-            return n
-        try:
-            r = await client.post(cfg.base_url + "/apply-template", json={"messages": messages}, headers=cfg.headers(),
-                                  timeout=30.0)
-            prompt = r.json().get("prompt") if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
-            prompt = None
-        return await count({"prompt": prompt}) if isinstance(prompt, str) else None
-
-    plain = await count({"prompt": sample})
+    tok = ServerTokenizer(client, cfg.base_url, model, cfg.headers())
+    plain = await tok.raw(sample)
     if not plain:
         return Calibration()
-    specials = await count({"prompt": ""}) or 0
+    specials = tok.special_tokens = await tok.raw("") or 0
     chars_per_token = len(sample) / max(1, plain - specials)
-    chat = await count_chat(sample)
+    chat = await tok.prompt(sample)
     template = chat - plain + specials if chat is not None else DEFAULT_TEMPLATE_TOKENS
     fixed = []
     for turn in (1, 2):
-        n = await count({"prompt": probe_conv.fixed_text(turn)})
-        fixed.append(n - specials if n is not None else round(len(probe_conv.fixed_text(turn)) / chars_per_token))
+        n = await tok.text(probe_conv.fixed_text(turn))
+        fixed.append(n if n is not None else round(len(probe_conv.fixed_text(turn)) / chars_per_token))
     return Calibration(chars_per_token=chars_per_token, template_tokens=max(0, template), fixed_tokens=(fixed[0], fixed[1]),
-                       tokenize_field=field[0] if field else None, special_tokens=specials)
+                       tokenize_field=tok.field, special_tokens=specials)
 
 
