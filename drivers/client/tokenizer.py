@@ -2,8 +2,8 @@
 
 vLLM and SGLang take {"prompt"} or {"messages"} (the chat template applied);
 llama.cpp takes {"content"}, and applies a chat template only through
-/apply-template. A form a server does not know gets an answer with no
-tokens, which for a non-empty text means "not this form".
+/apply-template. vLLM refuses a form it does not know; llama.cpp answers it
+with no tokens, which for a non-empty text means "not this form".
 """
 
 from __future__ import annotations

@@ -139,6 +139,8 @@ class PrometheusReader:
     Prometheus is its own service: it gets the user:password of its own URL
     (httpx sends them as Basic auth), never the inference server's API key."""
 
+    FINAL_WAIT_S = 30.0  # the longest wait for Prometheus's next scrape of the engines (15 s is a common interval)
+
     def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
                  *, matches: list[Match] | None, gpu_matchers: str | None, verify: ssl.SSLContext | bool = True):
         self.url, self.interval, self.emit, self.clock = url.rstrip("/"), interval, emit, clock
@@ -197,8 +199,6 @@ class PrometheusReader:
         for instance, series in sorted(by_instance(gpus).items()):
             host = urlsplit("//" + instance).hostname or instance
             self.emit(ev.GpuSample(t=t, source=f"prometheus {instance}", gpus=parse_dcgm(exposition(series), node=host)))
-
-    FINAL_WAIT_S = 30.0  # the longest wait for Prometheus's next scrape of the engines (15 s is a common interval)
 
     async def final_read(self) -> None:
         """The run's last read, once Prometheus has scraped every engine after the run's last turn:
