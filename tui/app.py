@@ -1,6 +1,6 @@
 """The Textual app: one main screen of panels, fed by a live run or a replay.
 
-The app reads the source's RunState on a timer (REFRESH_HZ), never per
+The app reads the source's RunState on a timer (--refresh), never per
 token, and only renders: figures come from drivers/model/. A tick that finds
 nothing new (same events, same clock second, same size) draws nothing, and
 a panel whose content did not change is not repainted.
@@ -32,7 +32,9 @@ from rampwatch.tui.widgets.report import ReportScreen
 from rampwatch.tui.widgets.panels import ChangingStatic, EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, TimelinePanel
 from rampwatch.tui.widgets.sessions import SessionsTable
 
-REFRESH_HZ = 10.0
+# Two redraws a second: figures stay fresh to the eye, and a two-session ramp writes ~8 KB/s to a
+# 120x40 terminal (tests/bench_terminal.py), light enough for an SSH link through a jump host.
+DEFAULT_REFRESH_S = 0.5
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 
 
@@ -157,10 +159,10 @@ class RampwatchApp(App[int]):
         Binding("full_stop", "step", "step", show=False),
     ]
 
-    def __init__(self, source: Source, refresh_hz: float = REFRESH_HZ, autostart: bool = True):
+    def __init__(self, source: Source, refresh_s: float = DEFAULT_REFRESH_S, autostart: bool = True):
         super().__init__()
         self.source = source
-        self.refresh_hz = refresh_hz
+        self.refresh_s = refresh_s
         self.autostart = autostart
         self.ticks = 0
         self.stop_signal: int | None = None
@@ -200,14 +202,14 @@ class RampwatchApp(App[int]):
     def on_mount(self) -> None:
         self.source.attach(asyncio.get_running_loop())
         self._apply_size(self.size.width, self.size.height)
-        # Looked up once: the tick redraws them ten times a second.
+        # Looked up once: the tick redraws them on every refresh.
         self._header = self.query_one(HeaderBar)
         self._sessions = self.query_one(SessionsTable)
         self._sessions.focus()
         self._panels = [self.query_one(p) for p in (TimelinePanel, PrefillPanel, ServerPanel, GpuPanel, EventsPanel)]
         self._position = self.query_one(PositionBar) if isinstance(self.source, ReplaySource) else None
         if self.autostart:
-            self.set_interval(1.0 / self.refresh_hz, self.refresh_panels)
+            self.set_interval(self.refresh_s, self.refresh_panels)
         self.refresh_panels()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -268,8 +270,8 @@ class RampwatchApp(App[int]):
         src = self.source
         src.tick(dt)
         state, now = src.state, src.now()
-        # Elapsed prefill times tick in tenths; otherwise only the clock's second moves.
-        clock_key = round(now, 1) if state.prefilling() else int(now)
+        # Elapsed prefill times tick once a refresh; otherwise only the clock's second moves.
+        clock_key = int(now / self.refresh_s) if state.prefilling() else int(now)
         key = (state.version, clock_key, self.size, src.mode(), id(state))
         self.ticks += 1
         if key == self._drawn:
@@ -355,11 +357,11 @@ class RampwatchApp(App[int]):
             self.refresh_panels()
 
 
-def run_app_live(driver: DriverProcess) -> int:
+def run_app_live(driver: DriverProcess, refresh_s: float = DEFAULT_REFRESH_S) -> int:
     """Show a started driver process's run; returns the run's exit code once
     the user quits (the driver is stopped cleanly) or the run has ended."""
     source = LiveSource(driver)
-    app = RampwatchApp(source)
+    app = RampwatchApp(source, refresh_s=refresh_s)
     try:
         app.run()
     finally:
@@ -367,12 +369,12 @@ def run_app_live(driver: DriverProcess) -> int:
     return code
 
 
-def run_app_replay(recording: Recording, speed: float = 1.0) -> int:
-    RampwatchApp(ReplaySource(recording, speed=speed)).run()
+def run_app_replay(recording: Recording, speed: float = 1.0, refresh_s: float = DEFAULT_REFRESH_S) -> int:
+    RampwatchApp(ReplaySource(recording, speed=speed), refresh_s=refresh_s).run()
     return 0
 
 
-def run_app_follow(path: Path) -> int:
+def run_app_follow(path: Path, refresh_s: float = DEFAULT_REFRESH_S) -> int:
     """A run as its recording grows (one browser page of --web)."""
-    RampwatchApp(FollowSource(path)).run()
+    RampwatchApp(FollowSource(path), refresh_s=refresh_s).run()
     return 0

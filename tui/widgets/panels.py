@@ -8,8 +8,12 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 
+from typing import Any
+
 from rich.console import Console, Group
+from rich.segment import Segment
 from rich.text import Text
+from textual.geometry import Region
 from textual.widgets import Static
 
 from rampwatch.drivers.model import events as ev
@@ -27,15 +31,39 @@ def same_content(a: object, b: object) -> bool:
 
 
 class ChangingStatic(Static):
-    """A Static that repaints only when its content really changed, without relayout."""
+    """A Static that repaints only the lines whose content changed, without relayout: a figure
+    ticking in one line costs that line's bytes on the terminal (an SSH link), not the panel's."""
 
     shown: object = None
+    _lines: list[list[Segment]] | None = None  # what `shown` renders to, at _lines_width
+    _lines_width = -1
+    _changed: list[int] | None = None  # the lines the next refresh() repaints; None: all
 
     def show_content(self, content: object) -> None:
         if self.shown is not None and same_content(content, self.shown):
             return
-        self.shown = content
-        self.update(content, layout=False)  # type: ignore[arg-type]
+        width = self.size.width
+        lines = self._render_lines(content, width) if width > 0 else None
+        old = self._lines if self._lines_width == width else None
+        self.shown, self._lines, self._lines_width = content, lines, width
+        if lines is not None and old is not None and len(old) == len(lines):
+            self._changed = [y for y, (a, b) in enumerate(zip(old, lines)) if a != b]
+        try:
+            self.update(content, layout=False)  # type: ignore[arg-type]
+        finally:
+            self._changed = None
+
+    def _render_lines(self, content: object, width: int) -> list[list[Segment]]:
+        console = self.app.console
+        return console.render_lines(content, console.options.update_width(width), pad=False)  # type: ignore[arg-type]
+
+    def refresh(self, *regions: Region, **kw: Any) -> ChangingStatic:
+        """While show_content updates, only its changed lines are dirty; any other refresh is whole."""
+        if self._changed is not None and not regions and not kw.get("layout") and not kw.get("recompose"):
+            if not self._changed:
+                return self
+            regions = tuple(Region(0, y, self.size.width, 1) for y in self._changed)
+        return super().refresh(*regions, **kw)
 
 
 class Panel(ChangingStatic):
@@ -112,6 +140,16 @@ def last_whole_second(state: RunState, now: float) -> int:
     return int(now // step) if state.ended else int((now - SETTLE_S) // step) - 1
 
 
+def chart_start(last: int, width: int) -> int:
+    """The first bucket a chart of `width` cells shows, its newest bucket `last` inside it. The chart
+    moves a quarter of its width at a time, not a cell a second: between moves only the newest column
+    changes, so a terminal is sent a few cells a second instead of the whole chart. It fills from
+    the run's start."""
+    stride = max(1, width // 4)
+    overflow = last - (width - 1)
+    return -(-overflow // stride) * stride if overflow > 0 else 0
+
+
 def prefill_legend(lead: str) -> Text:
     legend = Text(lead, style="dim")
     legend.append("  ", style="on #5f0000")
@@ -141,7 +179,7 @@ class TimelinePanel(Panel):
     def _draw(self, state: RunState, last: int, now: float) -> object:
         width = max(10, self.size.width - self.LABEL)
         step = TIMELINE_BUCKET_S
-        first = last - (width - 1)
+        first = chart_start(last, width)
         start = first * step
         space = max(1, self.size.height - (0 if self.compact else 1))  # rows for lanes (the legend takes one)
         sessions = list(state.sessions.values())

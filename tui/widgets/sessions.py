@@ -10,7 +10,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -137,6 +137,7 @@ class SessionsTable(ScrollView, can_focus=True):
         self._now = 0.0
         self._top: list[Text] = []  # the fixed lines above the rows: the aggregate and the column heads
         self._text_console = Console(width=1000, color_system="truecolor", legacy_windows=False)
+        self._drawn: tuple[list[Text], int, Size] | None = None  # the lines last shown, at that scroll and size
 
     @property
     def sort_name(self) -> str:
@@ -161,7 +162,19 @@ class SessionsTable(ScrollView, can_focus=True):
         title = f"Sessions · by {self.sort_name}" + (f" · filter '{self.filter}' ({len(self.rows)}/{len(state.sessions)})" if self.filter else "")
         if self.border_title != title:
             self.border_title = title
-        self.refresh()
+        self._refresh_changed_lines()
+
+    def _refresh_changed_lines(self) -> None:
+        """Repaint only the rows whose text changed since the last show: a ticking stall timer costs
+        one row's bytes on the terminal, not the table's."""
+        lines = [self._line_text(y) for y in range(self.size.height)]
+        old, self._drawn = self._drawn, (lines, self.scroll_offset.y, self.size)
+        if old is None or old[1:] != self._drawn[1:]:
+            self.refresh()
+            return
+        for y, (a, b) in enumerate(zip(old[0], lines)):
+            if a != b:
+                self.refresh(Region(0, y, self.size.width, 1))
 
     @property
     def fixed_lines(self) -> int:
