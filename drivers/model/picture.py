@@ -12,6 +12,7 @@ baseline as a line. Everything is folded from the recording's events.
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass, field
 
 from rampwatch.drivers.model import events as ev
@@ -88,10 +89,51 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
+NICE = (1.0, 2.0, 5.0)
+CLOCK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def nice_step(top: float, ticks: int = 6) -> float:
+    """The smallest 1-2-5 step that covers 0..top in at most `ticks` intervals."""
+    if top <= 0:
+        return 1.0
+    magnitude = 10.0 ** math.floor(math.log10(top / ticks))
+    return next(m * magnitude * k for k in (1, 10) for m in NICE if math.ceil(top / (m * magnitude * k) - 1e-9) <= ticks)
+
+
+def nice_ticks(top: float, ticks: int = 6) -> tuple[list[float], float]:
+    """Round tick values from 0 covering `top`, and the axis end (the last tick, at or above top)."""
+    step = nice_step(top, ticks)
+    count = max(1, math.ceil(top / step - 1e-9))
+    return [step * k for k in range(count + 1)], step * count
+
+
+def clock_ticks(end: float, ticks: int = 6) -> list[float]:
+    """Round run times (10 s, 1 min, 5 min, 1 h ...) from 0 up to `end`, at most `ticks` + 1 of them."""
+    step = next((s for s in CLOCK_STEPS_S if end / s <= ticks), CLOCK_STEPS_S[-1] * math.ceil(end / CLOCK_STEPS_S[-1] / ticks))
+    return [step * k for k in range(int(end // step) + 1)]
+
+
+LEGEND = (("#f2b134", 1.0, "prefill"), ("hsl(0,65%,42%)", 1.0, "decode, slow"), ("hsl(120,65%,42%)", 1.0, "decode, fast"),
+          ("#e53935", 0.4, "another session prefilling"), ("#c62828", 1.0, "failed turn"))
+
+
+def legend_svg(y: int = 12) -> str:
+    """One swatch and its own label per key, spaced apart, then the needle marks."""
+    parts, x = [], 4
+    for colour, opacity, label in LEGEND:
+        parts.append(f'<g class="key"><rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colour}" '
+                     f'fill-opacity="{opacity}"/><text x="{x + 14}" y="{y}" fill="#555">{_esc(label)}</text></g>')
+        x += 14 + 6 * len(label) + 18  # ~6 px a character at 11 px, then a gap
+    parts.append(f'<g class="key"><text x="{x}" y="{y}" fill="#555"><tspan fill="#2e7d32">✓</tspan> / '
+                 f'<tspan fill="#c62828">✗</tspan> needle found / missed</text></g>')
+    return f'<g class="legend">{"".join(parts)}</g>'
+
+
 def timeline_svg(series: Series, width: int = 1400) -> str:
     state = series.state
     end = max(state.t, 1e-9)
-    plot_w = width - LABEL_W - 60  # room on the right for each strip's scale
+    plot_w = width - LABEL_W - 80  # room on the right for each strip's scale
     x = lambda t: LABEL_W + t / end * plot_w  # noqa: E731
     sessions = list(state.sessions.values())
     by_session: dict[str, list[TurnRecord]] = {}
@@ -102,7 +144,7 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
     rates = [turn_row(r).decode_tok_s for r in state.turns]
     top = max((r for r in rates if r is not None), default=0.0)
     parts = []
-    y = 24
+    y = 34  # below the legend and the needle marks above the first lane
     for s in sessions:
         recs = by_session.get(s.id, [])
         label = "one-shot" if s.role == "one-shot" else s.id
@@ -135,30 +177,28 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
         parts.append("</g>")
         y += LANE_H + LANE_GAP
     for title, line, top_value, unit in (("KV cache", series.kv, 1.0, "%"), ("prefix hit rate", series.hit, 1.0, "%"),
-                                         ("running / waiting", series.running, None, ""), ("GPU load", series.gpu, 100.0, "%")):
+                                         ("running / waiting", series.running, None, "requests"),
+                                         ("GPU load", series.gpu, 100.0, "%")):
         y += 12
         parts.append(f'<g class="strip"><text x="4" y="{y + 12}">{_esc(title)}</text>')
         parts.append(f'<rect x="{LABEL_W}" y="{y}" width="{plot_w}" height="{STRIP_H}" fill="#fafafa" stroke="#ddd"/>')
         lines = [(line, "#1f77b4")] + ([(series.waiting, "#d62728")] if line is series.running else [])
-        peak = top_value or max((v for ln, _ in lines for _, v in ln), default=1.0) or 1.0
+        peak = top_value or nice_ticks(max((v for ln, _ in lines for _, v in ln), default=1.0) or 1.0)[1]
         if not line:
             parts.append(f'<text x="{LABEL_W + 6}" y="{y + STRIP_H / 2 + 4}" fill="#999">not recorded</text>')
         for ln, colour in lines:
             pts = " ".join(f"{x(t):.1f},{y + STRIP_H - v / peak * (STRIP_H - 4):.1f}" for t, v in _thin(ln))
             if pts:
                 parts.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.2"/>')
-        scale = "100%" if unit == "%" else f"{peak:.0f}"
+        scale = "100%" if unit == "%" else f"{peak:g} {unit}"
         parts.append(f'<text x="{LABEL_W + plot_w + 3}" y="{y + 10}" fill="#777">{scale}</text></g>')
         y += STRIP_H
     y += 10
-    for k in range(6):  # the time axis
-        t = end * k / 5
-        parts.append(f'<text x="{x(t):.1f}" y="{y + 12}" text-anchor="middle" fill="#555">{_clock(t)}</text>')
-    height = y + 20
-    legend = ('<text x="4" y="12" fill="#555"><tspan fill="#f2b134">■</tspan> prefill   decode: '
-              '<tspan fill="hsl(0,65%,42%)">■</tspan> slow … <tspan fill="hsl(120,65%,42%)">■</tspan> fast   '
-              '<tspan fill="#e53935" fill-opacity="0.4">■</tspan> another session prefilling   '
-              '<tspan fill="#c62828">■</tspan> failed   ✓/✗ needle</text>')
+    for t in clock_ticks(end):  # the time axis, at round times
+        parts.append(f'<text class="tick" x="{x(t):.1f}" y="{y + 12}" text-anchor="middle" fill="#555">{_clock(t)}</text>')
+    parts.append(f'<text x="{LABEL_W + plot_w / 2}" y="{y + 28}" text-anchor="middle" fill="#333">run time (h:mm:ss)</text>')
+    height = y + 36
+    legend = legend_svg()
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}">{legend}{"".join(parts)}</svg>')
 
@@ -174,7 +214,8 @@ def _chart(lines: list[tuple[str, list[tuple[float, float]]]], x_label: str, y_l
     """Lines of (x, y) points with axes, one colour per line, and an optional horizontal baseline."""
     xs = [px for _, pts in lines for px, _ in pts] or [1.0]
     ys = [py for _, pts in lines for _, py in pts] + ([baseline[1]] if baseline else []) or [1.0]
-    x_top, y_top = max(xs) or 1.0, (max(ys) or 1.0) * 1.08
+    x_ticks, x_top = nice_ticks(max(xs) or 1.0)
+    y_ticks, y_top = nice_ticks(max(ys) or 1.0)
     left, bottom = 60, height - 40
     px = lambda v: left + v / x_top * (width - left - 150)  # noqa: E731
     py = lambda v: bottom - v / y_top * (bottom - 16)  # noqa: E731
@@ -183,10 +224,10 @@ def _chart(lines: list[tuple[str, list[tuple[float, float]]]], x_label: str, y_l
              f'<text x="{(left + width - 150) / 2}" y="{height - 6}" text-anchor="middle">{_esc(x_label)}</text>',
              f'<text x="12" y="{(bottom + 16) / 2}" transform="rotate(-90 12 {(bottom + 16) / 2})" text-anchor="middle">'
              f'{_esc(y_label)}</text>']
-    for k in range(5):
-        vx, vy = x_top * k / 4, y_top * k / 4
-        parts.append(f'<text x="{px(vx):.1f}" y="{bottom + 14}" text-anchor="middle" fill="#555">{_num(vx)}</text>')
-        parts.append(f'<text x="{left - 4}" y="{py(vy) + 4:.1f}" text-anchor="end" fill="#555">{vy:.3g}</text>')
+    for vx in x_ticks:
+        parts.append(f'<text class="tick x" x="{px(vx):.1f}" y="{bottom + 14}" text-anchor="middle" fill="#555">{_num(vx)}</text>')
+    for vy in y_ticks:
+        parts.append(f'<text class="tick y" x="{left - 4}" y="{py(vy) + 4:.1f}" text-anchor="end" fill="#555">{_num(vy)}</text>')
     for k, (name, pts) in enumerate(lines):
         colour = PALETTE[k % len(PALETTE)]
         path = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in pts)
@@ -205,7 +246,7 @@ def _chart(lines: list[tuple[str, list[tuple[float, float]]]], x_label: str, y_l
 
 
 def _num(v: float) -> str:
-    return f"{v / 1e6:.2g}M" if v >= 1e6 else f"{v / 1e3:.3g}K" if v >= 1e3 else f"{v:.3g}"
+    return f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}K" if v >= 1e3 else f"{round(v, 6):g}"
 
 
 def ttft_chart_svg(state: RunState) -> str:
@@ -218,7 +259,7 @@ def ttft_chart_svg(state: RunState) -> str:
                 baseline = ("one-shot", rows[0].ttft_s or 0.0)
             continue
         lines.append((s.id, [(float(r.context_tokens), r.ttft_s or 0.0) for r in rows]))
-    return _chart(lines, "context tokens", "TTFT s", baseline=baseline, css="chart ttft")
+    return _chart(lines, "context (tokens)", "TTFT (s)", baseline=baseline, css="chart ttft")
 
 
 def run_svg(series: Series) -> str:
@@ -260,5 +301,5 @@ def compare_html(cmp: Comparison, table_fields: list[tuple[str, list[str]]]) -> 
              for k, run in enumerate(cmp.runs)]
     notes = "".join(f"<p>note: {_esc(n)}</p>" for n in cmp.notes)
     body = (f"<h1>rampwatch: {len(cmp.runs)} runs compared</h1><table class=\"runs\"><tr>{heads}</tr>{rows}</table>{notes}"
-            f"<h2>TTFT per turn (slowest session)</h2>{_chart(lines, 'turn', 'TTFT s', css='chart turns')}")
+            f"<h2>TTFT per turn (slowest session)</h2>{_chart(lines, 'turn (number)', 'TTFT (s)', css='chart turns')}")
     return _page("rampwatch comparison", body)
