@@ -14,8 +14,9 @@ from rampwatch.drivers.client.ramp import SEED_SCHEDULE
 from rampwatch.drivers.sim.engine import SimEngine, reply_words
 from rampwatch.drivers.sim.kvcache import KVPool
 from rampwatch.drivers.sim.profiles import PROFILES
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import drive
+from tests.simhost import ThreadedSim
 
 
 def test_step_time_grows_with_context_and_tokens():
