@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rampwatch.drivers.sim.server import SimFaults  # noqa: E402
+from rampwatch.drivers.sim.faults import SimFaults  # noqa: E402
 from tests.faults import FlakyFile, restart_server, run_scenario, wait_then  # noqa: E402
 
 

@@ -19,7 +19,9 @@ import pytest
 
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.runner import Run
-from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
+from rampwatch.drivers.sim.faults import SimFaults
+from rampwatch.drivers.sim.profiles import make_profile
+from tests.simhost import ThreadedSim
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"

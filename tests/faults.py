@@ -14,7 +14,9 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.runner import Run
-from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
+from rampwatch.drivers.sim.faults import SimFaults
+from rampwatch.drivers.sim.profiles import make_profile
+from tests.simhost import ThreadedSim
 
 SCHEDULE = [2000, 4000, 6000, 8000]
 

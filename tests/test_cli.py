@@ -32,7 +32,8 @@ def test_drivers_never_import_textual():
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """One headless two-session run against the simulated engine, recorded."""
-    from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+    from rampwatch.drivers.sim.profiles import make_profile
+    from tests.simhost import ThreadedSim
 
     out = tmp_path_factory.mktemp("rec") / "two.jsonl"
     with ThreadedSim(make_profile("tiny")) as s:

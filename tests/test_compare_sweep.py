@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import rampwatch_cmd
+from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [ROOT / "recordings" / "glm-like-2x1m.sample.jsonl", ROOT / "recordings" / "vllm-cpu-2x32k.sample.jsonl"]

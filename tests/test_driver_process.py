@@ -25,12 +25,13 @@ from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run import pipe
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import read_recording
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.cli import export_from_ui, load_state
 from rampwatch.tui.sources import LiveSource
 from rampwatch.tui.widgets.panels import EventsPanel, HeaderBar
 from tests.conftest import drive, free_port, rampwatch_cmd
+from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 

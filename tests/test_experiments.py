@@ -21,8 +21,9 @@ from rampwatch.drivers.model.turns import gap_stats
 from rampwatch.drivers.run.config import BadInput, parse_duration
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.recording import read_recording
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import drive, rampwatch_cmd
+from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 

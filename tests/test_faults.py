@@ -15,10 +15,12 @@ import pytest
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.run.recording import read_recording
-from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
+from rampwatch.drivers.sim.faults import SimFaults
+from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import rampwatch_cmd
 from rampwatch.drivers.run.runner import Run
 from tests.faults import BrokenNvml, FlakyFile, restart_server, run_scenario, wait_then
+from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 

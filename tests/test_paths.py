@@ -15,11 +15,12 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import Recording, read_recording
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.tui.sources import ReplaySource
 from tests.conftest import drive, free_port, rampwatch_cmd
 from tests.faults import run_scenario
+from tests.simhost import ThreadedSim
 from tests.test_state_analysis import header, two_session_run
 
 ROOT = Path(__file__).resolve().parents[1]

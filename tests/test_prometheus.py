@@ -23,7 +23,7 @@ from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.recording import Recording, read_recording
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.gpus import DCGM_PATH
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.exporter import SERIES, RunExporter
 from rampwatch.drivers.telemetry.gpu import parse_dcgm
 from rampwatch.drivers.telemetry.metrics import _LINE, ENGINE_POOL, _labels, normalize
@@ -32,6 +32,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
 from tests.conftest import DATA, free_port, missing, rampwatch_cmd
+from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULE = [2000, 4000, 8000]

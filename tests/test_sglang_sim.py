@@ -13,12 +13,13 @@ import httpx
 
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.run.recording import read_recording
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.metrics import normalize
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
 from rampwatch.tui.widgets.panels import ServerPanel
 from tests.conftest import DATA, drive, rampwatch_cmd
+from tests.simhost import ThreadedSim
 
 
 def series_names(text: str) -> set[str]:

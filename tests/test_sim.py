@@ -4,6 +4,8 @@ calibrated phenomena checked end to end through rampwatch's own driver."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -13,9 +15,23 @@ from rampwatch.drivers.telemetry.metrics import normalize
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE
 from rampwatch.drivers.sim.engine import SimEngine, reply_words
 from rampwatch.drivers.sim.kvcache import KVPool
-from rampwatch.drivers.sim.profiles import PROFILES
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import PROFILES, make_profile
 from tests.conftest import drive
+from tests.simhost import ThreadedSim
+
+
+def test_naming_and_configuring_the_simulator_does_not_import_the_asgi_stack():
+    """A command that only names a topology, binds sockets or sets fault knobs stays cheap to start."""
+    cheap = ["profiles", "topology", "sockets", "faults", "gpus", "kvcache", "engine"]
+    code = ("import sys\n" + "".join(f"import rampwatch.drivers.sim.{m}\n" for m in cheap)
+            + "print(sorted(m for m in ('uvicorn', 'starlette', 'prometheus_client', 'httpx') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    # ... and the module that serves does pull it in, so the check above can tell the two apart.
+    served = subprocess.run([sys.executable, "-c", "import sys, rampwatch.drivers.sim.app; print('starlette' in sys.modules)"],
+                            capture_output=True, text=True, timeout=60)
+    assert served.stdout.strip() == "True", served.stderr
 
 
 def test_step_time_grows_with_context_and_tokens():

@@ -11,10 +11,12 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import read_recording
-from rampwatch.drivers.sim.server import SimFaults, ThreadedSim, make_profile
+from rampwatch.drivers.sim.faults import SimFaults
+from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
 from tests.conftest import drive, rampwatch_cmd
+from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLICAS_SAMPLE = ROOT / "recordings" / "sim-replicas-2x4x32k.sample.jsonl"

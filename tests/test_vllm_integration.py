@@ -20,9 +20,9 @@ from rampwatch.drivers.telemetry.metrics import _LINE, _labels, normalize
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE, scale_schedule
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.sim.server import ThreadedServer
-from rampwatch.drivers.sim.topology import PdProxy
+from rampwatch.drivers.sim.proxy import PdProxy
 from tests.conftest import drive, rampwatch_cmd
+from tests.simhost import ThreadedServer
 
 pytestmark = pytest.mark.vllm
 

@@ -18,8 +18,9 @@ import aiohttp
 import httpx
 import pytest
 
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import free_port, rampwatch_cmd
+from tests.simhost import ThreadedSim
 from tests.test_export import chromium
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,7 +30,7 @@ from rampwatch.drivers.run.recording import Recorder, Recording, RecordingError,
 from rampwatch.drivers.run.runner import EXIT_CRASHED, Run
 from rampwatch.drivers.run.sweep import SweepFile, read_sweep, why_stop, write_sweep
 from rampwatch.drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
-from rampwatch.drivers.sim.server import loopback_socket
+from rampwatch.drivers.sim.sockets import loopback_socket
 from rampwatch.drivers.sim.gpus import DCGM_PATH
 from rampwatch.drivers.sim.topology import Topology
 from rampwatch.drivers.telemetry.exporter import RunExporter, parse_listen

@@ -12,6 +12,7 @@ decoding beside another's long prefill gets ~3 tokens/s (one per step).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -71,3 +72,9 @@ PROFILES: dict[str, SimProfile] = {
         kv_transfer_token_s=7.5e-6,  # ~376 KB of KV a token over a 50 GB/s link
     ),
 }
+
+
+def make_profile(name: str, **overrides: Any) -> SimProfile:
+    """Profile `name` with the given fields changed; an override of None keeps the profile's value."""
+    base = PROFILES[name]
+    return base.scaled(**{k: v for k, v in overrides.items() if v is not None})

@@ -14,9 +14,13 @@ from typing import Any
 
 import httpx
 
-from rampwatch.drivers.sim.profiles import PROFILES
-from rampwatch.drivers.sim.server import FLAVORS, SimFaults, loopback_socket, make_profile
-from rampwatch.drivers.sim.topology import Topology, apps, serve_all
+from rampwatch.drivers.sim.deployment import apps
+from rampwatch.drivers.sim.faults import SimFaults
+from rampwatch.drivers.sim.hosting import serve_all
+from rampwatch.drivers.sim.profiles import PROFILES, make_profile
+from rampwatch.drivers.sim.sockets import loopback_socket
+from rampwatch.drivers.sim.surfaces import FLAVORS
+from rampwatch.drivers.sim.topology import Topology
 
 
 def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> None:

@@ -1,0 +1,91 @@
+"""The front of a simulated prefill/decode split, as vLLM's disaggregated-prefill
+examples do it: each request goes to the prefill server with max_tokens 1 (the
+prompt's KV is computed there), then the original request to the decode server,
+marked with kv_transfer_params so the simulated decode engine waits the modelled
+KV transfer before it decodes; the decode server's answer streams back.
+It fronts real servers the same way (vLLM's ExampleConnector finds the KV by
+prompt, and ignores the mark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import msgspec
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from rampwatch.drivers.sim.errors import error_response
+
+_FORWARDED = ("authorization", "content-type")
+
+
+class PdProxy:
+    """The front of a prefill/decode split: prefill first, then decode's stream."""
+
+    def __init__(self, prefill_url: str, decode_url: str):
+        self.prefill, self.decode = prefill_url.rstrip("/"), decode_url.rstrip("/")
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), trust_env=False,
+                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+        self.app = Starlette(routes=[
+            Route("/v1/chat/completions", self.generate, methods=["POST"]),
+            Route("/v1/completions", self.generate, methods=["POST"]),
+            Route("/tokenize", self.forward_prefill, methods=["POST"]),
+            Route("/v1/models", self.forward_decode),
+            Route("/version", self.forward_decode),
+            Route("/health", self.health),
+        ])
+
+    @staticmethod
+    def _headers(request: Request) -> dict[str, str]:
+        return {k: v for k, v in request.headers.items() if k in _FORWARDED}
+
+    async def _forward(self, base: str, request: Request) -> Response:
+        try:
+            r = await self.client.request(request.method, base + request.url.path, content=await request.body(),
+                                          headers=self._headers(request))
+        except httpx.HTTPError as e:
+            return error_response(502, f"upstream {base} unreachable: {type(e).__name__}", "ProxyError")
+        return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
+
+    async def forward_prefill(self, request: Request) -> Response:
+        return await self._forward(self.prefill, request)
+
+    async def forward_decode(self, request: Request) -> Response:
+        return await self._forward(self.decode, request)
+
+    async def health(self, request: Request) -> Response:
+        try:
+            codes = await asyncio.gather(*(self.client.get(u + "/health", timeout=5.0) for u in (self.prefill, self.decode)))
+        except httpx.HTTPError:
+            return Response(status_code=503)
+        return Response(status_code=200 if all(c.status_code == 200 for c in codes) else 503)
+
+    async def generate(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = msgspec.json.decode(raw)
+        except msgspec.DecodeError as e:
+            return error_response(400, f"invalid request: {e}")
+        path, headers = request.url.path, self._headers(request)
+        first = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "min_tokens", "ignore_eos")}
+        first.update(max_tokens=1, stream=False)
+        first.pop("max_completion_tokens", None)
+        try:
+            r = await self.client.post(self.prefill + path, json=first, headers=headers)
+        except httpx.HTTPError as e:
+            return error_response(502, f"prefill server unreachable: {type(e).__name__}", "ProxyError")
+        if r.status_code != 200:
+            return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
+        body["kv_transfer_params"] = {"do_remote_prefill": True, "remote_engine": "prefill"}
+        try:
+            up = await self.client.send(self.client.build_request("POST", self.decode + path, json=body, headers=headers),
+                                        stream=True)
+        except httpx.HTTPError as e:
+            return error_response(502, f"decode server unreachable: {type(e).__name__}", "ProxyError")
+        return StreamingResponse(up.aiter_raw(), status_code=up.status_code, media_type=up.headers.get("content-type"),
+                                 background=BackgroundTask(up.aclose))

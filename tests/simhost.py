@@ -1,0 +1,53 @@
+"""Test helpers: an ASGI app, or a whole simulated engine, on a loopback port in a thread of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from rampwatch.drivers.sim.app import SimServer
+from rampwatch.drivers.sim.faults import SimFaults
+from rampwatch.drivers.sim.hosting import uvicorn_server
+from rampwatch.drivers.sim.profiles import SimProfile
+from rampwatch.drivers.sim.sockets import loopback_socket
+
+
+class ThreadedServer:
+    """An ASGI app on a loopback port, in a thread of its own (tests)."""
+
+    def __init__(self, app: Any, port: int = 0, tls: tuple[str, str] | None = None):
+        self.sock = loopback_socket(port=port)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.server = uvicorn_server(app, tls)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])), daemon=True)
+
+    def __enter__(self) -> ThreadedServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+class ThreadedSim(ThreadedServer):
+    """A simulated server on a loopback port, in a thread of its own (tests)."""
+
+    def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0, api_key: str | None = None,
+                 tls: tuple[str, str] | None = None, **server: Any):
+        """`server`: SimServer's options (gpus, node, flavor, cache_report)."""
+        self.sim = SimServer(profile, faults=faults, api_key=api_key, **server)
+        super().__init__(self.sim.app, port, tls)
+
+    def __enter__(self) -> ThreadedSim:
+        super().__enter__()
+        return self
