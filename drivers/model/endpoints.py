@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from rampwatch.drivers.model import events as ev
 
-HISTORY_LEN = 1800
+HISTORY_LEN = 1800  # KV occupancy samples kept for the server panel's history
 RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
 
 # Normalized counters (drivers/telemetry/metrics.py) that analysis takes deltas of.
