@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 
-from rampwatch.drivers.model import picture
+from rampwatch.drivers.present import picture
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.report import summary_lines
+from rampwatch.drivers.present.report import summary_lines
 from rampwatch.drivers.run.recording import read_recording
 from tests.conftest import missing, rampwatch_cmd
 

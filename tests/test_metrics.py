@@ -125,3 +125,51 @@ def test_dcgm_units():
     assert g0.name == "NVIDIA H200" and g0.util == 87 and g0.power == 512.5
     assert g0.mem_used == 1024 * 2**20 and g0.mem_total == 4096 * 2**20
     assert g1.index == 1 and g1.mem_used is None
+
+
+async def test_a_slow_nvml_start_leaves_the_event_loop_running():
+    """nvmlInit and the device names run off the loop: the sessions' coroutines keep stamping meanwhile."""
+    import asyncio
+    import time
+
+    from rampwatch.drivers.model import events as ev
+    from rampwatch.drivers.telemetry.gpu import GpuSampler
+    from tests.faults import BrokenNvml
+
+    class SlowStartNvml(BrokenNvml):
+        """Starts in INIT_S (a loaded node's driver), then reads one GPU's utilisation (nothing else supported)."""
+
+        INIT_S = 0.5
+
+        class Util:
+            gpu = 50
+
+        def nvmlInit(self) -> None:
+            time.sleep(self.INIT_S)
+
+        def nvmlDeviceGetUtilizationRates(self, h): return self.Util()  # noqa: E704
+
+        def __getattr__(self, name: str):
+            def unsupported(*a):
+                err = BrokenNvml.NVMLError("Not Supported")
+                err.value = 3  # NVML_ERROR_NOT_SUPPORTED: the field reads as unknown
+                raise err
+
+            return unsupported
+
+    got: list[ev.AnyEvent] = []
+    ticks: list[float] = []
+
+    async def ticker() -> None:  # stands in for a session stamping its tokens
+        while not got:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.01)
+
+    start = time.monotonic()
+    sampler = asyncio.create_task(GpuSampler("auto", 0.05, got.append, lambda: 0.0, nvml=SlowStartNvml()).run())
+    await asyncio.wait_for(ticker(), timeout=10)
+    sampler.cancel()
+    assert isinstance(got[0], ev.GpuSample) and got[0].gpus[0].util == 50
+    during_init = [t for t in ticks if t - start < SlowStartNvml.INIT_S]
+    assert len(during_init) >= 10, f"the loop ticked {len(during_init)} times while NVML started"
+    assert max(b - a for a, b in zip(ticks, ticks[1:])) < SlowStartNvml.INIT_S  # never blocked for the whole start

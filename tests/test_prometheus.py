@@ -26,7 +26,7 @@ from rampwatch.drivers.sim.gpus import DCGM_PATH
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.exporter import SERIES, RunExporter
 from rampwatch.drivers.telemetry.gpu import parse_dcgm
-from rampwatch.drivers.telemetry.metrics import _LINE, ENGINE_POOL, _labels, normalize
+from rampwatch.drivers.telemetry.metrics import ENGINE_POOL, SAMPLE_LINE, normalize, parse_labels
 from rampwatch.drivers.telemetry.prometheus import ENGINE_SERIES, Match, PrometheusReader, parse_match
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.app import RampwatchApp
@@ -160,7 +160,7 @@ def test_exporter_figures_match_the_report():
 
         def value(name: str, **labels: str) -> float:
             want = {"session": sid, "run": run.salt, **labels}
-            found = [float(m.group(3)) for m in _LINE.finditer(text) if m.group(1) == name and _labels(m.group(2)) == want]
+            found = [float(m.group(3)) for m in SAMPLE_LINE.finditer(text) if m.group(1) == name and parse_labels(m.group(2)) == want]
             assert len(found) == 1, (name, labels)
             return found[0]
 

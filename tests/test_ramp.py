@@ -6,8 +6,9 @@ import re
 import pytest
 
 from rampwatch.drivers.client.ramp import (
-    SEED_SCHEDULE, Calibration, Conversation, Filler, ScheduleError, format_tokens, parse_schedule, parse_tokens, scale_schedule,
+    SEED_SCHEDULE, Calibration, Conversation, Filler, ScheduleError, parse_schedule, parse_tokens, scale_schedule,
 )
+from rampwatch.drivers.present.format import format_tokens
 
 
 def test_seed_schedule_is_the_ten_turn_ramp():

@@ -210,3 +210,45 @@ def test_inter_token_gaps_split_alone_and_during_a_foreign_prefill():
     assert s1.summary.gaps_alone.max_s == 1.0 and s1.summary.gaps_during_foreign_prefill.max_s == 4.0
     assert rep.interference.gaps_during_foreign_prefill.max_s == 4.0
     assert rep.turn_spread[0].ratio == pytest.approx(16.5 / 2.0)
+
+
+def _histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """Prometheus's histogram_quantile over (le, cumulative count) pairs: linear inside the bucket the rank falls in."""
+    total = buckets[-1][1]
+    rank, lower, below = q * total, 0.0, 0.0
+    for le, cum in buckets:
+        if cum >= rank:
+            return lower + (le - lower) * (rank - below) / (cum - below)
+        lower, below = le, cum
+    raise AssertionError("rank past the last bucket")
+
+
+def test_the_exporter_counts_the_gaps_the_report_counts():
+    """Chunks stamped in one read (zero gaps) are one delivery to the report and to the gap histogram alike, so
+    Prometheus's p50 gap and the report's agree (here the median sits on a bucket edge, where they are equal)."""
+    from rampwatch.drivers.telemetry.exporter import GAP_BUCKETS, RunExporter
+
+    events: list[ev.AnyEvent] = [
+        ev.SessionPlanned(t=0, session="s1", schedule=[1000], salt="a"),
+        ev.RequestSent(t=0.0, session="s1", turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=4000),
+        ev.FirstToken(t=1.0, session="s1", turn=1),
+        ev.TokenTimes(t=1.04, session="s1", turn=1, times=[1.0, 1.0, 1.015, 1.015, 1.04]),  # zero, 0.015, zero, 0.025
+        ev.TokenTimes(t=1.08, session="s1", turn=1, times=[1.04, 1.055, 1.08]),  # zero across the batches, 0.015, 0.025
+        ev.TurnDone(t=1.1, session="s1", turn=1, status="ok", prompt_tokens=1000, cached_tokens=0,
+                    completion_tokens=8, chunks=8, needle=True),
+    ]
+    exporter = RunExporter(lambda: 2.0, run="r")
+    for e in events:
+        exporter(e)
+    gaps = build_report(fold(events)).sessions[0].summary.gaps_alone
+    assert gaps is not None and gaps.count == 4
+
+    def sample(name: str, **labels: str) -> float:
+        value = exporter.registry.get_sample_value(name, {"session": "s1", "run": "r", **labels})
+        assert value is not None, (name, labels)
+        return value
+
+    assert sample("rampwatch_inter_token_gap_seconds_count") == gaps.count
+    buckets = [(le, sample("rampwatch_inter_token_gap_seconds_bucket", le=str(float(le)))) for le in GAP_BUCKETS]
+    assert _histogram_quantile(0.5, buckets) == pytest.approx(gaps.p50_s, rel=1e-9)
+    assert gaps.p50_s == pytest.approx(0.02, rel=1e-9)

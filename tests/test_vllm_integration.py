@@ -16,7 +16,7 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.telemetry.metrics import _LINE, _labels, normalize
+from rampwatch.drivers.telemetry.metrics import SAMPLE_LINE, normalize, parse_labels
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE, scale_schedule
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.model.state import RunState
@@ -31,23 +31,23 @@ def ttft_histogram(text: str) -> tuple[float, float, dict[float, float]]:
     """(sum, count, {le: cumulative count}) of vllm:time_to_first_token_seconds."""
     total = count = 0.0
     buckets: dict[float, float] = {}
-    for m in _LINE.finditer(text):
+    for m in SAMPLE_LINE.finditer(text):
         name = m.group(1)
         if name == "vllm:time_to_first_token_seconds_sum":
             total += float(m.group(3))
         elif name == "vllm:time_to_first_token_seconds_count":
             count += float(m.group(3))
         elif name == "vllm:time_to_first_token_seconds_bucket":
-            le = float(_labels(m.group(2))["le"])
+            le = float(parse_labels(m.group(2))["le"])
             buckets[le] = buckets.get(le, 0.0) + float(m.group(3))
     return total, count, buckets
 
 
 def kv_block_size(url: str) -> int:
     """The server's KV block size, from vllm:cache_config_info's labels."""
-    for m in _LINE.finditer(httpx.get(url + "/metrics").text):
+    for m in SAMPLE_LINE.finditer(httpx.get(url + "/metrics").text):
         if m.group(1) == "vllm:cache_config_info":
-            return int(_labels(m.group(2))["block_size"])
+            return int(parse_labels(m.group(2))["block_size"])
     raise AssertionError(f"{url}/metrics has no vllm:cache_config_info")
 
 

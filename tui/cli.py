@@ -19,15 +19,16 @@ import rampwatch.drivers as drivers
 from rampwatch.drivers.telemetry.metrics import redact_url
 from rampwatch.drivers.client.ramp import ScheduleError, parse_schedule, parse_tokens, scale_schedule
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.compare import compare
-from rampwatch.drivers.model import picture
+from rampwatch.drivers.present.compare import compare
+from rampwatch.drivers.present import picture
 from rampwatch.drivers.model.analysis import Report
-from rampwatch.drivers.model.report import COMPARE_COLUMNS, FORMATS, render, render_comparison, render_curve, summary_lines
+from rampwatch.drivers.present.report import COMPARE_COLUMNS, FORMATS, render, render_comparison, render_curve, summary_lines
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import BadInput, RunConfig, default_record_path, load_api_key, parse_duration, parse_pin
 from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
 from rampwatch.drivers.run.recording import Recorder, Recording, RecordingError, read_recording
-from rampwatch.drivers.run.runner import EXIT_CRASHED, Run
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
+from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.run.sweep import SweepFile, read_sweep, why_stop, write_sweep
 from rampwatch.drivers.sim.serve import ChildSim, add_fault_args, add_sim_args, serve
 from rampwatch.drivers.sim.sockets import loopback_socket

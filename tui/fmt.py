@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from rampwatch.drivers.client.ramp import format_tokens
+from rampwatch.drivers.present.format import format_tokens, pct
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -38,10 +38,6 @@ def whole(x: float | None) -> str:
 
 def rate(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}"
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.0f}%"
 
 
 def bar(fraction: float | None, width: int, style: str = "green") -> Text:

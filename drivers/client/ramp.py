@@ -65,19 +65,6 @@ def scale_schedule(schedule: list[int], last: int) -> list[int]:
     return scaled
 
 
-def format_tokens(n: int | float | None) -> str:
-    """Compact count for tables: 1.0M, 131K, 950."""
-    if n is None:
-        return "-"
-    if n >= 999_500:
-        return f"{n / 1_000_000:.2f}M".replace(".00M", "M")
-    if n >= 10_000:
-        return f"{n / 1000:.0f}K"
-    if n >= 1000:
-        return f"{n / 1000:.1f}K"
-    return f"{n:.0f}"
-
-
 @functools.cache
 def vocabulary(size: int = 4096) -> list[str]:
     """A fixed word list (so one /tokenize calibration fits every session);

@@ -6,10 +6,11 @@ live run, its replay and `rampwatch report` print the same figures.
 
 from __future__ import annotations
 
-import statistics
 import msgspec
 
-from rampwatch.drivers.model.state import EndpointView, RunState
+from rampwatch.drivers.model.endpoints import EndpointView
+from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
 
 
@@ -124,16 +125,12 @@ class Report(msgspec.Struct):
 MIN_INTERVALS = 3  # decode intervals a turn needs before its split rate counts
 
 
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
 def _summary(state: RunState, sid: str, rows: list[TurnRow], records: list[TurnRecord]) -> SessionSummary:
     ttfts = [r.ttft_s for r in rows if r.ttft_s is not None]
     return SessionSummary(
         ttft_sum_s=sum(ttfts),
         ttft_max_s=max(ttfts, default=0.0),
-        decode_tok_s_median=_median([r.decode_tok_s for r in rows if r.decode_tok_s is not None]),
+        decode_tok_s_median=median([r.decode_tok_s for r in rows if r.decode_tok_s is not None]),
         needle_found=sum(1 for r in rows if r.needle),
         turns=len(rows),
         planned_turns=len(state.sessions[sid].schedule),
@@ -193,15 +190,15 @@ def build_report(state: RunState) -> Report:
         ),
         sessions=sessions,
         interference=Interference(
-            decode_tok_s_alone_median=_median([a for a, _ in splits if a is not None]),
-            decode_tok_s_during_foreign_prefill_median=_median([d for _, d in splits if d is not None]),
+            decode_tok_s_alone_median=median([a for a, _ in splits if a is not None]),
+            decode_tok_s_during_foreign_prefill_median=median([d for _, d in splits if d is not None]),
             overlapping_turns=sum(1 for r in ramp_turns if r.gaps_during),
             gaps_alone=gap_stats([g for r in ramp_turns for g in r.gaps_alone]),
             gaps_during_foreign_prefill=gap_stats([g for r in ramp_turns for g in r.gaps_during]),
         ),
         server=ServerSummary(kv_peak=state.server.kv_peak, hit_rate_last_turn=state.last_turn_hit_rate()),
         turn_spread=spread,
-        ttft_ratio_median=_median([s.ratio for s in spread]),
+        ttft_ratio_median=median([s.ratio for s in spread]),
         one_shot=one_shot,
         servers=servers,
         servers_total=sum_figures("total", "all", servers, state.server.kv_peak) if servers else None,

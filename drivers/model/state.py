@@ -3,268 +3,22 @@
 `apply` is O(1) per event (O(tokens) for a batch of token times, O(sessions)
 per batch for the interference split), so the driver can call it inline.
 Widgets and reports read it; they never compute statistics of their own.
+The views it keeps live in views.py (sessions), endpoints.py (servers) and log.py.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, hit_rate, prefill_tok_s, turn_line
-from rampwatch.drivers.telemetry.metrics import ENGINE_POOL
+from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView, merge_endpoints
+from rampwatch.drivers.model.log import LogEntry
+from rampwatch.drivers.model.stats import median
+from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line
+from rampwatch.drivers.model.views import DECODE_WINDOW_S, PrefillProgress, SessionsAggregate, SessionView
 
-SessionState = Literal["queued", "prefilling", "decoding", "idle", "failed", "done", "cancelled"]
-
-DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
-TIMELINE_BUCKET_S = 1.0
-TIMELINE_LEN = 1800  # seconds kept per session for the chart; the recording keeps all
 LOG_LEN = 500
-HISTORY_LEN = 1800
-RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
-
-# Normalized counters (drivers/telemetry/metrics.py) that analysis takes deltas of.
-COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed", "generation_tokens", "preemptions")
-
-
-class LogEntry(NamedTuple):
-    """One line of the run's log; `ttft` marks a finished turn (the events panel groups those)."""
-
-    t: float
-    level: str  # info | warn | error | mark
-    text: str
-    ttft: float | None = None
-
-
-@dataclass(slots=True)
-class SessionsAggregate:
-    """The Sessions panel's one-line summary, over every session."""
-
-    total: int
-    by_state: dict[str, int]
-    ttft_p50: float | None  # of each session's last finished turn
-    ttft_max: float | None
-    decode_p50: float | None  # of the sessions decoding now
-    decode_min: float | None
-
-
-@dataclass(slots=True)
-class PrefillProgress:
-    session: str
-    turn: int
-    new_tokens: int
-    elapsed: float
-    expected: float | None  # seconds, from the last prefill rate seen
-
-    @property
-    def fraction(self) -> float | None:
-        return min(0.99, self.elapsed / self.expected) if self.expected else None
-
-
-@dataclass(slots=True)
-class SessionView:
-    """One session as the Sessions panel shows it: where it is and how it is doing."""
-
-    id: str
-    schedule: list[int]
-    role: ev.SessionRole = "ramp"
-    state: SessionState = "queued"
-    turn: int = 0
-    current: TurnRecord | None = None
-    last_done: TurnRecord | None = None
-    last_prompt_tokens: int | None = None  # the last reported prompt, so the next turn knows its new tokens
-    tokens_per_chunk: float = 1.0  # from the last finished turn's usage: turns chunk counts into tokens
-    needles: list[bool | None] = field(default_factory=list)
-    recent: deque[float] = field(default_factory=deque)  # arrival times inside the decode window
-    # Text chunks per TIMELINE_BUCKET_S: timeline[i] is bucket timeline_first + i (a flat list the chart slices).
-    timeline: list[int] = field(default_factory=list)
-    timeline_first: int = 0
-    prefill_spans: deque[list[float | None]] = field(default_factory=lambda: deque(maxlen=64))  # [sent, first|None]
-    failed_turns: int = 0
-    endpoint: str = ""  # the name of the server its turns go to
-
-    @property
-    def context_tokens(self) -> int | None:
-        rec = self.current or self.last_done
-        if rec is None:
-            return None
-        return rec.prompt_tokens if rec.prompt_tokens is not None else rec.target
-
-    @property
-    def cached_share(self) -> float | None:
-        """Cached share of the last finished turn's prompt (from usage)."""
-        rec = self.last_done
-        if rec is None or rec.cached_tokens is None or not rec.prompt_tokens:
-            return None
-        return rec.cached_tokens / rec.prompt_tokens
-
-    def current_gap(self, now: float) -> float | None:
-        """While decoding: seconds since the last text chunk arrived (a stall, when long)."""
-        rec = self.current
-        if self.state != "decoding" or rec is None or rec.last_t is None:
-            return None
-        return max(0.0, now - rec.last_t)
-
-    def decode_rate_now(self) -> float | None:
-        """Decode tokens/s over the last DECODE_WINDOW_S (chunks scaled to tokens)."""
-        r = self.recent
-        return decode_tok_s(len(r) * self.tokens_per_chunk, r[0], r[-1]) if r else None
-
-    def timeline_values(self, first_bucket: int, n: int) -> list[float]:
-        """Decode tokens/s in each of n buckets from `first_bucket` (0 where nothing arrived)."""
-        counts, base = self.timeline, self.timeline_first
-        lo, hi = max(0, first_bucket - base), max(0, first_bucket + n - base)
-        scale = self.tokens_per_chunk / TIMELINE_BUCKET_S
-        values = [c * scale for c in counts[lo:hi]]
-        pad = min(n, max(0, base - first_bucket))
-        return [0.0] * pad + values + [0.0] * (n - pad - len(values))
-
-    def count_arrivals(self, times: list[float]) -> None:
-        counts = self.timeline
-        for t in times:
-            b = int(t // TIMELINE_BUCKET_S)
-            if not counts:
-                self.timeline_first = b
-            i = b - self.timeline_first
-            if i >= len(counts):
-                counts.extend([0] * (i + 1 - len(counts)))
-            if i >= 0:
-                counts[i] += 1
-        if len(counts) > 2 * TIMELINE_LEN:  # trim by halves: amortised O(1) per bucket
-            drop = len(counts) - TIMELINE_LEN
-            del counts[:drop]
-            self.timeline_first += drop
-
-
-class _Rates:
-    """Prefill and decode tokens/s from a `rates` dict (an endpoint's, or every endpoint's summed)."""
-
-    __slots__ = ()
-    rates: dict[str, float]
-
-    @property
-    def prefill_rate(self) -> float | None:
-        """Computed prompt tokens/s (cache hits included where the engine does not split them)."""
-        return self.rates.get("prompt_computed", self.rates.get("prompt_tokens"))
-
-    @property
-    def decode_rate(self) -> float | None:
-        return self.rates.get("generation_tokens")
-
-
-@dataclass(slots=True)
-class EndpointView(_Rates):
-    """One server's metrics, folded on their own: counters made monotonic
-    across its restarts, a baseline taken when it first answered (so a server
-    that joins late adds none of its earlier history), rates, errors."""
-
-    name: str
-    role: str = "both"
-    engine: str | None = None
-    values: dict[str, float] = field(default_factory=dict)  # latest; counters monotonic
-    missing: dict[str, str] = field(default_factory=dict)
-    error: str | None = None  # the last scrape's error (cleared on success)
-    kv_peak: float | None = None
-    baseline: dict[str, float] = field(default_factory=dict)  # each counter when first seen
-    rates: dict[str, float] = field(default_factory=dict)  # tokens/s over the last RATE_WINDOW_S
-    first_sample_t: float | None = None
-    last_sample_t: float | None = None
-    _raw: dict[str, float] = field(default_factory=dict)
-    _offset: dict[str, float] = field(default_factory=dict)
-    _window: deque[tuple[float, dict[str, float]]] = field(default_factory=deque)
-
-    def fold(self, e: ev.MetricsSample) -> None:
-        self.engine, self.missing, self.error = e.engine, dict(e.missing), None
-        values: dict[str, float] = {}
-        for k, v in e.values.items():
-            if k in COUNTERS:
-                before = self._raw.get(k)
-                if before is not None and v < before:  # counter reset (a restart): continue from where it was
-                    self._offset[k] = self._offset.get(k, 0.0) + before - v
-                self._raw[k] = v
-                v += self._offset.get(k, 0.0)
-                self.baseline.setdefault(k, v)
-            values[k] = v
-        self.values = values
-        kv = values.get("kv_usage")
-        if kv is not None:
-            self.kv_peak = kv if self.kv_peak is None else max(self.kv_peak, kv)
-        counters = self.since_start()
-        # Rates over a window: engines bump prompt counters per request, not per chunk.
-        window = self._window
-        window.append((e.t, counters))
-        while len(window) > 2 and window[1][0] <= e.t - RATE_WINDOW_S:
-            window.popleft()
-        t0, c0 = window[0]
-        if e.t > t0:
-            self.rates = {k: (counters[k] - c0[k]) / (e.t - t0) for k in counters if k in c0}
-        if self.first_sample_t is None:
-            self.first_sample_t = e.t
-        self.last_sample_t = e.t
-
-    def since_start(self) -> dict[str, float]:
-        """Each counter's growth since this server first answered."""
-        v = self.values
-        return {k: v[k] - self.baseline[k] for k in COUNTERS if k in v}
-
-    def hit_rate_since_start(self) -> float | None:
-        return _hit_rate(self.since_start())
-
-    @property
-    def engine_pool(self) -> float | None:
-        """One engine instance's KV pool in tokens (never summed over data-parallel ranks)."""
-        return self.values.get(ENGINE_POOL) or self.values.get("kv_capacity_tokens")
-
-
-@dataclass(slots=True)
-class ServerView(_Rates):
-    """Every endpoint together: counters are the sum of each one's growth
-    since it first answered; request gauges and pools add up; KV usage is
-    the share of all pools in use (the fullest one's where a pool is unknown)."""
-
-    values: dict[str, float] = field(default_factory=dict)
-    missing: dict[str, str] = field(default_factory=dict)  # fields no endpoint exposes, and why
-    engine: str | None = None
-    kv_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
-    kv_peak: float | None = None
-    rates: dict[str, float] = field(default_factory=dict)  # tokens/s, summed over endpoints
-    last_sample_t: float | None = None
-
-    def hit_rate_since_start(self) -> float | None:
-        return _hit_rate(self.values)  # its counters are growth since each endpoint first answered
-
-
-def _hit_rate(counters: dict[str, float]) -> float | None:
-    if "prefix_queries" not in counters or "prefix_hits" not in counters:
-        return None
-    dq = counters["prefix_queries"]
-    return counters["prefix_hits"] / dq if dq > 0 else None
-
-
-def merge_endpoints(views: list[EndpointView]) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
-    """(values, rates, missing) of a set of endpoints taken together."""
-    values: dict[str, float] = {}
-    rates: dict[str, float] = {}
-    for ep in views:
-        for k, v in ep.values.items():
-            if k == "kv_usage" or k == ENGINE_POOL:
-                continue
-            values[k] = values.get(k, 0.0) + (v - ep.baseline[k] if k in COUNTERS else v)
-        for k, r in ep.rates.items():
-            rates[k] = rates.get(k, 0.0) + r
-    usage = [(ep.values["kv_usage"], ep.values.get("kv_capacity_tokens")) for ep in views if "kv_usage" in ep.values]
-    if usage:
-        if all(cap for _, cap in usage):
-            values["kv_usage"] = sum(u * cap for u, cap in usage) / sum(cap for _, cap in usage)  # type: ignore[misc]
-        else:
-            values["kv_usage"] = max(u for u, _ in usage)
-    missing = dict(views[0].missing) if views else {}
-    for ep in views[1:]:
-        missing = {k: r for k, r in missing.items() if k in ep.missing}
-    return values, rates, missing
 
 
 class RunState:
@@ -515,8 +269,8 @@ class RunState:
                 rates.append(r)
         return SessionsAggregate(
             total=len(self.sessions), by_state=by_state,
-            ttft_p50=statistics.median(ttfts) if ttfts else None, ttft_max=max(ttfts, default=None),
-            decode_p50=statistics.median(rates) if rates else None, decode_min=min(rates, default=None))
+            ttft_p50=median(ttfts), ttft_max=max(ttfts, default=None),
+            decode_p50=median(rates), decode_min=min(rates, default=None))
 
     def timeline_aggregate(self, first_bucket: int, n: int) -> tuple[list[float], list[float]]:
         """Per bucket, across the sessions that decoded in it: decode tok/s p50 and min."""
@@ -525,7 +279,7 @@ class RunState:
             for i, v in enumerate(s.timeline_values(first_bucket, n)):
                 if v > 0:
                     columns[i].append(v)
-        return ([statistics.median(c) if c else 0.0 for c in columns], [min(c) if c else 0.0 for c in columns])
+        return ([median(c) or 0.0 for c in columns], [min(c) if c else 0.0 for c in columns])
 
     def prefill_progress(self, now: float) -> list[PrefillProgress]:
         """Each waiting prefill: elapsed time and, from the session's (or else
@@ -606,37 +360,6 @@ class RunState:
 
     def hit_rate_since_start(self) -> float | None:
         return self.server.hit_rate_since_start()
-
-
-COLLAPSE_AT = 3  # finished turns in one second that the log shows as one line
-
-
-def collapsed_log(entries: list[LogEntry]) -> list[LogEntry]:
-    """The log with runs of COLLAPSE_AT or more turns that finished within the
-    same second folded into one line: "12 turns done: TTFT 0.31-0.42s"."""
-    out: list[LogEntry] = []
-    group: list[LogEntry] = []
-
-    def close() -> None:
-        if len(group) >= COLLAPSE_AT:
-            ttfts = [g.ttft for g in group if g.ttft is not None]
-            span = f"TTFT {min(ttfts):.2f}-{max(ttfts):.2f}s" if ttfts else "no TTFT"
-            out.append(LogEntry(group[-1].t, "info", f"{len(group)} turns done: {span}"))
-        else:
-            out.extend(group)
-        group.clear()
-
-    for e in entries:
-        if e.ttft is not None and group and int(e.t) == int(group[0].t):
-            group.append(e)
-            continue
-        close()
-        if e.ttft is not None:
-            group.append(e)
-        else:
-            out.append(e)
-    close()
-    return out
 
 
 def _spans_overlapping(s: SessionView, lo: float, hi: float) -> list[tuple[float, float | None]]:

@@ -15,6 +15,8 @@ from typing import Literal
 
 import msgspec
 
+from rampwatch.drivers.model.stats import quantile
+
 TurnStatus = Literal["running", "ok", "failed", "cancelled"]
 
 
@@ -134,19 +136,17 @@ class GapStats(msgspec.Struct):
     over_1s: int
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+def is_delivery_gap(dt: float) -> bool:
+    """Whether a gap between two text chunks' stamps was a wait: chunks stamped in one network read (a zero gap)
+    are one delivery. The report's gap figures and the exporter's gap histogram both count by this rule."""
+    return dt > 0
 
 
 def gap_stats(gaps: Iterable[float]) -> GapStats | None:
-    ordered = sorted(g for g in gaps if g > 0)
+    ordered = sorted(g for g in gaps if is_delivery_gap(g))
     if not ordered:
         return None
-    return GapStats(count=len(ordered), p50_s=_quantile(ordered, 0.5), p99_s=_quantile(ordered, 0.99), max_s=ordered[-1],
+    return GapStats(count=len(ordered), p50_s=quantile(ordered, 0.5), p99_s=quantile(ordered, 0.99), max_s=ordered[-1],
                     over_100ms=sum(1 for g in ordered if g > STALL_S), over_1s=sum(1 for g in ordered if g > LONG_STALL_S))
 
 

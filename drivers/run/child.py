@@ -17,7 +17,8 @@ import sys
 
 from rampwatch.drivers.run import pipe
 from rampwatch.drivers.run.config import BadInput
-from rampwatch.drivers.run.runner import EXIT_CRASHED, Run, crash_summary
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
+from rampwatch.drivers.run.runner import Run, crash_summary
 
 
 async def serve(start: pipe.DriverStart, out_fd: int, pending: bytes = b"") -> int:

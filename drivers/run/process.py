@@ -27,7 +27,7 @@ from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run import pipe
 from rampwatch.drivers.run.config import BadInput, RunConfig
-from rampwatch.drivers.run.runner import EXIT_CRASHED
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 
 TRIM_EVERY = 1024  # event lines received between looks at how much of the run the recording holds
 EXIT_WAIT_S = 30.0  # how long a stopping driver may take to cancel its turns and close the file

@@ -23,6 +23,7 @@ from rampwatch.drivers.client.tls import TlsError, tls_context
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, check_topology, default_record_path
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.pacing import TurnGate
@@ -32,7 +33,6 @@ from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.telemetry.metrics import MetricsScraper
 from rampwatch.drivers.telemetry.prometheus import PrometheusReader, check_prometheus
 
-EXIT_CRASHED = 3
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 

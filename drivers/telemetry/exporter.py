@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.turns import decode_tok_s
+from rampwatch.drivers.model.turns import decode_tok_s, is_delivery_gap
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560)
 GAP_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
@@ -72,7 +72,7 @@ class RunExporter:
                 return
             gap = self.gap.labels(e.session, self.run)
             for t in e.times:
-                if f.last_t is not None:
+                if f.last_t is not None and is_delivery_gap(t - f.last_t):  # the report's rule: one read, one delivery
                     gap.observe(t - f.last_t)
                 f.last_t = t
         elif isinstance(e, ev.TurnDone):

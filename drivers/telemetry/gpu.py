@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.telemetry.metrics import _LINE, _labels, redact_url
+from rampwatch.drivers.telemetry.metrics import SAMPLE_LINE, parse_labels, redact_url
 
 
 class NvmlReader:
@@ -87,11 +87,11 @@ def parse_dcgm(text: str, node: str = "") -> list[ev.GpuReading]:
     """GPU readings from a dcgm-exporter scrape (units converted to NVML's),
     each labelled with its node: the Hostname label, else `node`."""
     gpus: dict[tuple[str, int], dict[str, Any]] = {}
-    for m in _LINE.finditer(text):
+    for m in SAMPLE_LINE.finditer(text):
         spec = DCGM_FIELDS.get(m.group(1))
         if spec is None:
             continue
-        lab = _labels(m.group(2))
+        lab = parse_labels(m.group(2))
         try:
             idx = int(lab.get("gpu", "0"))
             value = float(m.group(3)) * spec[1]
@@ -131,7 +131,9 @@ class GpuSampler:
 
     async def _run_nvml(self) -> None:
         try:
-            reader = NvmlReader(self.nvml)
+            # nvmlInit and the device names can take seconds on a busy node: off the event loop, so a slow
+            # NVML never delays the sessions' token stamps.
+            reader = await asyncio.to_thread(NvmlReader, self.nvml)
         except Exception as e:  # noqa: BLE001 - NVMLError, ImportError, a broken driver
             self.emit(ev.GpuUnavailable(t=self.clock(), source="nvml", reason=f"no GPU source: NVML unavailable ({e})"))
             return

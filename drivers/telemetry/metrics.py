@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 import httpx
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.endpoints import ENGINE_POOL
 
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)", re.M)
+# One sample line of the Prometheus text format: name, {labels} and value (the DCGM reader parses with it too).
+SAMPLE_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)", re.M)
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 # How each field combines across label sets (engines, dp ranks): counters and
@@ -125,15 +127,12 @@ FIELDS = (
 )
 
 
-# One engine instance's KV pool (tokens): "fits N×" divides this, never a pool summed over data-parallel ranks.
-ENGINE_POOL = "kv_engine_tokens"
-
-
 class MetricsFormatError(ValueError):
     """The text is not a Prometheus exposition rampwatch can read."""
 
 
-def _labels(text: str | None) -> dict[str, str]:
+def parse_labels(text: str | None) -> dict[str, str]:
+    """The labels inside a sample line's braces, as a dict."""
     return dict(_LABEL.findall(text)) if text else {}
 
 
@@ -155,7 +154,7 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
     """(engine, values, missing) from one /metrics text."""
     profile = profile or detect(text)
     if profile is None:
-        if not _LINE.search(text):
+        if not SAMPLE_LINE.search(text):
             raise MetricsFormatError("not a Prometheus text exposition")
         reason = "no vllm:, sglang: or llamacpp: series (vLLM with --disable-log-stats exposes none)"
         return "unknown", {}, {f: reason for f in FIELDS}
@@ -166,11 +165,11 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
     found: dict[tuple[str, Series], float] = {}
     config_capacity = engine_capacity = 0.0  # all engines' (data-parallel ranks') pools, and the largest one's
     parsed = 0
-    for m in _LINE.finditer(text):
+    for m in SAMPLE_LINE.finditer(text):
         parsed += 1
         name = m.group(1)
         if name == "vllm:cache_config_info":
-            lab = _labels(m.group(2))
+            lab = parse_labels(m.group(2))
             size = lab.get("kv_cache_size_tokens")
             try:
                 one = float(size) if size not in (None, "", "None") else float(lab["num_gpu_blocks"]) * float(lab["block_size"])
@@ -182,7 +181,7 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
         targets = wanted.get(name)
         if not targets:
             continue
-        lab = _labels(m.group(2))
+        lab = parse_labels(m.group(2))
         if profile.dedupe_label and lab.get(profile.dedupe_label, "0") != "0":
             continue
         try:
@@ -198,7 +197,7 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
             else:
                 found[key] = found.get(key, 0.0) + value
     if parsed < _sample_lines(text):
-        bad = next(line for line in text.splitlines() if line.strip() and line[0] != "#" and not _LINE.match(line))
+        bad = next(line for line in text.splitlines() if line.strip() and line[0] != "#" and not SAMPLE_LINE.match(line))
         raise MetricsFormatError(f"malformed exposition, e.g. {bad.strip()[:80]!r}")
     values: dict[str, float] = {}
     for fname, aliases in profile.fields.items():

@@ -11,13 +11,16 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 
-from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, RunState
+from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import turn_row
-from rampwatch.tui.fmt import duration, format_tokens, pct, rate, sparkline
+from rampwatch.drivers.model.views import TIMELINE_BUCKET_S
+from rampwatch.drivers.present.turn_table import row_cells
+from rampwatch.tui.fmt import sparkline
 from rampwatch.tui.widgets.panels import ChangingStatic, last_whole_second, prefill_legend
 from rampwatch.tui.widgets.sessions import session_row
 
-TURN_COLUMNS = ("turn", "context", "new", "cached", "TTFT", "prefill tok/s", "decode tok/s", "gap p99", "max gap",
+# The report's per-turn columns that one session's screen has room for (the same heads, the same cells).
+TURN_COLUMNS = ("turn", "context", "new", "cached", "TTFT s", "prefill tok/s", "decode tok/s", "gap p99", "max gap",
                 ">100ms", "hit", "needle")
 
 
@@ -60,12 +63,7 @@ class SessionScreen(Screen[None]):
             table = self.query_one(DataTable)
             table.clear()
             for rec in records:
-                r = turn_row(rec)
-                table.add_row(str(r.turn), format_tokens(r.context_tokens), format_tokens(r.new_tokens),
-                              format_tokens(r.cached_tokens), duration(r.ttft_s), rate(r.prefill_tok_s),
-                              "-" if r.decode_tok_s is None else f"{r.decode_tok_s:.1f}", duration(r.gap_p99_s),
-                              duration(r.gap_max_s), str(r.gaps_over_100ms), pct(r.hit_rate),
-                              "-" if r.needle is None else ("✓" if r.needle else "✗"))
+                table.add_row(*row_cells(turn_row(rec), TURN_COLUMNS))
         self._show_lane(state, now)
 
     def _show_lane(self, state: RunState, now: float) -> None:

@@ -17,7 +17,10 @@ from textual.geometry import Region
 from textual.widgets import Static
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.state import TIMELINE_BUCKET_S, EndpointView, RunState, ServerView, SessionView, collapsed_log
+from rampwatch.drivers.model.endpoints import EndpointView, ServerView
+from rampwatch.drivers.model.log import collapsed_log
+from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.model.views import TIMELINE_BUCKET_S, SessionView
 from rampwatch.tui.fmt import bar, clock, duration, format_tokens, pct, rate, sparkline, whole
 
 LEVEL_STYLE = {"info": "", "warn": "yellow", "error": "bold red", "mark": "bold magenta"}

@@ -12,14 +12,12 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from rampwatch.drivers.model.analysis import Report
-from rampwatch.drivers.model.report import COLUMNS, row_cells, summary_lines
 from rampwatch.drivers.model.turns import TurnRow
+from rampwatch.drivers.present.report import summary_lines
+from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, row_cells
 
 # Dropped first when the terminal is narrow; turn, context, TTFT, decode tok/s, max gap and needle stay.
 DROP_ORDER = ("gap p50", ">1s", "out", "KV peak", "error", "cached", "gap p99", ">100ms", "prefill tok/s", "new", "hit")
-SORT_FIELDS = dict(zip(COLUMNS, ("turn", "context_tokens", "new_tokens", "cached_tokens", "ttft_s", "prefill_tok_s",
-                                 "decode_tok_s", "output_tokens", "hit_rate", "kv_peak", "gap_p50_s", "gap_p99_s",
-                                 "gap_max_s", "gaps_over_100ms", "gaps_over_1s", "needle", "error")))
 BAR_WIDTH = 40
 
 
@@ -96,13 +94,11 @@ class ReportScreen(Screen[None]):
         rows = self.tables[sid]
         if sid in self.sorted_by:
             name, reverse = self.sorted_by[sid]
-            field = SORT_FIELDS[name]
+            field = BY_HEAD[name].field
             present = [r for r in rows if getattr(r, field) is not None]
             rows = sorted(present, key=lambda r: getattr(r, field), reverse=reverse) + [r for r in rows if r not in present]
-        index = [COLUMNS.index(c) for c in self.columns]
         for r in rows:
-            cells = row_cells(r)
-            table.add_row(*(cells[k] for k in index))
+            table.add_row(*row_cells(r, self.columns))
 
     def sort(self, sid: str, column: str) -> None:
         """Sort one session's table by a column; the same column again reverses it."""

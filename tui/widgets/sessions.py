@@ -15,7 +15,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from rampwatch.drivers.model.state import RunState, SessionState, SessionView
+from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.model.views import SessionState, SessionView
 from rampwatch.drivers.model.turns import STALL_S
 from rampwatch.tui.fmt import duration, format_tokens, pct, rate
 

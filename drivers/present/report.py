@@ -10,34 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from rampwatch.drivers.model.analysis import Report
-from rampwatch.drivers.model.compare import Comparison, RunRow
 from rampwatch.drivers.model.turns import GapStats, TurnRow
-from rampwatch.drivers.client.ramp import format_tokens
+from rampwatch.drivers.present.compare import Comparison, RunRow
+from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
+from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, row_cells
 
 FORMATS = ("table", "md", "csv", "json")
-COLUMNS = ("turn", "context", "new", "cached", "TTFT s", "prefill tok/s", "decode tok/s", "out", "hit", "KV peak",
-           "gap p50", "gap p99", "max gap", ">100ms", ">1s", "needle", "error")
-
-
-def fmt_num(x: float | None, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
-
-
-def fmt_pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.0f}%"
-
-
-def _needle(x: bool | None) -> str:
-    return "-" if x is None else ("✓" if x else "✗")
-
-
-def row_cells(r: TurnRow) -> list[str]:
-    return [
-        str(r.turn), format_tokens(r.context_tokens), format_tokens(r.new_tokens), format_tokens(r.cached_tokens),
-        fmt_num(r.ttft_s, ".2f"), fmt_num(r.prefill_tok_s, ",.0f"), fmt_num(r.decode_tok_s, ".1f"), str(r.output_tokens),
-        fmt_pct(r.hit_rate), fmt_pct(r.kv_peak), fmt_num(r.gap_p50_s, ".3f"), fmt_num(r.gap_p99_s, ".3f"), fmt_num(r.gap_max_s, ".2f"),
-        str(r.gaps_over_100ms), str(r.gaps_over_1s), _needle(r.needle), r.error or "",
-    ]
 
 
 def summary_lines(rep: Report) -> list[str]:
@@ -75,7 +53,7 @@ def summary_lines(rep: Report) -> list[str]:
     modes = [m for m in ("lockstep" if run.lockstep else "", "strict needle" if run.needle_mode == "strict" else "",
                          f"time limit {run.time_limit_s:g}s" if run.time_limit_s else "") if m]
     lines.append(f"run: {run.status or 'running'}" + (f" ({', '.join(modes)})" if modes else ""))
-    lines.append(f"server: KV peak {fmt_pct(rep.server.kv_peak)}, hit rate last turn {fmt_pct(rep.server.hit_rate_last_turn)}")
+    lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
     return lines
 
 
@@ -119,7 +97,7 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
     for _, title, rows in _turn_tables(rep):
         t = Table(title=title, title_justify="left")
         for c in COLUMNS:
-            t.add_column(c, justify="left" if c in ("needle", "error") else "right")
+            t.add_column(c, justify=BY_HEAD[c].align)
         for row in rows:
             t.add_row(*row_cells(row))
         console.print(t)
@@ -137,8 +115,8 @@ COMPARE_COLUMNS = (
     ("prefill tok/s first", lambda r: fmt_num(r.prefill_tok_s_first_turn, ",.0f")),
     ("prefill tok/s last", lambda r: fmt_num(r.prefill_tok_s_last_turn, ",.0f")),
     ("decode tok/s", lambda r: fmt_num(r.decode_tok_s_median, ".1f")),
-    ("hit last", lambda r: r.hit_rate_last_turn if isinstance(r.hit_rate_last_turn, str) else fmt_pct(r.hit_rate_last_turn)),
-    ("KV peak", lambda r: fmt_pct(r.kv_peak)), ("needle", lambda r: f"{r.needle_found}/{r.needle_asked}"),
+    ("hit last", lambda r: r.hit_rate_last_turn if isinstance(r.hit_rate_last_turn, str) else pct(r.hit_rate_last_turn)),
+    ("KV peak", lambda r: pct(r.kv_peak)), ("needle", lambda r: f"{r.needle_found}/{r.needle_asked}"),
     ("worst stall s", lambda r: fmt_num(r.worst_gap_during_foreign_prefill_s, ".2f")), ("failed", lambda r: str(r.failed_turns)),
 )
 
@@ -194,7 +172,7 @@ def render_curve(points: list[tuple[int, Report, float | None]]) -> str:
         i = rep.interference
         table.add_row(str(n), fmt_num(max(ttfts, default=None), ".2f"), fmt_num(min(ttfts, default=None), ".2f"),
                       fmt_num(i.decode_tok_s_alone_median, ".1f"), fmt_num(i.decode_tok_s_during_foreign_prefill_median, ".1f"),
-                      fmt_num(worst, ".2f"), fmt_pct(rep.server.kv_peak), fmt_num(preempted, ".0f"), rep.run.status or "-")
+                      fmt_num(worst, ".2f"), pct(rep.server.kv_peak), fmt_num(preempted, ".0f"), rep.run.status or "-")
     console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
     console.print(table)
     return console.file.getvalue()  # type: ignore[attr-defined]

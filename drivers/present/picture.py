@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass, field
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.compare import Comparison
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import TurnRecord, turn_row
+from rampwatch.drivers.present.compare import Comparison
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MAX_POINTS = 1500  # per metric line: a 2-hour run scraped twice a second is thinned to this

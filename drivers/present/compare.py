@@ -4,11 +4,10 @@ every turn, each figure taken from the run's own report (so `compare` and
 
 from __future__ import annotations
 
-import statistics
-
 import msgspec
 
 from rampwatch.drivers.model.analysis import Report
+from rampwatch.drivers.model.stats import median
 
 COMPARE_SCHEMA = 1  # the JSON comparison's schema (README: "rampwatch compare"); bump on any change
 NO_HIT_COUNTERS = "n/a: engine exposes no prefix-cache counters"
@@ -58,10 +57,6 @@ class Comparison(msgspec.Struct):
     notes: list[str]
 
 
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
 def _slowest_by_turn(rep: Report) -> dict[int, float]:
     out: dict[int, float] = {}
     for s in rep.sessions:
@@ -93,8 +88,8 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         ttft_max_s=max((s.summary.ttft_max_s for s in sessions), default=None),
         last_turn_ttft_s=by_turn.get(last_turn),
         one_shot_ttft_s=rep.one_shot.turn.ttft_s if rep.one_shot else None,
-        prefill_tok_s_first_turn=_median(first_rates), prefill_tok_s_last_turn=_median(last_rates),
-        decode_tok_s_median=_median([t.decode_tok_s for t in ok if t.decode_tok_s is not None]),
+        prefill_tok_s_first_turn=median(first_rates), prefill_tok_s_last_turn=median(last_rates),
+        decode_tok_s_median=median([t.decode_tok_s for t in ok if t.decode_tok_s is not None]),
         hit_rate_last_turn=hit, kv_peak=rep.server.kv_peak,
         needle_found=sum(s.summary.needle_found for s in sessions), needle_asked=len(ok),
         worst_gap_during_foreign_prefill_s=gaps.max_s if gaps else None,

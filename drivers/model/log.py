@@ -1,0 +1,45 @@
+"""The run's log lines, and how the events panel folds a burst of finished turns into one line."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class LogEntry(NamedTuple):
+    """One line of the run's log; `ttft` marks a finished turn (the events panel groups those)."""
+
+    t: float
+    level: str  # info | warn | error | mark
+    text: str
+    ttft: float | None = None
+
+
+COLLAPSE_AT = 3  # finished turns in one second that the log shows as one line
+
+
+def collapsed_log(entries: list[LogEntry]) -> list[LogEntry]:
+    """The log with runs of COLLAPSE_AT or more turns that finished within the
+    same second folded into one line: "12 turns done: TTFT 0.31-0.42s"."""
+    out: list[LogEntry] = []
+    group: list[LogEntry] = []
+
+    def close() -> None:
+        if len(group) >= COLLAPSE_AT:
+            ttfts = [g.ttft for g in group if g.ttft is not None]
+            span = f"TTFT {min(ttfts):.2f}-{max(ttfts):.2f}s" if ttfts else "no TTFT"
+            out.append(LogEntry(group[-1].t, "info", f"{len(group)} turns done: {span}"))
+        else:
+            out.extend(group)
+        group.clear()
+
+    for e in entries:
+        if e.ttft is not None and group and int(e.t) == int(group[0].t):
+            group.append(e)
+            continue
+        close()
+        if e.ttft is not None:
+            group.append(e)
+        else:
+            out.append(e)
+    close()
+    return out

@@ -1,0 +1,117 @@
+"""What one session looks like to the panels: where it is, its decode rate now, its timeline; and the
+summaries over every session (the Sessions panel's line, the prefills in flight)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s
+
+SessionState = Literal["queued", "prefilling", "decoding", "idle", "failed", "done", "cancelled"]
+
+DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
+TIMELINE_BUCKET_S = 1.0
+TIMELINE_LEN = 1800  # seconds kept per session for the chart; the recording keeps all
+
+
+@dataclass(slots=True)
+class SessionsAggregate:
+    """The Sessions panel's one-line summary, over every session."""
+
+    total: int
+    by_state: dict[str, int]
+    ttft_p50: float | None  # of each session's last finished turn
+    ttft_max: float | None
+    decode_p50: float | None  # of the sessions decoding now
+    decode_min: float | None
+
+
+@dataclass(slots=True)
+class PrefillProgress:
+    session: str
+    turn: int
+    new_tokens: int
+    elapsed: float
+    expected: float | None  # seconds, from the last prefill rate seen
+
+    @property
+    def fraction(self) -> float | None:
+        return min(0.99, self.elapsed / self.expected) if self.expected else None
+
+
+@dataclass(slots=True)
+class SessionView:
+    """One session as the Sessions panel shows it: where it is and how it is doing."""
+
+    id: str
+    schedule: list[int]
+    role: ev.SessionRole = "ramp"
+    state: SessionState = "queued"
+    turn: int = 0
+    current: TurnRecord | None = None
+    last_done: TurnRecord | None = None
+    last_prompt_tokens: int | None = None  # the last reported prompt, so the next turn knows its new tokens
+    tokens_per_chunk: float = 1.0  # from the last finished turn's usage: turns chunk counts into tokens
+    needles: list[bool | None] = field(default_factory=list)
+    recent: deque[float] = field(default_factory=deque)  # arrival times inside the decode window
+    # Text chunks per TIMELINE_BUCKET_S: timeline[i] is bucket timeline_first + i (a flat list the chart slices).
+    timeline: list[int] = field(default_factory=list)
+    timeline_first: int = 0
+    prefill_spans: deque[list[float | None]] = field(default_factory=lambda: deque(maxlen=64))  # [sent, first|None]
+    failed_turns: int = 0
+    endpoint: str = ""  # the name of the server its turns go to
+
+    @property
+    def context_tokens(self) -> int | None:
+        rec = self.current or self.last_done
+        if rec is None:
+            return None
+        return rec.prompt_tokens if rec.prompt_tokens is not None else rec.target
+
+    @property
+    def cached_share(self) -> float | None:
+        """Cached share of the last finished turn's prompt (from usage)."""
+        rec = self.last_done
+        if rec is None or rec.cached_tokens is None or not rec.prompt_tokens:
+            return None
+        return rec.cached_tokens / rec.prompt_tokens
+
+    def current_gap(self, now: float) -> float | None:
+        """While decoding: seconds since the last text chunk arrived (a stall, when long)."""
+        rec = self.current
+        if self.state != "decoding" or rec is None or rec.last_t is None:
+            return None
+        return max(0.0, now - rec.last_t)
+
+    def decode_rate_now(self) -> float | None:
+        """Decode tokens/s over the last DECODE_WINDOW_S (chunks scaled to tokens)."""
+        r = self.recent
+        return decode_tok_s(len(r) * self.tokens_per_chunk, r[0], r[-1]) if r else None
+
+    def timeline_values(self, first_bucket: int, n: int) -> list[float]:
+        """Decode tokens/s in each of n buckets from `first_bucket` (0 where nothing arrived)."""
+        counts, base = self.timeline, self.timeline_first
+        lo, hi = max(0, first_bucket - base), max(0, first_bucket + n - base)
+        scale = self.tokens_per_chunk / TIMELINE_BUCKET_S
+        values = [c * scale for c in counts[lo:hi]]
+        pad = min(n, max(0, base - first_bucket))
+        return [0.0] * pad + values + [0.0] * (n - pad - len(values))
+
+    def count_arrivals(self, times: list[float]) -> None:
+        counts = self.timeline
+        for t in times:
+            b = int(t // TIMELINE_BUCKET_S)
+            if not counts:
+                self.timeline_first = b
+            i = b - self.timeline_first
+            if i >= len(counts):
+                counts.extend([0] * (i + 1 - len(counts)))
+            if i >= 0:
+                counts[i] += 1
+        if len(counts) > 2 * TIMELINE_LEN:  # trim by halves: amortised O(1) per bucket
+            drop = len(counts) - TIMELINE_LEN
+            del counts[:drop]
+            self.timeline_first += drop
