@@ -59,9 +59,10 @@ def imported_names(module: str, source: str, is_package: bool = False) -> list[t
 
 
 def _layer(name: str) -> str | None:
-    """The drivers/ package a rampwatch.drivers module belongs to; None for the root package."""
+    """The drivers/ package a rampwatch.drivers module belongs to; None for the root package (and the
+    root's own names, such as its __version__)."""
     parts = name.split(".")
-    return parts[2] if len(parts) > 2 else None
+    return parts[2] if len(parts) > 2 and not parts[2].startswith("__") else None
 
 
 def _within(name: str, prefix: str) -> bool:
