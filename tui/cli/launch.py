@@ -4,6 +4,7 @@ line output, or headless with the UI served to browsers (--web) from the recordi
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.exporting import linger_for_last_scrape, start_exporter
@@ -13,6 +14,9 @@ from rampwatch.drivers.run.runner import EXIT_CRASHED, Run
 from rampwatch.drivers.telemetry.exporter import RunExporter
 from rampwatch.tui.cli.web import serve_until_interrupted, serve_web
 from rampwatch.tui.headless import HeadlessPrinter
+
+if TYPE_CHECKING:
+    from rampwatch.tui.web import WebServer
 
 
 def execute_run(cfg: RunConfig, record: bool, headless: bool, web: str | None = None) -> int:
@@ -59,17 +63,20 @@ def export_from_ui(cfg: RunConfig, driver: DriverProcess) -> RunExporter | None:
 def execute_headless(cfg: RunConfig, record: bool, web: str | None = None) -> int:
     """The run here with HeadlessPrinter's lines; after it, --web keeps serving until Ctrl-C and
     --serve-metrics stays up for a last scrape."""
+    servers: list[WebServer] = []
 
-    def open_web(run: Run):  # type: ignore[no-untyped-def]
-        if run.recording_path is None:
+    def open_web(run: Run) -> WebServer | None:
+        if web is None or run.recording_path is None:
             return None
         from rampwatch.tui.web import page_command
 
-        return serve_web(web, page_command(run.recording_path, follow=True), f"rampwatch {cfg.mode}", cfg.api_key)
+        servers.append(serve_web(web, page_command(run.recording_path, follow=True), f"rampwatch {cfg.mode}",
+                                 cfg.api_key))
+        return servers[0]
 
     run, serving = run_headless(cfg, record, HeadlessPrinter, open_web if web else None)
-    if serving.web is not None:
-        serve_until_interrupted(serving.web, f"the run {run.state.ended.status if run.state and run.state.ended else 'ended'}")
+    if servers:
+        serve_until_interrupted(servers[0], f"the run {run.state.ended.status if run.state and run.state.ended else 'ended'}")
     if serving.exporter is not None and cfg.mode != "watch":
         linger_for_last_scrape()
     serving.close()
