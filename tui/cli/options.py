@@ -21,12 +21,12 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         urls = [args.prometheus]  # watching only through Prometheus: the header names it
     if not urls:
         raise BadInput("give a server URL, or --prometheus URL to watch through Prometheus")
-    watched = watch_settings(args)
     for url in urls:
         if "://" not in url:
             raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
+    watched = watch_settings(args)
     cfg = RunConfig(url=urls[0], more_urls=urls[1:], pins=dict(parse_pin(p) for p in getattr(args, "pin", None) or []),
-                    mode=mode, record=args.record, command=recorded_command(argv), **watched)  # type: ignore[arg-type]
+                    mode=mode, record=args.record, command=recorded_command(argv), **watched)
     return cfg if mode == "watch" else replace(cfg, **ramp_settings(args))
 
 
