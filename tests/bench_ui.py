@@ -44,7 +44,7 @@ import psutil
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.sim.serve import ChildSim
 from rampwatch.drivers.telemetry.metrics import normalize
-from rampwatch.tui.cli import load_state
+from rampwatch.tui.cli.files import load_state
 
 ROOT = Path(__file__).resolve().parents[1]
 RAMPWATCH = str(Path(sys.executable).parent / "rampwatch")

@@ -27,7 +27,8 @@ from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.app import RampwatchApp
-from rampwatch.tui.cli import export_from_ui, load_state
+from rampwatch.tui.cli.files import load_state
+from rampwatch.tui.cli.launch import export_from_ui
 from rampwatch.tui.sources import LiveSource
 from rampwatch.tui.widgets.panels import EventsPanel, HeaderBar
 from tests.conftest import drive, free_port, rampwatch_cmd

@@ -1,0 +1,60 @@
+"""The one rule for keeping credentials off the screen and out of recordings: a command line as
+recorded, and an error line that quotes what the user typed, both pass through scrub_argv."""
+
+from __future__ import annotations
+
+import re
+
+from rampwatch.drivers.telemetry.metrics import redact_url
+
+HIDDEN = "***"
+# Vendors' key prefixes (OpenAI sk-, Hugging Face hf_, GitHub, GitLab, Slack, AWS), then anything long that
+# looks random: 32 or more letters and digits together, nothing else (a model name has hyphens or dots).
+_KEY_LIKE = re.compile(r"(?:sk|pk|rk|hf|ghp|gho|ghs|glpat|xox[abpr])[-_][A-Za-z0-9_\-]{6,}|AKIA[A-Z0-9]{12,}")
+_RANDOM_LIKE = re.compile(r"(?=[A-Za-z0-9]*[A-Za-z])(?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]{32,}")
+# A flag whose name says its value is a secret (--api-key, --token, --password, ...), mistyped or not;
+# the two that only name where the key is (an environment variable, a file) are not secrets.
+_SECRET_FLAG = re.compile(r"--?(?:[\w-]*[-_])?(?:key|secret|passw\w*|token|auth\w*|bearer)(?:[-_][\w-]*)?", re.I)
+_NAMES_WHERE_THE_KEY_IS = ("--api-key-env", "--api-key-file")
+
+
+def looks_secret(value: str) -> bool:
+    """A value that looks like an API key or token wherever it stands."""
+    return bool(_KEY_LIKE.fullmatch(value) or _RANDOM_LIKE.fullmatch(value))
+
+
+def _secret_flag(arg: str) -> bool:
+    return bool(_SECRET_FLAG.fullmatch(arg)) and arg not in _NAMES_WHERE_THE_KEY_IS
+
+
+def scrub_arg(arg: str, after_secret_flag: bool = False) -> str:
+    """One argument without credentials: URL user:password@ removed, a key-like value (or any value
+    right after a secret-named flag) hidden, --flag=value split and judged as the two would be."""
+    if after_secret_flag and not arg.startswith("-"):
+        return HIDDEN
+    flag, eq, value = arg.partition("=")
+    if eq and flag.startswith("-"):
+        return f"{flag}={scrub_arg(value, _secret_flag(flag))}"
+    if looks_secret(arg):
+        return HIDDEN
+    return redact_url(arg) if "://" in arg else arg
+
+
+def scrub_argv(argv: list[str]) -> list[str]:
+    """The command line as recorded and as quoted back: every argument through scrub_arg."""
+    return [scrub_arg(a, k > 0 and _secret_flag(argv[k - 1])) for k, a in enumerate(argv)]
+
+
+def scrub_message(message: str, argv: list[str]) -> str:
+    """An error line (argparse quotes what it did not take) with every argument scrub_argv changes
+    replaced by its scrubbed form, longest first so a value inside another is not left half-shown."""
+    pairs = sorted(((a, s) for a, s in zip(argv, scrub_argv(argv)) if a != s), key=lambda p: -len(p[0]))
+    for arg, scrubbed in pairs:
+        message = message.replace(arg, scrubbed)
+        _, eq, value = arg.partition("=")
+        if eq and value and looks_secret(value):
+            message = message.replace(value, HIDDEN)
+    for word in set(re.findall(r"[^\s'\",]+", message)):  # a key argparse quotes differently from argv
+        if looks_secret(word):
+            message = message.replace(word, HIDDEN)
+    return message

@@ -1,0 +1,64 @@
+"""`rampwatch compare`: recordings side by side, each labelled, ratios against a baseline run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rampwatch.drivers.present import picture
+from rampwatch.drivers.model.analysis import Report, build_report
+from rampwatch.drivers.present.compare import compare
+from rampwatch.drivers.present.report import COMPARE_COLUMNS, render_comparison
+from rampwatch.drivers.run.sweep import read_sweep
+from rampwatch.tui.cli.errors import fail
+from rampwatch.tui.cli.files import load_state, write_file
+
+# One compared run: label, path, report, engine version, the ramp's schedule.
+Compared = tuple[str, str, Report, str, list[int]]
+
+
+def execute(args: argparse.Namespace, argv: list[str]) -> int:
+    paths: list[Path] = []
+    for path in args.paths:
+        paths += read_sweep(path) or [path]
+    if args.label and len(args.label) != len(paths):
+        return fail(f"{len(args.label)} --label for {len(paths)} runs: give one per run, in order")
+    runs = labelled([load(path, args.label[k] if args.label else None, args.skip_bad_lines) for k, path in enumerate(paths)])
+    baseline = 0
+    if args.baseline:
+        found = baseline_index(runs, args.baseline)
+        if found is None:
+            return fail(f"--baseline {args.baseline}: not one of the runs compared")
+        baseline = found
+    cmp = compare(runs, baseline)
+    sys.stdout.write(render_comparison(cmp, args.format))
+    if args.html:
+        fields = [(name, [cell(r) for r in cmp.runs]) for name, cell in COMPARE_COLUMNS]
+        return write_file(args.html, picture.compare_html(cmp, fields))
+    return 0
+
+
+def load(path: Path, label: str | None, skip_bad_lines: bool) -> Compared:
+    """One run's row: its --label, else model@engine."""
+    state = load_state(path, skip_bad_lines)
+    rep = build_report(state)
+    h = state.header
+    ramp = [s for s in state.sessions.values() if s.role == "ramp"]
+    return (label or f"{rep.run.model or '?'}@{rep.run.engine or '?'}", str(path), rep,
+            (h.engine_version or "") if h else "", ramp[0].schedule if ramp else [])
+
+
+def labelled(runs: list[Compared]) -> list[Compared]:
+    """Default labels of same-model runs are the same: number them all so they can be told apart."""
+    labels = [r[0] for r in runs]
+    if len(set(labels)) < len(labels):
+        return [(f"{label} #{k + 1}", *rest) for k, (label, *rest) in enumerate(runs)]  # type: ignore[misc]
+    return runs
+
+
+def baseline_index(runs: list[Compared], baseline: str) -> int | None:
+    """The first run whose label, path or file name is --baseline."""
+    names = [[r[0], r[1], str(Path(r[1]).name)] for r in runs]
+    match = [k for k, n in enumerate(names) if baseline in n or str(Path(baseline)) in n]
+    return match[0] if match else None

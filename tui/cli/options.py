@@ -1,0 +1,109 @@
+"""From parsed arguments to a RunConfig, checked: one function per flag family, none of them mutating the
+parsed arguments, so demo and sweep build on the same config and derive theirs with dataclasses.replace."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from typing import Any
+
+from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
+from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, parse_pin
+from rampwatch.drivers.run.scrub import scrub_argv
+from rampwatch.drivers.telemetry.exporter import parse_listen
+from rampwatch.drivers.telemetry.prometheus import Match, parse_match, parse_matchers
+
+
+def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConfig:
+    """run, watch and sweep: servers, what is watched beside them, and (not for watch) the ramp."""
+    urls = list(args.url)
+    if not urls and args.prometheus:
+        urls = [args.prometheus]  # watching only through Prometheus: the header names it
+    if not urls:
+        raise BadInput("give a server URL, or --prometheus URL to watch through Prometheus")
+    for url in urls:
+        if "://" not in url:
+            raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
+    watched = watch_settings(args)
+    cfg = RunConfig(url=urls[0], more_urls=urls[1:], pins=dict(parse_pin(p) for p in getattr(args, "pin", None) or []),
+                    mode=mode, record=args.record, command=recorded_command(argv), **watched)
+    return cfg if mode == "watch" else replace(cfg, **ramp_settings(args))
+
+
+def demo_config(args: argparse.Namespace, argv: list[str]) -> RunConfig:
+    """demo: the ramp and --serve-metrics; the servers, their /metrics and GPUs are the simulator's, filled in
+    once it listens (the URL here is a placeholder). OPENAI_API_KEY, when set, is still the key (it also
+    guards --web's page), as for run."""
+    return RunConfig(url="http://127.0.0.1", mode="demo", record=args.record, command=recorded_command(argv),
+                     api_key=load_api_key(None, None), serve_metrics=serve_metrics_setting(args.serve_metrics),
+                     gpu=["auto"], **ramp_settings(args))
+
+
+def recorded_command(argv: list[str]) -> list[str]:
+    """The command line as the recording keeps it: credentials scrubbed."""
+    return ["rampwatch", *scrub_argv(argv)]
+
+
+def schedule_from(args: argparse.Namespace) -> list[int]:
+    schedule = parse_schedule(args.schedule)
+    if args.scale_to:
+        schedule = scale_schedule(schedule, parse_tokens(args.scale_to))
+    return schedule
+
+
+def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The RunConfig fields add_ramp_args sets (for a sweep, `sessions` is its first point)."""
+    sessions = args.sessions if isinstance(args.sessions, int) else args.sessions[0]
+    return dict(model=args.model, sessions=sessions, stagger=args.stagger, schedule=schedule_from(args),
+                output_tokens=args.output_tokens, ignore_eos=args.ignore_eos, retries=max(0, args.retries),
+                request_timeout=args.request_timeout, reconnect_timeout=args.reconnect_timeout,
+                record_text=args.record_text, lockstep=args.lockstep, one_shot=args.one_shot,
+                strict_needle=args.strict_needle, time_limit=args.time_limit, grace=args.grace)
+
+
+def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The RunConfig fields add_server_watch_args sets: metrics and GPU sources, Prometheus, TLS, the key."""
+    gpus = args.gpu or ([] if args.prometheus else ["auto"])  # with --prometheus the GPUs come from it
+    if len(gpus) > 1 and any("://" not in g for g in gpus):
+        raise BadInput("--gpu auto or none cannot be combined with other --gpu sources")
+    for g in gpus:
+        if g not in ("auto", "none") and "://" not in g:
+            raise BadInput(f"--gpu {g!r}: use auto, none or a dcgm-exporter URL like http://node1:9400/metrics")
+    serve_metrics = serve_metrics_setting(args.serve_metrics)
+    if args.prometheus and "://" not in args.prometheus:
+        raise BadInput(f"not a URL: {args.prometheus!r} (e.g. http://127.0.0.1:8000)")
+    matches, gpu_matchers = prometheus_selection(args)
+    return dict(metrics_urls=args.metrics_url or [], gpu=gpus, scrape_interval=max(0.05, args.scrape_interval),
+                api_key=load_api_key(args.api_key_env, args.api_key_file), ca_bundle=args.ca_bundle,
+                insecure=args.insecure, prometheus=args.prometheus, prometheus_match=matches,
+                prometheus_gpu_match=gpu_matchers, serve_metrics=serve_metrics)
+
+
+def serve_metrics_setting(listen: str | None) -> str | None:
+    """--serve-metrics [HOST:]PORT, checked before anything starts."""
+    if listen:
+        try:
+            parse_listen(listen)
+        except ValueError as e:
+            raise BadInput(f"--serve-metrics: {e}") from None
+    return listen
+
+
+def prometheus_selection(args: argparse.Namespace) -> tuple[list[Match], str]:
+    """--prometheus-match and --prometheus-gpu-match, checked: what Prometheus is asked for."""
+    if (args.prometheus_match or args.prometheus_gpu_match) and not args.prometheus:
+        raise BadInput("--prometheus-match and --prometheus-gpu-match need --prometheus URL")
+    if args.prometheus and args.metrics_url and args.gpu:
+        raise BadInput("--prometheus would read nothing: --metrics-url and --gpu name every source (drop one of them)")
+    if args.prometheus_match and args.metrics_url:
+        raise BadInput("--prometheus-match reads the engines from Prometheus, --metrics-url scrapes them: use one")
+    if args.prometheus_gpu_match and args.gpu:
+        raise BadInput("--prometheus-gpu-match reads the GPUs from Prometheus, --gpu names them: use one")
+    try:
+        matches = [parse_match(m) for m in args.prometheus_match or []]
+    except ValueError as e:
+        raise BadInput(f"--prometheus-match: {e}") from None
+    try:
+        return matches, parse_matchers(args.prometheus_gpu_match or "")
+    except ValueError as e:
+        raise BadInput(f"--prometheus-gpu-match: {e}") from None

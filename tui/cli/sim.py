@@ -1,0 +1,23 @@
+"""`rampwatch sim`: serve the simulated engine in the foreground, on PORT (and the ports after it for
+replicas or a prefill/decode split)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rampwatch.drivers.sim.serve import serve
+from rampwatch.drivers.sim.sockets import loopback_socket
+from rampwatch.drivers.sim.topology import Topology
+from rampwatch.tui.cli.errors import fail
+
+
+def execute(args: argparse.Namespace, argv: list[str]) -> int:
+    topology = "pd" if args.pd else f"replicas:{args.replicas}" if args.replicas else "single"
+    socks = []
+    for k in range(Topology.parse(topology).sockets):
+        try:
+            socks.append(loopback_socket(args.host, args.port + k))
+        except OSError as e:
+            return fail(f"cannot listen on {args.host}:{args.port + k}: {e.strerror or e}")
+    serve(argparse.Namespace(**vars(args), topology=topology), socks)  # serve() reads the topology off its options
+    return 0
