@@ -25,6 +25,7 @@ from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import Recording
+from rampwatch.tui.cli.spec import REFRESH_S as DEFAULT_REFRESH_S
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.sources import FollowSource, LiveSource, ReplaySource
 from rampwatch.tui.widgets.focus import SessionScreen
@@ -32,9 +33,6 @@ from rampwatch.tui.widgets.report import ReportScreen
 from rampwatch.tui.widgets.panels import ChangingStatic, EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, TimelinePanel
 from rampwatch.tui.widgets.sessions import SessionsTable
 
-# Two redraws a second: figures stay fresh to the eye, and a two-session ramp writes ~8 KB/s to a
-# 120x40 terminal (tests/bench_terminal.py), light enough for an SSH link through a jump host.
-DEFAULT_REFRESH_S = 0.5
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 
 

@@ -31,16 +31,17 @@ def point_path(sweep_path: Path, sessions: int) -> Path:
 
 
 def run_sweep(cfg: RunConfig, counts: list[int], sweep_path: Path | None,
-              printer_for: Callable[[RunState], LinePrinter]) -> SweepResult:
-    """Each point headless, from `cfg` with its session count; the sweep file is rewritten after every
-    point, so a sweep cut short still lists what ran."""
+              printer_for: Callable[[RunState], LinePrinter], final_report: Callable[[RunState], str]) -> SweepResult:
+    """Each point headless, from `cfg` with its session count (its lines from `printer_for`, its table from
+    `final_report`); the sweep file is rewritten after every point, so a sweep cut short still lists what ran."""
     result = SweepResult(SweepFile(sessions=counts, runs=[]))
     sweep = result.sweep
     for n in counts:
         point = replace(cfg, sessions=n, lockstep=True,
                         record=point_path(sweep_path, n) if sweep_path is not None else cfg.record)
         print(f"rampwatch sweep: {n} session(s)", flush=True)
-        run, serving = run_headless(point, record=sweep_path is not None, printer_for=printer_for)
+        run, serving = run_headless(point, record=sweep_path is not None, printer_for=printer_for,
+                                    final_report=final_report)
         serving.close()  # the next point serves on the same port
         assert run.state is not None
         result.points.append((n, build_report(run.state), run.state.preemptions_this_run()))

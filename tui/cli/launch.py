@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.present.report import render
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.exporting import linger_for_last_scrape, start_exporter
@@ -15,6 +16,7 @@ from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.telemetry.exporter import RunExporter
+from rampwatch.tui.cli.spec import REFRESH_S
 from rampwatch.tui.cli.web import serve_until_interrupted, serve_web
 from rampwatch.tui.headless import HeadlessPrinter
 
@@ -22,10 +24,12 @@ if TYPE_CHECKING:
     from rampwatch.tui.web import WebServer
 
 
-def execute_run(cfg: RunConfig, record: bool, headless: bool, web: str | None = None) -> int:
+def execute_run(cfg: RunConfig, record: bool, headless: bool, web: str | None = None,
+                refresh_s: float = REFRESH_S) -> int:
     """Headless: the run in this process, line output. With the UI: the run in
-    a driver process of its own, the UI folding its event stream. With --web:
-    headless here, and the UI in browsers, each page following the recording."""
+    a driver process of its own, the UI folding its event stream (redrawn every
+    refresh_s). With --web: headless here, and the UI in browsers, each page
+    following the recording."""
     if web:
         if not record:
             raise BadInput("--web shows the run from its recording: drop --no-record")
@@ -42,7 +46,7 @@ def execute_run(cfg: RunConfig, record: bool, headless: bool, web: str | None = 
         print(f"rampwatch: {e}", file=sys.stderr)
         return EXIT_CRASHED
     export_from_ui(cfg, driver)
-    code = run_app_live(driver)
+    code = run_app_live(driver, refresh_s)
     ended = driver.state.ended
     if ended is not None and ended.status == "crashed":
         details = driver.stderr_text().strip()
@@ -63,6 +67,11 @@ def export_from_ui(cfg: RunConfig, driver: DriverProcess) -> RunExporter | None:
     return exporter
 
 
+def report_table(state: RunState) -> str:
+    """The table a headless run prints at its end (and `rampwatch report` prints from its recording)."""
+    return render(build_report(state), "table")
+
+
 def execute_headless(cfg: RunConfig, record: bool, web: str | None = None) -> int:
     """The run here with HeadlessPrinter's lines; after it, --web keeps serving until Ctrl-C and
     --serve-metrics stays up for a last scrape."""
@@ -77,8 +86,7 @@ def execute_headless(cfg: RunConfig, record: bool, web: str | None = None) -> in
                                  cfg.api_key))
         return servers[0]
 
-    run, serving = run_headless(cfg, record, HeadlessPrinter, lambda state: render(build_report(state), "table"),
-                                open_web if web else None)
+    run, serving = run_headless(cfg, record, HeadlessPrinter, report_table, open_web if web else None)
     if servers:
         serve_until_interrupted(servers[0], f"the run {run.state.ended.status if run.state and run.state.ended else 'ended'}")
     if serving.exporter is not None and cfg.mode != "watch":

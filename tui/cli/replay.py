@@ -28,12 +28,13 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
     if args.follow:
         from rampwatch.tui.app import run_app_follow
 
-        return run_app_follow(args.path)
+        return run_app_follow(args.path, args.refresh)
     if args.headless:
         return print_lines(args)
     from rampwatch.tui.app import run_app_replay
 
-    return run_app_replay(read_recording(args.path, skip_bad_lines=args.skip_bad_lines), speed=args.speed)
+    return run_app_replay(read_recording(args.path, skip_bad_lines=args.skip_bad_lines), speed=args.speed,
+                          refresh_s=args.refresh)
 
 
 def print_lines(args: argparse.Namespace) -> int:

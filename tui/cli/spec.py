@@ -18,6 +18,9 @@ from rampwatch.tui.cli.errors import BadArguments
 
 # The glm-like profile at 10x: a full two-session 1M ramp in about two minutes.
 DEMO_TIME_SCALE = 10.0
+# Two UI redraws a second: figures stay fresh to the eye, and a two-session ramp writes ~8 KB/s to a 120x40
+# terminal (tests/bench_terminal.py), light enough for an SSH link through a jump host.
+REFRESH_S = 0.5
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -54,7 +57,8 @@ def add_record_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-record", action="store_true", help="do not write a recording")
 
 
-def add_server_watch_args(p: argparse.ArgumentParser) -> None:
+def add_server_watch_args(p: argparse.ArgumentParser, ui: bool = True) -> None:
+    """The flags of every command that drives or watches servers; `ui`: it can show the UI (sweep cannot)."""
     p.add_argument("--metrics-url", action="append", default=None, metavar="[ROLE:][NAME=]URL",
                    help="a /metrics endpoint to scrape, repeatable: NAME labels it (default host:port), ROLE is "
                         "prefill, decode or both (default); e.g. prefill:p0=http://10.0.0.1:8000/metrics "
@@ -82,6 +86,8 @@ def add_server_watch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--insecure", action="store_true",
                    help="verify no TLS certificate (said in the header, the recording and the output)")
     p.add_argument("--headless", action="store_true", help="line output instead of the UI (for scripts and CI)")
+    if ui:
+        add_refresh_arg(p)
     add_web_arg(p)
     add_record_args(p)
 
@@ -90,6 +96,12 @@ def add_serve_metrics_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--serve-metrics", metavar="[HOST:]PORT",
                    help="expose rampwatch's own figures (TTFT, decode tok/s, gaps, prefill in flight, turns, needle) "
                         "for Prometheus at http://HOST:PORT/metrics (HOST default 127.0.0.1)")
+
+
+def add_refresh_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--refresh", type=positive_float, default=REFRESH_S, metavar="SECONDS",
+                   help="redraw the UI every SECONDS (default 0.5: a two-session ramp writes ~8 KB/s to a 120x40 "
+                        "terminal; raise it on a slow SSH link)")
 
 
 def add_web_arg(p: argparse.ArgumentParser) -> None:
@@ -176,6 +188,7 @@ def add_demo_args(p: argparse.ArgumentParser) -> None:
     # 8 simulated GPUs per engine, so the GPUs panel shows load that follows the engine's steps.
     p.set_defaults(time_scale=DEMO_TIME_SCALE, ignore_eos=True, gpus=8)
     p.add_argument("--headless", action="store_true", help="line output instead of the UI")
+    add_refresh_arg(p)
     add_serve_metrics_arg(p)
     add_web_arg(p)
     add_record_args(p)
@@ -205,6 +218,7 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", type=Path, metavar="PATH", help="the recording (.jsonl) to replay")
     p.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed, 0.25 to 64 (default 1)")
     p.add_argument("--headless", action="store_true", help="print the run's turn lines instead of the UI")
+    add_refresh_arg(p)
     p.add_argument("--follow", action="store_true",
                    help="show a run as its recording grows (a run in progress, e.g. started by someone else)")
     add_web_arg(p)
@@ -234,7 +248,7 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
 def add_sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", metavar="URL", nargs="+", help="server base URL (several: sessions spread round-robin)")
     add_ramp_args(p, sweep=True)
-    add_server_watch_args(p)
+    add_server_watch_args(p, ui=False)
 
 
 def add_report_args(p: argparse.ArgumentParser) -> None:

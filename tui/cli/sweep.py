@@ -11,6 +11,7 @@ from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.sweep_loop import EXIT_INTERRUPTED, run_sweep
 from rampwatch.tui.cli.errors import fail
+from rampwatch.tui.cli.launch import report_table
 from rampwatch.tui.cli.options import config_from
 from rampwatch.tui.headless import HeadlessPrinter
 
@@ -26,7 +27,7 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
         problem = Recorder.check_path(sweep_path)
         if problem:
             return fail(problem)
-    result = run_sweep(config_from(args, "run", argv), args.sessions, sweep_path, HeadlessPrinter)
+    result = run_sweep(config_from(args, "run", argv), args.sessions, sweep_path, HeadlessPrinter, report_table)
     if result.exit_code in (*EXIT_INTERRUPTED, EXIT_CRASHED):
         return result.exit_code
     if sweep_path is not None:
