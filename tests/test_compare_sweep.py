@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -36,23 +37,54 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
     assert "TTFT per turn" in out["table"].stdout and "| run |" in out["md"].stdout
     assert out["csv"].stdout.splitlines()[0].startswith("label,path,engine") and len(out["csv"].stdout.splitlines()) == 4
     cmp = json.loads(out["json"].stdout)
-    assert cmp["schema"] == 1 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
+    assert cmp["schema"] == 2 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
     assert "schedules differ" in " ".join(cmp["notes"])
     for row, path in zip(cmp["runs"], runs):
         rep = json.loads(rw("report", path, "--format", "json").stdout)
         worst = max(rep["sessions"], key=lambda s: s["summary"]["ttft_sum_s"])
-        assert row["ttft_sum_s"] == worst["summary"]["ttft_sum_s"]
+        assert row["slowest_session_ttft_sum_s"] == worst["summary"]["ttft_sum_s"]
+        assert row["session_ttft_sums_s"] == [s["summary"]["ttft_sum_s"] for s in rep["sessions"]]
         assert row["ttft_max_s"] == max(s["summary"]["ttft_max_s"] for s in rep["sessions"])
         assert row["kv_peak"] == rep["server"]["kv_peak"] and row["hit_rate_last_turn"] == rep["server"]["hit_rate_last_turn"]
         assert row["lockstep"] == rep["run"]["lockstep"] and row["sessions"] == rep["run"]["sessions"]
     assert set(cmp) == {"schema", "baseline", "runs", "turns", "notes"}
     assert set(cmp["runs"][0]) == {
         "label", "path", "engine", "engine_version", "model", "sessions", "lockstep", "turns_completed", "turns_planned",
-        "context_reached", "ttft_sum_s", "ttft_max_s", "last_turn_ttft_s", "one_shot_ttft_s", "prefill_tok_s_first_turn",
+        "context_reached", "slowest_session_ttft_sum_s", "session_ttft_sums_s", "ttft_max_s", "last_turn_ttft_s", "one_shot_ttft_s", "prefill_tok_s_first_turn",
         "prefill_tok_s_last_turn", "decode_tok_s_median", "hit_rate_last_turn", "kv_peak", "needle_found", "needle_asked",
         "worst_gap_during_foreign_prefill_s", "failed_turns"}
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3
+
+
+THREE = [*map(str, SHIPPED), str(ROOT / "recordings" / "llamacpp-cpu-2x15k.sample.jsonl")]
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_compare_fits_a_terminal_and_says_what_it_left_out(columns):
+    """In a real terminal (a pty of that width) no line is wider than the terminal, no run's label wraps onto a
+    second line, and what was left out to fit is said."""
+    cmd = " ".join([*rampwatch_cmd(), "compare", *THREE])
+    p = subprocess.run(["script", "-qc", cmd, "/dev/null"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       env={**os.environ, "COLUMNS": str(columns), "LINES": "50"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.replace("\r", "").splitlines()
+    assert max(len(line) for line in lines) <= columns
+    body = [line for line in lines if line.startswith("│")]
+    runs_rows = body[:3]
+    assert [row.split("│")[1].strip()[:4] for row in runs_rows] == ["sim-", "tiny", "tiny"]  # one line a run
+    assert "slowest" in p.stdout and "left out to fit" in p.stdout
+
+
+def test_compare_piped_keeps_every_column_on_one_line_a_run():
+    p = rw("compare", *THREE)
+    assert p.returncode == 0, p.stderr
+    rows = [line for line in p.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == 3 + 10  # three runs, ten turns: nothing wrapped
+    heads = p.stdout.split("┡")[0]
+    for head in ("slowest", "one-shot", "worst", "engine", "KV", "peak"):
+        assert head in heads
+    assert "left out" not in p.stdout
 
 
 def test_compare_baseline_and_bad_input(tmp_path):

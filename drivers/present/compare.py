@@ -9,7 +9,7 @@ import msgspec
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.stats import median
 
-COMPARE_SCHEMA = 1  # the JSON comparison's schema (README: "rampwatch compare"); bump on any change
+COMPARE_SCHEMA = 2  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
 NO_HIT_COUNTERS = "n/a: engine exposes no prefix-cache counters"
 
 
@@ -26,7 +26,8 @@ class RunRow(msgspec.Struct):
     turns_completed: int
     turns_planned: int
     context_reached: int | None
-    ttft_sum_s: float | None  # the slowest session's summed TTFT
+    slowest_session_ttft_sum_s: float | None  # the largest of the sessions' summed TTFTs
+    session_ttft_sums_s: list[float]  # every ramp session's summed TTFT, in session order
     ttft_max_s: float | None  # the longest single wait
     last_turn_ttft_s: float | None  # the slowest session's last turn
     one_shot_ttft_s: float | None
@@ -84,7 +85,8 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         sessions=rep.run.sessions, lockstep=rep.run.lockstep,
         turns_completed=len(ok), turns_planned=len(planned_schedule) * len(sessions),
         context_reached=max((t.context_tokens for t in ok), default=None),
-        ttft_sum_s=worst.summary.ttft_sum_s if worst else None,
+        slowest_session_ttft_sum_s=worst.summary.ttft_sum_s if worst else None,
+        session_ttft_sums_s=[s.summary.ttft_sum_s for s in sessions],
         ttft_max_s=max((s.summary.ttft_max_s for s in sessions), default=None),
         last_turn_ttft_s=by_turn.get(last_turn),
         one_shot_ttft_s=rep.one_shot.turn.ttft_s if rep.one_shot else None,

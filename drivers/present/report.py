@@ -11,7 +11,7 @@ from rich.table import Table
 
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.turns import GapStats, TurnRow
-from rampwatch.drivers.present.compare import Comparison, RunRow
+from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
 from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, row_cells
 
@@ -110,19 +110,61 @@ COMPARE_COLUMNS = (
     ("run", lambda r: r.label), ("engine", lambda r: f"{r.engine} {r.engine_version}".strip()),
     ("sessions", lambda r: f"{r.sessions}{' lockstep' if r.lockstep else ''}"),
     ("turns", lambda r: f"{r.turns_completed}/{r.turns_planned}"), ("context", lambda r: format_tokens(r.context_reached)),
-    ("TTFT sum s", lambda r: fmt_num(r.ttft_sum_s, ".2f")), ("longest s", lambda r: fmt_num(r.ttft_max_s, ".2f")),
+    ("slowest TTFT sum s", lambda r: fmt_num(r.slowest_session_ttft_sum_s, ".2f")),
+    ("longest s", lambda r: fmt_num(r.ttft_max_s, ".2f")),
     ("last turn s", lambda r: fmt_num(r.last_turn_ttft_s, ".2f")), ("one-shot s", lambda r: fmt_num(r.one_shot_ttft_s, ".2f")),
     ("prefill tok/s first", lambda r: fmt_num(r.prefill_tok_s_first_turn, ",.0f")),
     ("prefill tok/s last", lambda r: fmt_num(r.prefill_tok_s_last_turn, ",.0f")),
     ("decode tok/s", lambda r: fmt_num(r.decode_tok_s_median, ".1f")),
-    ("hit last", lambda r: r.hit_rate_last_turn if isinstance(r.hit_rate_last_turn, str) else pct(r.hit_rate_last_turn)),
+    ("hit last", lambda r: "n/a" if isinstance(r.hit_rate_last_turn, str) else pct(r.hit_rate_last_turn)),
     ("KV peak", lambda r: pct(r.kv_peak)), ("needle", lambda r: f"{r.needle_found}/{r.needle_asked}"),
     ("worst stall s", lambda r: fmt_num(r.worst_gap_during_foreign_prefill_s, ".2f")), ("failed", lambda r: str(r.failed_turns)),
 )
 
 
-def render_comparison(cmp: Comparison, fmt: str, width: int = 200) -> str:
-    """The runs table, then TTFT per turn side by side with the ratio to the baseline run."""
+# Where a terminal is too narrow for every column, these are left out, first to last (the rest are the
+# campaign's comparison: run, turns, context, TTFT sum, longest, needle, failed).
+COMPARE_DROP_ORDER = ("one-shot s", "worst stall s", "prefill tok/s first", "KV peak", "engine", "hit last",
+                      "last turn s", "prefill tok/s last", "sessions", "decode tok/s")
+
+
+def two_line_head(head: str) -> str:
+    """A head of several words on two lines, split where the longer line is shortest, so that a head costs its
+    column little width ("slowest TTFT sum s" -> "slowest TTFT" over "sum s")."""
+    words = head.split(" ")
+    if len(words) < 2:
+        return head
+    k = min(range(1, len(words)), key=lambda k: max(len(" ".join(words[:k])), len(" ".join(words[k:]))))
+    return " ".join(words[:k]) + "\n" + " ".join(words[k:])
+
+
+def fitted_table(title: str, heads: list[str], rows: list[list[str]], left: set[str], width: int | None,
+                 drop_order: tuple[str, ...] = ()) -> tuple[Table, list[str], bool]:
+    """A table whose cells never wrap: at `width`, columns of `drop_order` are left out in that order until it
+    fits (None: every column, for a file or a pipe); returns the table, what it left out and whether it fits."""
+    console = Console(file=io.StringIO(), width=10_000, color_system=None)
+    dropped: list[str] = []
+    while True:
+        keep = [k for k, h in enumerate(heads) if h not in dropped]
+        t = Table(title=title, title_justify="left")
+        for k in keep:
+            t.add_column(two_line_head(heads[k]), justify="left" if heads[k] in left else "right", no_wrap=True)
+        for row in rows:
+            t.add_row(*(row[k] for k in keep))
+        over = 0 if width is None else console.measure(t).maximum - width
+        more = [h for h in drop_order if h in heads and h not in dropped]
+        if over <= 0 or not more:
+            break
+        dropped.append(more[0])
+    if over > 0:  # still too wide: the first column (the labels) gives up what is missing, ending in "…"
+        first = max([len(heads[0])] + [len(row[0]) for row in rows])
+        t.columns[0].max_width = max(6, first - over)
+    return t, dropped, over <= 0
+
+
+def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> str:
+    """The runs table, then TTFT per turn side by side with the ratio to the baseline run. `width`: the
+    terminal's (columns are left out to fit, and said); None: a file or a pipe gets every column."""
     if fmt == "json":
         return msgspec.json.format(msgspec.json.encode(cmp).decode(), indent=2)
     heads = [name for name, _ in COMPARE_COLUMNS]
@@ -130,6 +172,9 @@ def render_comparison(cmp: Comparison, fmt: str, width: int = 200) -> str:
     turn_heads = ["turn"] + [f"{r.label} TTFT s" for r in cmp.runs] + [f"{r.label} / {cmp.baseline}" for r in cmp.runs[1:]]
     turn_rows = [[str(c.turn)] + [fmt_num(x, ".2f") for x in c.ttft_s] + [fmt_num(x, ".2f") for x in c.ratio_to_baseline[1:]]
                  for c in cmp.turns]
+    notes = list(cmp.notes)
+    if any(isinstance(r.hit_rate_last_turn, str) for r in cmp.runs):
+        notes.append(f"hit last n/a: {NO_HIT_COUNTERS.removeprefix('n/a: ')}")
     if fmt == "csv":
         out = io.StringIO()
         w = csv.writer(out)
@@ -142,17 +187,27 @@ def render_comparison(cmp: Comparison, fmt: str, width: int = 200) -> str:
         parts += ["| " + " | ".join(row) + " |" for row in rows]
         parts += ["", "| " + " | ".join(turn_heads) + " |", "|" + "---|" * len(turn_heads)]
         parts += ["| " + " | ".join(row) + " |" for row in turn_rows]
-        parts += [""] + [f"- {n}" for n in cmp.notes]
+        parts += [""] + [f"- {n}" for n in notes]
         return "\n".join(parts) + "\n"
-    console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
-    for title, h, body in (("runs", heads, rows), (f"TTFT per turn (slowest session), ratio to {cmp.baseline}", turn_heads, turn_rows)):
-        t = Table(title=title, title_justify="left")
-        for c in h:
-            t.add_column(c, justify="left" if c in ("run", "engine", "hit last") else "right")
-        for row in body:
-            t.add_row(*row)
-        console.print(t)
-    for n in cmp.notes:
+    console = Console(file=io.StringIO(), width=width or 10_000, force_terminal=False, color_system=None)
+    left = {"run", "engine", "hit last"}
+    runs_table, left_out, _ = fitted_table("runs (several sessions: the slowest session's figures)", heads, rows, left,
+                                           width, COMPARE_DROP_ORDER)
+    console.print(runs_table)
+    turn_title = f"TTFT per turn (slowest session), ratio to {cmp.baseline}"
+    turns_table, dropped, fits = fitted_table(turn_title, turn_heads, turn_rows, left, width,
+                                              tuple(turn_heads[1 + len(cmp.runs):]))
+    if not fits:  # the runs' labels are too long for the width: number them, and say which is which
+        short = ["turn"] + [f"#{k + 1} TTFT s" for k in range(len(cmp.runs))]
+        turns_table, _, _ = fitted_table(turn_title, short, [row[:len(short)] for row in turn_rows], left, width)
+        notes.append("; ".join(f"#{k + 1}: {r.label}" for k, r in enumerate(cmp.runs)))
+    console.print(turns_table)
+    if dropped:
+        left_out.append("the ratios to the baseline")
+    if left_out:
+        notes.append(f"left out to fit {width} columns: {', '.join(left_out)} (every column: a wider terminal, "
+                     "or pipe it, or --format md/csv/json)")
+    for n in notes:
         console.print(f"note: {n}")
     return console.file.getvalue()  # type: ignore[attr-defined]
 

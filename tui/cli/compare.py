@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -32,7 +33,9 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
             return fail(f"--baseline {args.baseline}: not one of the runs compared")
         baseline = found
     cmp = compare(runs, baseline)
-    sys.stdout.write(render_comparison(cmp, args.format))
+    # A terminal's width is fitted (columns left out in a known order, and said); a pipe or file gets them all.
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    sys.stdout.write(render_comparison(cmp, args.format, width))
     if args.html:
         fields = [(name, [cell(r) for r in cmp.runs]) for name, cell in COMPARE_COLUMNS]
         return write_file(args.html, picture.compare_html(cmp, fields))
