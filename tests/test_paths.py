@@ -112,7 +112,7 @@ async def test_dcgm_exporter_over_http():
     task.cancel()
     server.shutdown()
     sample = next(e for e in got if isinstance(e, ev.GpuSample))
-    assert seen and set(seen) == {"Bearer k"}  # the run's authorization, as for /metrics
+    assert seen and set(seen) == {"Bearer k"}  # the headers it is given (the metrics sources' own token)
     assert {g.node for g in sample.gpus} == {"node1"}  # dcgm-exporter's Hostname label
     g0, g1 = sample.gpus
     assert (g0.index, g0.name, g0.util, g0.power, g0.sm_clock) == (0, "NVIDIA H200", 87.0, 512.5, 1980.0)

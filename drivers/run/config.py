@@ -40,7 +40,8 @@ class RunConfig:
     gpu: str | list[str] = "auto"  # auto | none | dcgm-exporter URLs (one per node)
     scrape_interval: float = 0.5
     record: Path | None = None
-    api_key: str | None = None
+    api_key: str | None = None  # the inference servers' key: sent to them alone, never to a metrics or GPU URL
+    metrics_token: str | None = None  # --metrics-auth-env's Bearer token for metrics and GPU URLs
     retries: int = 0
     request_timeout: float = 3600.0
     reconnect_timeout: float = 180.0
@@ -110,7 +111,8 @@ class RunConfig:
         return urls[(k - 1) % len(urls)]
 
     def headers(self) -> dict[str, str]:
-        """Authorization for every request: the API key as Bearer, else user:password@ from the URL as Basic."""
+        """Authorization for the inference servers' requests: the API key as Bearer, else user:password@ from
+        the URL as Basic."""
         if self.api_key:
             return {"Authorization": f"Bearer {self.api_key}"}
         u = urlsplit(self.url)
@@ -118,6 +120,11 @@ class RunConfig:
             return {}
         pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
         return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+
+    def metrics_headers(self) -> dict[str, str]:
+        """Authorization for metrics and GPU URLs, which may be other hosts than the inference servers: only
+        --metrics-auth-env's token (a URL's own user:password@ goes as Basic by httpx), never the API key."""
+        return {"Authorization": f"Bearer {self.metrics_token}"} if self.metrics_token else {}
 
 
 def base_of(url: str) -> str:
@@ -219,6 +226,16 @@ def default_record_path(model: str, folder: Path = Path("recordings")) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.split("/")[-1])[:40]
     return folder / f"{stamp}-{safe}.jsonl"
+
+
+def load_metrics_token(env_var: str | None) -> str | None:
+    """--metrics-auth-env VAR's value: the Bearer token for metrics and GPU URLs (never printed or recorded)."""
+    if not env_var:
+        return None
+    token = os.environ.get(env_var)
+    if not token:
+        raise BadInput(f"--metrics-auth-env {env_var}: the variable is not set")
+    return token
 
 
 def load_api_key(env_var: str | None, key_file: str | None) -> str | None:

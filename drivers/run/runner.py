@@ -182,14 +182,16 @@ class Run:
         RunEnded(crashed) with its one-line summary)."""
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
         samplers: list[MetricsScraper | PrometheusReader] = [
-            MetricsScraper(s.url, cfg.scrape_interval, emit, clock, headers=cfg.headers(), verify=self.tls, source=s.name)
+            MetricsScraper(s.url, cfg.scrape_interval, emit, clock, headers=cfg.metrics_headers(), verify=self.tls,
+                           source=s.name)
             for s in cfg.metrics_sources()]
         if cfg.prometheus:
             samplers.append(PrometheusReader(cfg.prometheus, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls,
                                              matches=cfg.prometheus_engines(), gpu_matchers=cfg.prometheus_gpus()))
         background = [asyncio.create_task(s.run()) for s in samplers]
         for source in cfg.gpu_sources():
-            gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls, headers=cfg.headers())
+            gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls,
+                              headers=cfg.metrics_headers())
             background.append(asyncio.create_task(gpus.run()))
         if cfg.insecure:
             emit(ev.Notice(t=clock(), level="warn", message="TLS certificates are NOT verified (--insecure)"))

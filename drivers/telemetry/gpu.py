@@ -115,7 +115,7 @@ class GpuSampler:
 
     def __init__(self, source: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
                  nvml: Any = None, verify: ssl.SSLContext | bool = True, headers: dict[str, str] | None = None):
-        """`headers`: the run's authorization, sent to a dcgm-exporter URL as to /metrics."""
+        """`headers`: the metrics sources' authorization (--metrics-auth-env), never the inference API key."""
         self.source, self.interval, self.emit, self.clock = source, interval, emit, clock
         self.verify, self.headers = verify, headers or {}
         self.nvml = nvml  # a pynvml stand-in for tests; None: the real nvidia-ml-py

@@ -221,6 +221,8 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
 
 
 HTTP_HINTS = {
+    401: "it wants credentials: --metrics-auth-env VAR (a Bearer token) or user:password@ in its URL",
+    403: "it refused the credentials (--metrics-auth-env VAR, or user:password@ in its URL)",
     404: "no /metrics here (SGLang needs --enable-metrics)",
     501: "metrics disabled (llama.cpp needs --metrics)",
 }

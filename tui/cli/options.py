@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
-from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, parse_pin
+from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
 from rampwatch.drivers.run.scrub import scrub_argv
 from rampwatch.drivers.telemetry.exporter import parse_listen
 from rampwatch.drivers.telemetry.prometheus import Match, parse_match, parse_matchers
@@ -74,7 +74,8 @@ def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
         raise BadInput(f"not a URL: {args.prometheus!r} (e.g. http://127.0.0.1:8000)")
     matches, gpu_matchers = prometheus_selection(args)
     return dict(metrics_urls=args.metrics_url or [], gpu=gpus, scrape_interval=max(0.05, args.scrape_interval),
-                api_key=load_api_key(args.api_key_env, args.api_key_file), ca_bundle=args.ca_bundle,
+                api_key=load_api_key(args.api_key_env, args.api_key_file),
+                metrics_token=load_metrics_token(args.metrics_auth_env), ca_bundle=args.ca_bundle,
                 insecure=args.insecure, prometheus=args.prometheus, prometheus_match=matches,
                 prometheus_gpu_match=gpu_matchers, serve_metrics=serve_metrics)
 

@@ -81,6 +81,9 @@ def add_server_watch_args(p: argparse.ArgumentParser, ui: bool = True) -> None:
     p.add_argument("--api-key-env", metavar="VAR",
                    help="read the API key from this environment variable (default: OPENAI_API_KEY when set)")
     p.add_argument("--api-key-file", metavar="PATH", help="read the API key from this file (first line)")
+    p.add_argument("--metrics-auth-env", metavar="VAR",
+                   help="send this environment variable's value as a Bearer token to metrics and GPU URLs (the API "
+                        "key goes to the inference servers only; user:password@ in a metrics URL goes as Basic auth)")
     p.add_argument("--ca-bundle", type=Path, metavar="PATH",
                    help="trust these CA certificates (PEM) for https URLs, instead of certifi's bundle")
     p.add_argument("--insecure", action="store_true",
