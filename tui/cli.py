@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from rampwatch.drivers.model import picture
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.report import COMPARE_COLUMNS, FORMATS, render, render_comparison, render_curve, summary_lines
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.config import BadInput, RunConfig, default_record_path, load_api_key, parse_duration, parse_pin
 from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
 from rampwatch.drivers.run.recording import Recorder, Recording, RecordingError, read_recording
@@ -383,8 +383,7 @@ async def _drive_headless(run: Run) -> int:
         run.interrupted_by = sig
         task.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupt, sig)
+    lifetime.handle_stop_signals(loop, interrupt)
 
     async def progress() -> None:
         while True:
@@ -481,7 +480,7 @@ def serve_web(listen: str, command: str, title: str, secret: str | None = None) 
 def serve_until_interrupted(server: WebServer, why: str) -> None:
     print(f"rampwatch: {why}; still serving {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
-        server.proc.wait()
+        server.wait()
     except KeyboardInterrupt:
         pass
     finally:
@@ -755,6 +754,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    lifetime.stop_on_signals()  # SIGTERM and SIGHUP unwind like Ctrl-C: the children started below are stopped
     try:
         if args.command in ("run", "watch"):
             cfg = config_from(args, args.command, argv)
