@@ -103,7 +103,6 @@ def _watch_parent(parent: int) -> None:
 
 _children: list[subprocess.Popen] = []
 _heard: list[int] = []  # SIGTERM or SIGHUP, once one came: this process is ending
-_unwinding: list[int] = []  # the signal Stopped was raised for
 
 
 def stop_on_signals() -> None:
@@ -113,7 +112,7 @@ def stop_on_signals() -> None:
     handler stays, and so does nohup's ignored SIGHUP. Such a loop hands its
     signals back to the default when it closes: call this again after it. If
     one came while the loop held it (handle_stop_signals), Stopped is raised now."""
-    if threading.current_thread() is not threading.main_thread() or _unwinding:
+    if threading.current_thread() is not threading.main_thread():
         return
     if _heard:
         _unwind(_heard[0])
@@ -125,9 +124,12 @@ def stop_on_signals() -> None:
 def handle_stop_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[int], None]) -> None:
     """On `loop`, the stop signals (stop_signals) call `stop(signal)`, for a clean
     end of what the loop runs; SIGTERM and SIGHUP are remembered, so the process
-    still ends once the loop is done (stop_on_signals)."""
+    still ends once the loop is done (stop_on_signals). One that came before, and
+    whose Stopped was lost (raised inside a __del__, Python only prints it), stops now."""
     for sig in stop_signals():
         loop.add_signal_handler(sig, _on_loop_signal, sig, stop)
+    if _heard:
+        loop.call_soon(stop, _heard[0])
 
 
 def _on_loop_signal(sig: int, stop: Callable[[int], None]) -> None:
@@ -137,12 +139,12 @@ def _on_loop_signal(sig: int, stop: Callable[[int], None]) -> None:
 
 
 def _on_signal(sig: int, frame: FrameType | None) -> None:
-    _heard.append(sig)
+    if not _heard:
+        _heard.append(sig)
     _unwind(sig)
 
 
 def _unwind(sig: int) -> NoReturn:
-    _unwinding.append(sig)
     for other in ENDING_SIGNALS:  # a second signal ends this process at once (its children end with it)
         if signal.getsignal(other) is _on_signal:
             signal.signal(other, signal.SIG_DFL)
