@@ -184,6 +184,15 @@ def assert_recording_closed(path: Path, sig: int) -> None:
     assert isinstance(last, ev.RunEnded) and last.status == "interrupted", f"{sig.name}: the recording ends with {last}"
 
 
+def wait_for_first_request(rec: Path) -> None:
+    """Until the run has sent its first request: a signal then lands mid-run, with the recording open."""
+    deadline = time.monotonic() + UP_S
+    while not (rec.exists() and b'"RequestSent"' in rec.read_bytes()):
+        if time.monotonic() > deadline:
+            pytest.fail("the run never sent a request")
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def launched():
     started: list[Launched] = []
@@ -201,7 +210,7 @@ def test_demo_headless_takes_its_engine_along(tmp_path, launched, sig):
     cmd = Launched([*rampwatch_cmd(), "demo", "--headless", "--record", str(rec), *SLOW_DEMO], tmp_path / "out")
     launched.append(cmd)
     cmd.wait_for(1, "the simulated engine")
-    cmd_wait_for_turn(rec)
+    wait_for_first_request(rec)
     assert cmd.end_with(sig) == exit_code_for(sig), cmd.output()
     if sig != signal.SIGKILL:  # the run is in this process: killed, it closes nothing
         last = read_recording(rec).events[-1]
@@ -214,7 +223,7 @@ def test_demo_ui_takes_its_driver_and_engine_along(tmp_path, launched, sig):
     cmd = Launched([*rampwatch_cmd(), "demo", "--record", str(rec), *SLOW_DEMO], tmp_path / "out", terminal=True)
     launched.append(cmd)
     cmd.wait_for(2, "the simulated engine and the driver")
-    cmd_wait_for_turn(rec)
+    wait_for_first_request(rec)
     assert cmd.end_with(sig) == exit_code_for(sig), cmd.output()
     assert_recording_closed(rec, sig)
 
@@ -227,7 +236,7 @@ def test_demo_web_takes_its_engine_web_server_and_pages_along(tmp_path, launched
                    tmp_path / "out")
     launched.append(cmd)
     cmd.wait_for(2, "the simulated engine and the web server")
-    cmd_wait_for_turn(rec)
+    wait_for_first_request(rec)
     with open_page(port):
         cmd.wait_for(3, "a page's process")
         assert cmd.end_with(sig) == exit_code_for(sig), cmd.output()
@@ -262,7 +271,8 @@ def test_run_web_takes_its_web_server_and_pages_along(tmp_path, launched, sig):
 
 
 @pytest.mark.parametrize("topology,sig", [(["--replicas", "2"], signal.SIGHUP), (["--pd"], signal.SIGTERM),
-                                          (["--replicas", "2"], signal.SIGKILL)], ids=["replicas-HUP", "pd-TERM", "replicas-KILL"])
+                                          (["--replicas", "2"], signal.SIGKILL)],
+                         ids=["replicas-HUP", "pd-TERM", "replicas-KILL"])
 def test_sim_ends_and_frees_its_ports(tmp_path, launched, topology, sig):
     """`rampwatch sim` serves every engine of a topology in its own process: ended, it leaves no port taken."""
     count = 3 if topology == ["--pd"] else 2
@@ -285,15 +295,6 @@ def test_sim_ends_and_frees_its_ports(tmp_path, launched, topology, sig):
     cmd.proc.wait(timeout=20)
     for port in range(first, first + count):
         assert_port_free(port)
-
-
-def cmd_wait_for_turn(rec: Path) -> None:
-    """Until the run has sent its first request: a signal then lands mid-run, with the recording open."""
-    deadline = time.monotonic() + UP_S
-    while not (rec.exists() and b'"RequestSent"' in rec.read_bytes()):
-        if time.monotonic() > deadline:
-            pytest.fail("the run never sent a request")
-        time.sleep(0.05)
 
 
 # -- the pieces --------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The `rampwatch` command: run, watch, replay, report, demo, sim, compare, sweep, export.
 
 Exit codes: 0 done, 1 done with failed turns, 2 bad input, 3 crashed (the
-driver died or raised), 130/143 interrupted.
+driver died or raised), 129/130/143 interrupted (SIGHUP, Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -669,7 +669,7 @@ def cmd_sweep(args: argparse.Namespace, argv: list[str]) -> int:
         if sweep_path is not None and run.recording_path is not None:
             sweep.runs.append(run.recording_path.name)
             write_sweep(sweep_path, sweep)
-        if run.exit_code in (130, 143, EXIT_CRASHED):
+        if run.exit_code in (129, 130, 143, EXIT_CRASHED):
             return run.exit_code
         sweep.stopped = why_stop(run.state)
         if sweep.stopped:

@@ -6,7 +6,7 @@ stdout for the UI process. It has no UI and shares no lock or interpreter
 with one, so a redraw can never delay a token's timestamp. Commands (mark,
 stop) arrive on stdin; stdin closing means the UI is gone and the run stops
 cleanly, as it does on the SIGTERM Linux sends when the UI process dies (see
-lifetime). Exit code: the run's own (0, 1, 2, 3, 130, 143).
+lifetime). Exit code: the run's own (0, 1, 2, 3, 129, 130, 143).
 """
 
 from __future__ import annotations

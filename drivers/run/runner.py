@@ -177,7 +177,7 @@ class Run:
 
     async def drive(self) -> int:
         """Run to the end. Returns the exit code: 0 ok, 1 failed turns,
-        130/143 interrupted, 3 crashed (an unexpected exception, recorded as
+        129/130/143 interrupted, 3 crashed (an unexpected exception, recorded as
         RunEnded(crashed) with its one-line summary)."""
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
         samplers: list[MetricsScraper | PrometheusReader] = [
