@@ -9,7 +9,6 @@ a panel whose content did not change is not repainted.
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from pathlib import Path
 from typing import Protocol
@@ -23,6 +22,7 @@ from textual.widgets import Footer, Input, Static
 
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import Recording
 from rampwatch.tui.cli.spec import REFRESH_S as DEFAULT_REFRESH_S
@@ -210,7 +210,7 @@ class RampwatchApp(App[int]):
             self.set_interval(self.refresh_s, self.refresh_panels)
         self.refresh_panels()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in lifetime.stop_signals():
             try:
                 loop.add_signal_handler(sig, self._on_signal, sig)
             except (NotImplementedError, RuntimeError, ValueError):

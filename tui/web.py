@@ -5,8 +5,12 @@ plays the recording; for a live run (run, demo, watch) it follows the run's
 recording as it grows (`rampwatch replay --follow`), so any number of pages
 show the one run, and a page's process knows nothing but the recording's
 path: no API key, no server credentials. The web server runs in a child
-process of its own (`python -m rampwatch.tui.web`), loopback unless a host is
-given, with the API key variables removed from its environment.
+process of its own (`python -m rampwatch.tui.web serve`), loopback unless a
+host is given, with the API key variables removed from its environment.
+
+Neither outlives its parent: the web server dies with the rampwatch process
+that started it, and each page's process (`python -m rampwatch.tui.web page`)
+with the web server (see drivers/run/lifetime.py).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -21,14 +26,17 @@ from pathlib import Path
 
 import httpx
 
+from rampwatch.drivers.run import lifetime
+
 SECRET_VARIABLES = ("OPENAI_API_KEY",)  # never in the page processes' environment
 
 
 def page_command(recording: Path, follow: bool, speed: float = 1.0) -> str:
-    """The shell command textual-serve runs for each page."""
-    argv = [sys.executable, "-m", "rampwatch.tui.cli", "replay", str(recording.resolve())]
+    """The shell command textual-serve runs for each page. `exec`: the page's
+    process is the web server's child, not a shell's, so it dies with the server."""
+    argv = [sys.executable, "-m", "rampwatch.tui.web", "page", "replay", str(recording.resolve())]
     argv += ["--follow"] if follow else ["--speed", f"{speed:g}"]
-    return shlex.join(argv)
+    return "exec " + shlex.join(argv)
 
 
 class WebServer:
@@ -38,9 +46,11 @@ class WebServer:
         """`secret`: the run's API key; no variable holding it reaches the page processes."""
         self.url = f"http://{host}:{port}"
         env = {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES and (secret is None or v != secret)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "rampwatch.tui.web", "--host", host, "--port", str(port),
-                                      "--title", title, "--command", command],
-                                     env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = lifetime.adopt(subprocess.Popen(
+            [sys.executable, "-m", "rampwatch.tui.web", "serve", "--host", host, "--port", str(port), "--title", title,
+             "--command", command],
+            env=lifetime.child_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True))  # a process group of its own, with its pages: close() ends them together
 
     def wait_ready(self, timeout: float = 20.0) -> str | None:
         """None once the page answers; else why it does not."""
@@ -57,25 +67,69 @@ class WebServer:
             time.sleep(0.1)
         return "the web server did not answer in time"
 
+    def wait(self) -> int:
+        """Wait until the web server exits. SIGTERM or SIGHUP, now or while the
+        run's event loop held them, raise lifetime.Stopped: Ctrl-C alone stops a
+        run and leaves its pages up."""
+        lifetime.stop_on_signals()
+        return self.proc.wait()
+
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        """End the web server and every page's process."""
+        lifetime.end(self.proc)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rampwatch.tui.web", description="serve rampwatch's UI with textual-serve")
+def serve(argv: list[str]) -> int:
+    """The web server: textual-serve, until SIGTERM, or its parent dies."""
+    p = argparse.ArgumentParser(prog="python -m rampwatch.tui.web serve",
+                                description="serve rampwatch's UI with textual-serve")
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--title", default="rampwatch")
     p.add_argument("--command", required=True, help="the shell command that runs the app for one page")
     args = p.parse_args(argv)
+    lifetime.die_with_parent()
+    os.environ.update(lifetime.child_env({}))  # textual-serve gives each page a copy of this environment
     from textual_serve.server import Server
 
-    Server(args.command, host=args.host, port=args.port, title=args.title).serve()
+    class PromptServer(Server):
+        def request_exit(self) -> None:
+            """SIGTERM or SIGINT (textual-serve's handlers call this): leave now, see leave()."""
+            leave(signal.SIGTERM)
+
+    signal.signal(signal.SIGHUP, lambda sig, frame: leave(sig))
+    PromptServer(args.command, host=args.host, port=args.port, title=args.title).serve()
     return 0
+
+
+def leave(sig: int) -> None:
+    """End every page's process and this one, at once. textual-serve's graceful
+    exit would wait up to a minute for each browser to close its websocket (a
+    laptop asleep never does). The pages share this process's group when it
+    leads one (WebServer starts it so); they also die with it (die_with_parent)."""
+    if os.getpgrp() == os.getpid():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.killpg(os.getpid(), signal.SIGTERM)
+    os._exit(128 + sig)
+
+
+def page(argv: list[str]) -> int:
+    """One page's app process: `rampwatch ARGV`, ending with the web server."""
+    lifetime.die_with_parent()
+    from rampwatch.tui.cli import main as rampwatch
+
+    return rampwatch(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    role = argv.pop(0) if argv else ""
+    if role == "serve":
+        return serve(argv)
+    if role == "page":
+        return page(argv)
+    print("usage: python -m rampwatch.tui.web serve|page ARGS (started by rampwatch --web)", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -5,17 +5,17 @@ as DriverFailed), then drives it, recording every event and streaming it to
 stdout for the UI process. It has no UI and shares no lock or interpreter
 with one, so a redraw can never delay a token's timestamp. Commands (mark,
 stop) arrive on stdin; stdin closing means the UI is gone and the run stops
-cleanly. Exit code: the run's own (0, 1, 2, 3, 130, 143).
+cleanly, as it does on the SIGTERM Linux sends when the UI process dies (see
+lifetime). Exit code: the run's own (0, 1, 2, 3, 129, 130, 143).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 
-from rampwatch.drivers.run import pipe
+from rampwatch.drivers.run import lifetime, pipe
 from rampwatch.drivers.run.config import BadInput
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.runner import Run, crash_summary
@@ -52,8 +52,7 @@ async def serve(start: pipe.DriverStart, out_fd: int, pending: bytes = b"") -> i
         elif isinstance(cmd, pipe.Stop):
             stop(cmd.signal)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop, sig)
+    lifetime.handle_stop_signals(loop, stop)
     await _listen(loop, command, on_eof=lambda: stop(None), pending=pending)
     try:
         code = await asyncio.shield(drive)
@@ -96,6 +95,7 @@ def _first_line(fd: int) -> tuple[bytes, bytes]:
 
 
 def main() -> int:
+    lifetime.die_with_parent()  # SIGTERM (a clean stop, the file finished) when the UI process dies
     first, rest = _first_line(0)
     try:
         start = pipe.decode_command(first)

@@ -5,13 +5,13 @@ are handed in by the caller, so this never imports the UI."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.exporting import start_exporter
 from rampwatch.drivers.run.runner import Run
@@ -98,7 +98,7 @@ def announcement(cfg: RunConfig, run: Run) -> str:
 
 
 async def drive_headless(run: Run, printer: LinePrinter) -> int:
-    """Drive the run with `printer` listening; SIGINT/SIGTERM end it as the run's own interruption (its
+    """Drive the run with `printer` listening; SIGINT/SIGTERM/SIGHUP end it as the run's own interruption (its
     status and exit code say which), not as an exception out of asyncio.run."""
     run.hub.listeners.append(printer)
     loop = asyncio.get_running_loop()
@@ -109,8 +109,7 @@ async def drive_headless(run: Run, printer: LinePrinter) -> int:
         run.interrupted_by = sig
         task.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupt, sig)
+    lifetime.handle_stop_signals(loop, interrupt)
 
     async def progress() -> None:
         while True:

@@ -25,7 +25,7 @@ from pathlib import Path
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run import pipe
+from rampwatch.drivers.run import lifetime, pipe
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 
@@ -80,10 +80,11 @@ class DriverProcess:
     def start(self) -> None:
         """Start the driver and wait until its run is prepared. Raises BadInput
         (exit 2) or DriverCrashed (exit 3) before any UI opens."""
-        self.proc = subprocess.Popen(
+        self.proc = lifetime.adopt(subprocess.Popen(
             [sys.executable, "-m", "rampwatch.drivers.run.child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._stderr, start_new_session=True,  # terminal signals reach the UI, which decides
-        )
+            env=lifetime.child_env(),  # it ends with the UI process, however that ends
+        ))
         try:
             self._send(pipe.DriverStart(config=self.cfg, record=self.record))
             line, rest = self._handshake_line()

@@ -7,7 +7,6 @@ import asyncio
 import ctypes
 import platform
 import secrets
-import signal
 import sys
 import time
 import traceback
@@ -178,7 +177,7 @@ class Run:
 
     async def drive(self) -> int:
         """Run to the end. Returns the exit code: 0 ok, 1 failed turns,
-        130/143 interrupted, 3 crashed (an unexpected exception, recorded as
+        129/130/143 interrupted, 3 crashed (an unexpected exception, recorded as
         RunEnded(crashed) with its one-line summary)."""
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
         samplers: list[MetricsScraper | PrometheusReader] = [
@@ -239,7 +238,7 @@ class Run:
             status = "time-limit" if gate.time_up else "failed" if self.exit_code else "done"
         except asyncio.CancelledError:
             status = "interrupted"
-            self.exit_code = 143 if self.interrupted_by == signal.SIGTERM else 130
+            self.exit_code = 128 + self.interrupted_by if self.interrupted_by else 130  # 143 SIGTERM, 129 SIGHUP
         except Exception as e:  # noqa: BLE001 - a bug must end the run loudly, recorded, never as "done"
             status, error, self.exit_code = "crashed", crash_summary(e), EXIT_CRASHED
             traceback.print_exc()  # the driver's stderr: the details behind the one-line summary

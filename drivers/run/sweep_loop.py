@@ -15,7 +15,7 @@ from rampwatch.drivers.run.headless import LinePrinter, run_headless
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.sweep import SweepFile, why_stop, write_sweep
 
-EXIT_INTERRUPTED = (130, 143)
+EXIT_INTERRUPTED = (129, 130, 143)  # SIGHUP, Ctrl-C, SIGTERM
 
 
 @dataclass

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -93,10 +95,18 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
             print(f"  {line}", flush=True)
         print(f"  try: rampwatch run {' '.join(topology.run_args(urls, gpus))}   (Ctrl-C to stop)", flush=True)
     server = {"gpus": gpus, "node": args.node, "flavor": args.flavor, "cache_report": args.enable_cache_report}
+    hang_up_as_terminate()
     try:
         asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, server), socks))
     except KeyboardInterrupt:
         pass
+
+
+def hang_up_as_terminate() -> None:
+    """SIGHUP (a closed SSH session) stops the servers gracefully, as SIGTERM
+    does; a SIGHUP that is ignored (nohup) stays ignored."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, lambda sig, frame: os.kill(os.getpid(), signal.SIGTERM))
 
 
 def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
@@ -117,17 +127,28 @@ def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
 class ChildSim:
     """The simulated engine(s) in a child process on free loopback ports, so
     its CPU never stalls the client's token timestamps; killed on exit.
-    `urls`: one per server of the topology (`url` is the first)."""
+    `urls`: one per server of the topology (`url` is the first).
+
+    The child ends with this process, however this one ends (SIGKILL too): its
+    stdin is a pipe whose only writer is this process, and the end of it stops
+    the child (see main)."""
 
     def __init__(self, args: argparse.Namespace):
         self.socks = [loopback_socket() for _ in range(topology_of(args).sockets)]
         self.urls = ["http://127.0.0.1:%d" % s.getsockname()[1] for s in self.socks]
         self.url = self.urls[0]
         fds = [s.fileno() for s in self.socks]
-        self.proc = subprocess.Popen(child_argv(args, fds), pass_fds=fds, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(child_argv(args, fds), pass_fds=fds, stdin=subprocess.PIPE,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def wait_ready(self, timeout: float = 30.0) -> None:
+        try:
+            self._wait_ready(timeout)
+        except BaseException:  # it did not start, or this process is being stopped (Ctrl-C, lifetime.Stopped)
+            self.__exit__()
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         waiting = list(self.urls)
         while waiting and time.monotonic() < deadline:
@@ -153,8 +174,23 @@ class ChildSim:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         for s in self.socks:
             s.close()
+
+
+def end_with_parent() -> None:
+    """In the child: SIGTERM to itself (a clean stop) once its stdin ends,
+    which is when the parent process is gone, however it went."""
+
+    def watch() -> None:
+        while os.read(0, 4096):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="sim-parent-watch", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,5 +200,6 @@ def main(argv: list[str] | None = None) -> int:
     add_sim_args(p)
     add_fault_args(p)
     args = p.parse_args(argv)
+    end_with_parent()
     serve(args, [socket.socket(fileno=fd) for fd in args.fd], announce=False)
     return 0

@@ -2,7 +2,7 @@
 `report` loads neither the UI, the simulator nor a web server).
 
 Exit codes: 0 done, 1 done with failed turns, 2 bad input, 3 crashed (the
-driver died or raised), 130/143 interrupted.
+driver died or raised), 129/130/143 interrupted (SIGHUP, Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from rampwatch.drivers.client.ramp import ScheduleError
+from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.config import BadInput
 from rampwatch.drivers.run.recording import RecordingError
 from rampwatch.drivers.run.scrub import scrub_message
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     except BadArguments as e:  # argparse quotes what it did not take: never a key typed after a mistyped flag
         print(scrub_message(str(e), argv), file=sys.stderr)
         return EXIT_BAD_INPUT
+    lifetime.stop_on_signals()  # SIGTERM and SIGHUP unwind like Ctrl-C: the children started below are stopped
     try:
         command = importlib.import_module(f"rampwatch.tui.cli.{MODULES[args.command]}")
         return command.execute(args, argv)

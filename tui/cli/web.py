@@ -33,7 +33,7 @@ def serve_web(listen: str, command: str, title: str, secret: str | None = None) 
 def serve_until_interrupted(server: WebServer, why: str) -> None:
     print(f"rampwatch: {why}; still serving {server.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
-        server.proc.wait()
+        server.wait()
     except KeyboardInterrupt:
         pass
     finally:
