@@ -26,7 +26,8 @@ import pytest
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.recording import read_recording
-from rampwatch.drivers.sim.server import ThreadedSim, make_profile
+from rampwatch.drivers.sim.profiles import make_profile
+from tests.simhost import ThreadedSim
 from tests.conftest import free_port, rampwatch_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
