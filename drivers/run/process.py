@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
@@ -69,6 +71,7 @@ class DriverProcess:
         self._file_read = 0  # bytes of the recording counted so far
         self._file_lines = 0  # whole lines among them (the header included)
         self._received = 0  # event lines received
+        self._unread = 0  # lines received that the UI could not decode
         self.listeners: list[Callable[[ev.AnyEvent], None]] = []  # told each event after the state (the exporter)
         self._transport: asyncio.ReadTransport | None = None
         self._eof = False
@@ -143,17 +146,33 @@ class DriverProcess:
         self._heard = time.monotonic()
         try:
             event = pipe.decode_stream(line)
-        except Exception:  # noqa: BLE001 - a line we cannot read is not worth the run
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            self._unreadable(line, e)
             return
         if isinstance(event, pipe.DriverAlive):
             return
+        self._keep(line)
+        self.state.apply(event)
+        for listener in self.listeners:
+            listener(event)
+
+    def _keep(self, line: bytes) -> None:
+        """Count an event line and keep it until the recording holds it."""
         self._received += 1
         self._unwritten.append(line)
         if self._received % TRIM_EVERY == 0:
             self._drop_written()
-        self.state.apply(event)
-        for listener in self.listeners:
-            listener(event)
+
+    def _unreadable(self, line: bytes, error: Exception) -> None:
+        """A line the UI cannot decode is said on screen, never dropped in silence (the two sides disagree on the
+        format: another rampwatch version?). It is still counted: the driver recorded it too."""
+        self._keep(line)
+        self._unread += 1
+        if self._unread in (1, 10, 100, 1000, 10000):
+            what = "a line" if self._unread == 1 else f"{self._unread} lines"
+            self.state.apply(ev.Notice(t=self.state.t, level="error", message=(
+                f"the UI could not read {what} of the driver's stream ({str(error)[:120]}); the recording has "
+                f"them: replay it with a rampwatch of the driver's version")))
 
     def _events_on_disk(self) -> int:
         """Event lines the recording holds now, counted from the bytes appended since the last look."""
