@@ -19,7 +19,7 @@ def reference() -> str:
            f"Generated from the argument parser (`{REGENERATE}`); edit the help texts in tui/cli/spec.py, not this page.",
            "", "```", "rampwatch [--version] COMMAND [ARGS]", "```", "",
            "Exit codes: 0 done, 1 done with failed turns, 2 bad input, 3 crashed (the driver died or raised), "
-           "130/143 interrupted.", "", "| Command | What it does |", "|---|---|"]
+           "129/130/143 interrupted (SIGHUP, Ctrl-C, SIGTERM).", "", "| Command | What it does |", "|---|---|"]
     out += [f"| [`{name}`](#rampwatch-{name}) | {help_text} |" for name, help_text, _ in commands]
     for name, help_text, sub in commands:
         out += ["", f"## rampwatch {name}", "", help_text[:1].upper() + help_text[1:] + "."]
