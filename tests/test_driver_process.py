@@ -154,11 +154,18 @@ async def test_with_the_ui_its_process_serves_the_runs_figures(tmp_path):
 
 
 def test_live_state_equals_the_replay_of_its_recording(tmp_path, sim):
+    # Stopped at once: the state folded from the stream, the recording and the process itself agree on the end.
     rec = tmp_path / "whole.jsonl"
     driver = DriverProcess(config(sim.url, rec))
     driver.start()
-    assert driver.stop(signal.SIGTERM) in (0, 143)  # drains the stream; the run may have finished already
-    code = driver.state.ended.exit_code
+    code = driver.stop(signal.SIGTERM)  # drains the stream; the run may have finished already
+    assert code in (0, 143) and driver.proc.returncode == code  # the OS's word, not the stream's
+    ended = read_recording(rec).events[-1]
+    assert isinstance(ended, ev.RunEnded) and ended.exit_code == code
+    assert ended.status == ("interrupted" if code == 143 else "done"), ended
+    stopped = load_state(rec, skip_bad_lines=False)
+    assert build_report(driver.state) == build_report(stopped) and driver.state.version == stopped.version
+    # Followed to its end by a UI loop: every recorded event reached the UI, and no other.
     driver = DriverProcess(config(sim.url, tmp_path / "whole2.jsonl"))
     driver.start()
 
@@ -167,7 +174,8 @@ def test_live_state_equals_the_replay_of_its_recording(tmp_path, sim):
         await wait_for(lambda: driver.finished, timeout=60)
 
     asyncio.run(follow())
-    assert driver.stop() == 0 and code in (0, 143)
+    assert driver.stop() == 0 and driver.proc.returncode == 0
+    assert all(r.status == "ok" for r in driver.state.turns) and len(driver.state.turns) == 2 * 4
     replayed = load_state(tmp_path / "whole2.jsonl", skip_bad_lines=False)
     assert build_report(driver.state) == build_report(replayed)
     assert driver.state.version == replayed.version  # every recorded event reached the UI, and no other
