@@ -90,7 +90,7 @@ async def test_killing_the_driver_shows_crashed_in_the_ui_and_the_recording(tmp_
             await wait_for(lambda: decoding(source))
             os.kill(driver.proc.pid, signal.SIGKILL)
             await wait_for(lambda: source.finished)
-            await pilot.pause(0.3)
+            await wait_for(lambda: "killed by SIGKILL" in screen_text(app))  # the next UI tick shows it
             shown = screen_text(app)
             await pilot.press("q")
         code = source.stop()  # on the loop's thread, as the app does once it has quit
@@ -110,7 +110,7 @@ async def test_quitting_the_ui_stops_the_driver_and_records_cancelled_turns(tmp_
         async with live_ui(config(s.url, rec)) as (driver, source, app, pilot):
             await wait_for(lambda: decoding(source))
             await pilot.press("m")
-            await pilot.pause(0.2)
+            await wait_for(lambda: any(x.level == "mark" for x in source.state.log))  # the driver took the mark
             await pilot.press("q")
         code = source.stop()  # on the loop's thread, as the app does once it has quit
     assert code == 130 and driver.proc.returncode == 130
@@ -214,7 +214,7 @@ async def test_a_session_task_that_raises_in_the_driver_process_shows_crashed(tm
     with ThreadedSim(make_profile("tiny")) as s:
         async with live_ui(config(s.url, rec)) as (driver, source, app, pilot):
             await wait_for(lambda: source.finished)
-            await pilot.pause(0.3)
+            await wait_for(lambda: "CRASHED" in screen_text(app))  # the next UI tick shows it
             shown = screen_text(app)
             await pilot.press("q")
         code = source.stop()  # on the loop's thread, as the app does once it has quit
@@ -253,7 +253,7 @@ async def test_a_hung_driver_is_shown_silent_and_killed_at_stop(tmp_path):
             await wait_for(lambda: decoding(source))
             os.kill(driver.proc.pid, signal.SIGSTOP)  # alive, but its loop no longer turns
             await wait_for(lambda: "driver silent" in source.mode(), timeout=10)
-            await pilot.pause(0.3)
+            await wait_for(lambda: "driver silent" in app.query_one(HeaderBar).shown.plain)  # the next UI tick
             shown = app.query_one(HeaderBar).shown.plain
         code = source.driver.stop(None, 1.0)
     assert "driver silent" in shown
