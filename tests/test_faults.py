@@ -86,7 +86,8 @@ def test_request_timeout_is_the_only_limit(tmp_path):
     assert "timed out" in out.run.state.turns[0].error
 
 
-@pytest.mark.parametrize("mode,expect", [("404", "HTTP 404"), ("malformed", "malformed exposition"), ("slow", "timed out")])
+@pytest.mark.parametrize("mode,expect", [("404", "HTTP 404"), ("malformed", "malformed exposition"),
+                                         ("slow", "timed out")])
 def test_metrics_faults_degrade_one_panel(tmp_path, mode, expect):
     # 'slow' needs a run longer than the scrape timeout (2 s).
     out = run_scenario(f"metrics-{mode}", tmp_path, SimFaults(metrics=mode), sessions=1, time_scale=0.1 if mode == "slow" else 0.5)
