@@ -92,7 +92,7 @@ async def test_killing_the_driver_shows_crashed_in_the_ui_and_the_recording(tmp_
             await wait_for(lambda: decoding(source))
             os.kill(driver.proc.pid, signal.SIGKILL)
             await wait_for(lambda: source.finished)
-            await pilot.pause(0.3)
+            await wait_for(lambda: "killed by SIGKILL" in screen_text(app))  # the next UI tick shows it
             shown = screen_text(app)
             await pilot.press("q")
         code = source.stop()  # on the loop's thread, as the app does once it has quit
@@ -112,7 +112,7 @@ async def test_quitting_the_ui_stops_the_driver_and_records_cancelled_turns(tmp_
         async with live_ui(config(s.url, rec)) as (driver, source, app, pilot):
             await wait_for(lambda: decoding(source))
             await pilot.press("m")
-            await pilot.pause(0.2)
+            await wait_for(lambda: any(x.level == "mark" for x in source.state.log))  # the driver took the mark
             await pilot.press("q")
         code = source.stop()  # on the loop's thread, as the app does once it has quit
     assert code == 130 and driver.proc.returncode == 130
@@ -156,11 +156,18 @@ async def test_with_the_ui_its_process_serves_the_runs_figures(tmp_path):
 
 
 def test_live_state_equals_the_replay_of_its_recording(tmp_path, sim):
+    # Stopped at once: the state folded from the stream, the recording and the process itself agree on the end.
     rec = tmp_path / "whole.jsonl"
     driver = DriverProcess(config(sim.url, rec))
     driver.start()
-    assert driver.stop(signal.SIGTERM) in (0, 143)  # drains the stream; the run may have finished already
-    code = driver.state.ended.exit_code
+    code = driver.stop(signal.SIGTERM)  # drains the stream; the run may have finished already
+    assert code in (0, 143) and driver.proc.returncode == code  # the OS's word, not the stream's
+    ended = read_recording(rec).events[-1]
+    assert isinstance(ended, ev.RunEnded) and ended.exit_code == code
+    assert ended.status == ("interrupted" if code == 143 else "done"), ended
+    stopped = load_state(rec, skip_bad_lines=False)
+    assert build_report(driver.state) == build_report(stopped) and driver.state.version == stopped.version
+    # Followed to its end by a UI loop: every recorded event reached the UI, and no other.
     driver = DriverProcess(config(sim.url, tmp_path / "whole2.jsonl"))
     driver.start()
 
@@ -169,7 +176,8 @@ def test_live_state_equals_the_replay_of_its_recording(tmp_path, sim):
         await wait_for(lambda: driver.finished, timeout=60)
 
     asyncio.run(follow())
-    assert driver.stop() == 0 and code in (0, 143)
+    assert driver.stop() == 0 and driver.proc.returncode == 0
+    assert all(r.status == "ok" for r in driver.state.turns) and len(driver.state.turns) == 2 * 4
     replayed = load_state(tmp_path / "whole2.jsonl", skip_bad_lines=False)
     assert build_report(driver.state) == build_report(replayed)
     assert driver.state.version == replayed.version  # every recorded event reached the UI, and no other
@@ -208,7 +216,7 @@ async def test_a_session_task_that_raises_in_the_driver_process_shows_crashed(tm
     with ThreadedSim(make_profile("tiny")) as s:
         async with live_ui(config(s.url, rec)) as (driver, source, app, pilot):
             await wait_for(lambda: source.finished)
-            await pilot.pause(0.3)
+            await wait_for(lambda: "CRASHED" in screen_text(app))  # the next UI tick shows it
             shown = screen_text(app)
             await pilot.press("q")
         code = source.stop()  # on the loop's thread, as the app does once it has quit
@@ -247,7 +255,7 @@ async def test_a_hung_driver_is_shown_silent_and_killed_at_stop(tmp_path):
             await wait_for(lambda: decoding(source))
             os.kill(driver.proc.pid, signal.SIGSTOP)  # alive, but its loop no longer turns
             await wait_for(lambda: "driver silent" in source.mode(), timeout=10)
-            await pilot.pause(0.3)
+            await wait_for(lambda: "driver silent" in app.query_one(HeaderBar).shown.plain)  # the next UI tick
             shown = app.query_one(HeaderBar).shown.plain
         code = source.driver.stop(None, 1.0)
     assert "driver silent" in shown

@@ -23,6 +23,8 @@ _encode = msgspec.json.Encoder().encode
 class LineSink(Protocol):
     def write_line(self, line: bytes) -> None: ...
 
+    def flush(self) -> None: ...
+
 
 class EventHub:
     """Fans each event out to the recorder, the pipe, the state and listeners."""
@@ -47,16 +49,23 @@ class EventHub:
             self.state.apply(e)
         if self.recorder is not None or self.pipe is not None:
             line = _encode(e)
-            if self.recorder is not None:
-                self.recorder.write_line(line)
-                self._check_recorder(e.t)
+            # The pipe first, and flushed before the file is written: a driver killed at any moment leaves the
+            # UI holding every event the file holds (and in the file's order), so it can restore the rest.
             if self.pipe is not None:
                 self.pipe.write_line(line)
+            if self.recorder is not None:
+                due = self.recorder.flush_due()
+                if due and self.pipe is not None:
+                    self.pipe.flush()
+                self.recorder.write_line(line, flush=due)
+                self._check_recorder(e.t)
         for listener in self.listeners:
             listener(e)
 
     def flush(self, force: bool = False) -> None:
         """Write what is pending (`force`: retry a failed disk now, e.g. before the run's last event)."""
+        if self.pipe is not None:
+            self.pipe.flush()  # never the file ahead of the UI
         if self.recorder is not None:
             self.recorder.flush(force)
             self._check_recorder(self.t)

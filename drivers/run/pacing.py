@@ -9,9 +9,10 @@ from collections.abc import Callable
 
 
 class TurnGate:
-    """Shared by a run's sessions. A session asks `before(turn)`, reports
-    `after(turn)` and `leave()`s when it ends, so a failed or finished
-    session never holds the others at the barrier."""
+    """Shared by a run's sessions. A session `join()`s when it starts after the
+    gate was made, asks `before(turn)`, reports `after(turn)` and `leave()`s
+    when it ends, so a failed or finished session never holds the others at
+    the barrier."""
 
     def __init__(self, sessions: int, lockstep: bool = False):
         self.live = sessions
@@ -37,6 +38,11 @@ class TurnGate:
 
     def after(self, turn: int) -> None:
         self._finished[turn] += 1
+        self._notify()
+
+    def join(self) -> None:
+        """A session that starts later (the one-shot baseline after the ramp) counts at the barrier from now on."""
+        self.live += 1
         self._notify()
 
     def leave(self) -> None:

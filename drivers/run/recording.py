@@ -81,11 +81,16 @@ class Recorder:
     def write(self, event: AnyEvent) -> None:
         self.write_line(_encoder.encode(event))
 
-    def write_line(self, line: bytes) -> None:
-        """Queue one encoded event (no newline); written at the next flush."""
+    def write_line(self, line: bytes, flush: bool | None = None) -> None:
+        """Queue one encoded event (no newline); written at the next flush, which is
+        now when `flush` says so (None: when FLUSH_EVERY has passed)."""
         self._pending.append(line)
-        if time.monotonic() - self._last_flush >= self.FLUSH_EVERY:
+        if self.flush_due() if flush is None else flush:
             self.flush()
+
+    def flush_due(self) -> bool:
+        """Whether the next `write_line` writes to the file."""
+        return time.monotonic() - self._last_flush >= self.FLUSH_EVERY
 
     def flush(self, force: bool = False) -> None:
         now = time.monotonic()

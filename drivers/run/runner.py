@@ -225,7 +225,7 @@ class Run:
                 await self._all(tasks)
                 if baseline is not None:
                     # After the ramp, alone on the server, unless the time limit already stopped new turns.
-                    gate.live += 1
+                    gate.join()
                     runners.append(baseline)
                     await self._all([asyncio.create_task(baseline.run())])
             finally:

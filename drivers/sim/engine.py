@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rampwatch.drivers.sim.clock import SimClock, WallClock
 from rampwatch.drivers.sim.kvcache import KVPool
 from rampwatch.drivers.sim.profiles import SimProfile
 
@@ -88,7 +89,7 @@ class SimRequest:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     preemptions: int = 0
     remote_kv: bool = False  # prefill/decode split: the prompt's KV comes from the prefill node ...
-    ready_at: float = 0.0  # ... and is here (monotonic time) once the transfer is done
+    ready_at: float = 0.0  # ... and is here (the engine's clock) once the transfer is done
     local_cached: int = 0  # of cached_tokens, those this node's own prefix cache held
     registered: int = 0  # prompt blocks findable in the prefix cache so far
 
@@ -119,8 +120,9 @@ class StepStats:
 
 
 class SimEngine:
-    def __init__(self, profile: SimProfile, stats: StepStats | None = None):
+    def __init__(self, profile: SimProfile, stats: StepStats | None = None, clock: SimClock | None = None):
         self.profile = profile
+        self.clock = clock or WallClock()  # a VirtualClock in tests: steps take no real time
         self.pool = KVPool(profile.kv_tokens // profile.block_size, profile.block_size)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
@@ -141,7 +143,7 @@ class SimEngine:
             hashes.append(h.copy().digest())
         words, ends = reply_words(prompt, seed=len(prompt))
         return SimRequest(prompt=prompt, prompt_tokens=n, max_tokens=max_tokens, ignore_eos=ignore_eos,
-                          hashes=hashes, words=words, ends_itself=ends)
+                          hashes=hashes, words=words, ends_itself=ends, arrival=self.clock.now())
 
     def submit(self, req: SimRequest) -> None:
         self.waiting.append(req)
@@ -240,7 +242,7 @@ class SimEngine:
             else:
                 prefills.append((req, chunk))
                 budget -= chunk
-        now = time.monotonic()
+        now = self.clock.now()
         while self.waiting and budget > 0 and len(self.running) < self.profile.max_num_seqs:
             req = self.waiting[0]
             if req.ready_at > now:  # its KV is still on the way: the first one that has arrived goes first
@@ -256,7 +258,7 @@ class SimEngine:
             self.waiting.remove(req)
             self.running.append(req)
             if req.scheduled_t is None:
-                req.scheduled_t = time.monotonic()
+                req.scheduled_t = self.clock.now()
                 self.stats.on_admit(req)
             prefills.append((req, chunk))
             budget -= chunk
@@ -281,7 +283,7 @@ class SimEngine:
         req.wake.set()
 
     def _complete(self, prefills: list[tuple[SimRequest, int]], decodes: list[SimRequest]) -> None:
-        now = time.monotonic()
+        now = self.clock.now()
         bs = self.profile.block_size
         for req, chunk in prefills:
             if req.finished:
@@ -309,21 +311,21 @@ class SimEngine:
         that overshoots (a busy CPU) is made up by the next, so modelled time
         does not drift on a loaded machine; a lag beyond CATCH_UP_S is let go
         rather than made up in a burst."""
-        p = self.profile
-        deadline = time.monotonic()
+        p, clock = self.profile, self.clock
+        deadline = clock.now()
         while True:
             if not self.running and not self.waiting:
                 self._work.clear()
                 await self._work.wait()
-                deadline = time.monotonic()
+                deadline = clock.now()
             prefills, decodes = self.schedule()
             if not prefills and not decodes:
-                await asyncio.sleep(0.001)  # waiting for blocks another request will free
-                deadline = time.monotonic()
+                await clock.sleep_until(clock.now() + 0.001)  # waiting for blocks another request will free
+                deadline = clock.now()
                 continue
             dt = p.step_time([(r.computed, c) for r, c in prefills], [r.prompt_tokens + r.generated for r in decodes])
-            deadline = max(deadline, time.monotonic() - CATCH_UP_S) + dt
-            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+            deadline = max(deadline, clock.now() - CATCH_UP_S) + dt
+            await clock.sleep_until(deadline)
             # Seconds the GPUs spent in steps with a prefill chunk (compute-bound), and in decode-only steps.
             self.busy["prefill" if prefills else "decode"] += dt
             self._complete(prefills, decodes)
