@@ -39,11 +39,18 @@ ROOT = Path(__file__).resolve().parents[1]
 async def bare(url: str, sessions: int, tokens: int, turns: int) -> dict:
     import httpx
 
-    body = {"model": "sim-model", "messages": [{"role": "user", "content": "x " * 500}], "max_tokens": tokens,
-            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    body = {
+        "model": "sim-model",
+        "messages": [{"role": "user", "content": "x " * 500}],
+        "max_tokens": tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
     chunks = 0
     limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
     async with httpx.AsyncClient(timeout=None, limits=limits) as client:
+
         async def one() -> None:
             nonlocal chunks
             for _ in range(turns):
@@ -65,14 +72,22 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool) -
     import resource
 
     from rampwatch.drivers.model.analysis import build_report
-    from rampwatch.drivers.run.process import DriverProcess
     from rampwatch.drivers.run.config import RunConfig
+    from rampwatch.drivers.run.process import DriverProcess
     from rampwatch.drivers.run.runner import Run
 
     record = Path(tempfile.mkdtemp()) / "bench.jsonl"
     schedule = [2000 * (k + 1) for k in range(turns)]
-    cfg = RunConfig(url=url, metrics_urls=[url + "/metrics"], gpu="none", sessions=sessions, schedule=schedule,
-                    output_tokens=tokens, ignore_eos=True, record=record)
+    cfg = RunConfig(
+        url=url,
+        metrics_urls=[url + "/metrics"],
+        gpu="none",
+        sessions=sessions,
+        schedule=schedule,
+        output_tokens=tokens,
+        ignore_eos=True,
+        record=record,
+    )
     if process:
         driver = DriverProcess(cfg)
         t0 = time.perf_counter()
@@ -103,8 +118,14 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool) -
     rep = build_report(state)
     rates = [t.decode_tok_s for s in rep.sessions for t in s.turns if t.decode_tok_s]
     chunks = sum(r.chunks for r in state.turns)
-    return {"cpu": cpu, "wall": wall, "chunks": chunks, "decode_tok_s_median": statistics.median(rates) if rates else None,
-            "failed": sum(r.status != "ok" for r in state.turns), "recording_bytes": record.stat().st_size}
+    return {
+        "cpu": cpu,
+        "wall": wall,
+        "chunks": chunks,
+        "decode_tok_s_median": statistics.median(rates) if rates else None,
+        "failed": sum(r.status != "ok" for r in state.turns),
+        "recording_bytes": record.stat().st_size,
+    }
 
 
 def phase_main(args: argparse.Namespace) -> None:
@@ -116,8 +137,20 @@ def phase_main(args: argparse.Namespace) -> None:
 
 
 def run_phase(phase: str, url: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--phase", phase, "--url", url, "--sessions", str(args.sessions),
-           "--tokens", str(args.tokens), "--turns", str(args.turns)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--phase",
+        phase,
+        "--url",
+        url,
+        "--sessions",
+        str(args.sessions),
+        "--tokens",
+        str(args.tokens),
+        "--turns",
+        str(args.turns),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if p.returncode != 0:
         raise SystemExit(f"phase {phase} failed:\n{p.stderr[-3000:]}")
@@ -153,8 +186,17 @@ def main() -> None:
     from rampwatch.drivers.sim.serve import ChildSim
 
     def sim(step_ms: float | None) -> ChildSim:
-        return ChildSim(argparse.Namespace(profile="fast", time_scale=None, max_num_batched_tokens=None, kv_tokens=None,
-                                           block_size=None, max_model_len=None, step_ms=step_ms))
+        return ChildSim(
+            argparse.Namespace(
+                profile="fast",
+                time_scale=None,
+                max_num_batched_tokens=None,
+                kv_tokens=None,
+                block_size=None,
+                max_model_len=None,
+                step_ms=step_ms,
+            )
+        )
 
     print(f"1M-token turn body built in {build_time() * 1000:.0f} ms")
     results = {}
@@ -165,25 +207,39 @@ def main() -> None:
     with sim(args.step_ms) as paced:  # a paced engine: do both measure the same decode rate?
         results["headless, paced"] = run_phase("headless", paced.url, args)
         results["driver, paced"] = run_phase("driver", paced.url, args)
-    print(f"\n{args.sessions} sessions x {args.turns} turns x {args.tokens} tokens from the simulated 'fast' engine "
-          f"(8 tokens a step; paced: one step every {args.step_ms:g} ms)\n")
+    print(
+        f"\n{args.sessions} sessions x {args.turns} turns x {args.tokens} tokens from the simulated 'fast' engine "
+        f"(8 tokens a step; paced: one step every {args.step_ms:g} ms)\n"
+    )
     print(f"{'phase':<16}{'chunks':>9}{'chunks/s':>11}{'CPU µs/chunk':>14}{'decode tok/s (median)':>24}")
     for phase, r in results.items():
         per = r["cpu"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
         dec = r.get("decode_tok_s_median")
-        print(f"{phase:<16}{r['chunks']:>9}{r['chunks'] / r['wall']:>11,.0f}{per:>14.1f}{(f'{dec:,.0f}' if dec else '-'):>24}")
+        print(
+            f"{phase:<16}{r['chunks']:>9}{r['chunks'] / r['wall']:>11,.0f}{per:>14.1f}"
+            f"{(f'{dec:,.0f}' if dec else '-'):>24}"
+        )
     b, h, d, hp, dp = (results[k] for k in ("bare", "headless", "driver", "headless, paced", "driver, paced"))
 
     def per_chunk(r: dict) -> float:
         return r["cpu"] / r["chunks"]
 
-    print(f"\nheadless driver (recording on) CPU per chunk vs bare httpx loop: {per_chunk(h) / per_chunk(b):.2f}x  (bar <= 1.5)")
-    print(f"driver process behind the UI, CPU per chunk vs bare httpx loop: {per_chunk(d) / per_chunk(b):.2f}x  (bar <= 1.5)")
+    print(
+        "\nheadless driver (recording on) CPU per chunk vs bare httpx "
+        f"loop: {per_chunk(h) / per_chunk(b):.2f}x  (bar <= 1.5)"
+    )
+    print(
+        "driver process behind the UI, CPU per chunk vs bare httpx "
+        f"loop: {per_chunk(d) / per_chunk(b):.2f}x  (bar <= 1.5)"
+    )
     print(f"rampwatch headless throughput: {h['chunks'] / h['wall']:,.0f} chunks/s  (bar >= 10,000)")
     if hp["decode_tok_s_median"] and dp["decode_tok_s_median"]:
         diff = dp["decode_tok_s_median"] / hp["decode_tok_s_median"] - 1
         print(f"decode tok/s measured by the driver process vs headless (paced): {diff * 100:+.1f}%  (bar within ±5%)")
-    print(f"failed turns: {sum(r.get('failed', 0) for r in results.values())}; recording {h['recording_bytes'] / 1e6:.1f} MB")
+    print(
+        f"failed turns: {sum(r.get('failed', 0) for r in results.values())}; "
+        f"recording {h['recording_bytes'] / 1e6:.1f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE  # noqa: E402
 from rampwatch.drivers.model.analysis import build_report  # noqa: E402
 from rampwatch.drivers.sim.profiles import make_profile  # noqa: E402
-from tests.simhost import ThreadedSim  # noqa: E402
 from tests.conftest import drive  # noqa: E402
+from tests.simhost import ThreadedSim  # noqa: E402
 
 
 def lockstep_demo() -> None:
@@ -38,10 +38,14 @@ def lockstep_demo() -> None:
     during, alone = gaps.gaps_during_foreign_prefill.p50_s, gaps.gaps_alone.p50_s
     print(f"lockstep, 2 sessions, glm-like x50 ({time.monotonic() - t0:.1f} s, exit {run.exit_code})")
     print("  slowest/fastest TTFT per turn: " + "  ".join(f"{k}:{v:.2f}" for k, v in sorted(ratios.items())))
-    print(f"  turns 3-10 >= 1.5: {all(ratios.get(k, 0) >= 1.5 for k in range(3, 11))}; "
-          f"turn 10 in 1.6-2.1: {1.6 <= ratios.get(10, 0) <= 2.1}")
-    print(f"  decode gap p50 during the other's prefill {during * 1000:.1f} ms, alone {alone * 1000:.1f} ms "
-          f"({during / alone:.1f}x; bar > 3x)")
+    print(
+        f"  turns 3-10 >= 1.5: {all(ratios.get(k, 0) >= 1.5 for k in range(3, 11))}; "
+        f"turn 10 in 1.6-2.1: {1.6 <= ratios.get(10, 0) <= 2.1}"
+    )
+    print(
+        f"  decode gap p50 during the other's prefill {during * 1000:.1f} ms, alone {alone * 1000:.1f} ms "
+        f"({during / alone:.1f}x; bar > 3x)"
+    )
 
 
 def ramp_against_one_shot() -> None:
@@ -50,8 +54,10 @@ def ramp_against_one_shot() -> None:
         run = drive(s.url, schedule=list(SEED_SCHEDULE), output_tokens=16, ignore_eos=True, one_shot=True)
     vs = build_report(run.state).one_shot.ramps[0]
     print(f"ramp vs one-shot, glm-like x200 ({time.monotonic() - t0:.1f} s, exit {run.exit_code})")
-    print(f"  summed TTFT / one-shot TTFT {vs.sum_ratio:.2f} (bar 0.85-1.15); "
-          f"longest wait / one-shot {vs.longest_ratio:.3f} (bar < 0.2)")
+    print(
+        f"  summed TTFT / one-shot TTFT {vs.sum_ratio:.2f} (bar 0.85-1.15); "
+        f"longest wait / one-shot {vs.longest_ratio:.3f} (bar < 0.2)"
+    )
 
 
 if __name__ == "__main__":

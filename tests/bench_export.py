@@ -45,11 +45,17 @@ def main() -> int:
     for k in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            subprocess.run([rampwatch, "export", str(GLM), "--html", f"{tmp}/r.html", "--svg", f"{tmp}/r.svg"], check=True,
-                           capture_output=True)
+            subprocess.run(
+                [rampwatch, "export", str(GLM), "--html", f"{tmp}/r.html", "--svg", f"{tmp}/r.svg"],
+                check=True,
+                capture_output=True,
+            )
             command_s = time.perf_counter() - t0
-        print(f"run {k + 1}: shipped render {render_s(rec.header, rec.events):.2f} s, export command {command_s:.2f} s, "
-              f"2-hour 32-session render {render_s(head, events):.2f} s", flush=True)
+        print(
+            f"run {k + 1}: shipped render {render_s(rec.header, rec.events):.2f} s, export command {command_s:.2f} s, "
+            f"2-hour 32-session render {render_s(head, events):.2f} s",
+            flush=True,
+        )
     return 0
 
 

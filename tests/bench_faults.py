@@ -62,11 +62,15 @@ def main() -> None:
     for name, kw in SCENARIOS:
         out = run_scenario(name.replace(" ", "-").replace("/", ""), tmp, **kw)
         went_on = out.exit_code in (0, 1) and out.turns_ok >= len(out.run.cfg.schedule)
-        print(f"{name:<32}{out.exit_code:>5}{'yes' if went_on else 'NO':>9}{out.turns_lost:>12}"
-              f"{out.emitted:>8}{out.recorded:>10}{out.events_lost:>6}")
-    print("\n(2 sessions x 4 turns each; 'turns lost' counts turns that did not complete; "
-          "'lost' = events produced but not in the recording.)\nSIGINT/SIGTERM/SIGKILL: see tests/test_faults.py "
-          "(20 random SIGKILLs, every file readable).")
+        print(
+            f"{name:<32}{out.exit_code:>5}{'yes' if went_on else 'NO':>9}{out.turns_lost:>12}"
+            f"{out.emitted:>8}{out.recorded:>10}{out.events_lost:>6}"
+        )
+    print(
+        "\n(2 sessions x 4 turns each; 'turns lost' counts turns that did not complete; "
+        "'lost' = events produced but not in the recording.)\nSIGINT/SIGTERM/SIGKILL: see tests/test_faults.py "
+        "(20 random SIGKILLs, every file readable)."
+    )
 
 
 if __name__ == "__main__":

@@ -71,8 +71,15 @@ class Engine:
     a restart really closes (clients see refused connections while it is down)."""
 
     def __init__(self, time_scale: float, sessions: int):
-        self.args = argparse.Namespace(profile="glm-like", time_scale=time_scale, kv_tokens=sessions * 1_100_000,
-                                       max_num_batched_tokens=None, block_size=None, max_model_len=None, step_ms=None)
+        self.args = argparse.Namespace(
+            profile="glm-like",
+            time_scale=time_scale,
+            kv_tokens=sessions * 1_100_000,
+            max_num_batched_tokens=None,
+            block_size=None,
+            max_model_len=None,
+            step_ms=None,
+        )
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -85,8 +92,13 @@ class Engine:
         self.sock.bind(("127.0.0.1", self.port))
         self.sock.listen(1024)
         fd = self.sock.fileno()
-        self.proc = subprocess.Popen(child_argv(self.args, [fd]), pass_fds=(fd,), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            child_argv(self.args, [fd]),
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -111,7 +123,9 @@ class Disk:
     def __init__(self, path: Path, size_mb: int):
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], capture_output=True, text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], capture_output=True, text=True
+        )
         self.mounted = r.returncode == 0
         self.why = r.stderr.strip() or "mount failed"
 
@@ -147,11 +161,18 @@ class Chaos:
     stop: threading.Event = field(default_factory=threading.Event)
     max_restarts: int = 2
 
-    COUNTED = {"HTTP 500": dict(fail_status=500, fail_requests=1), "HTTP 503": dict(fail_status=503, fail_requests=1),
-               "dropped stream": dict(drop_after_tokens=5, drop_requests=1),
-               "error chunk": dict(error_after_tokens=3, error_requests=1)}
-    COUNTERS = {"HTTP 500": "fail_requests", "HTTP 503": "fail_requests", "dropped stream": "drop_requests",
-                "error chunk": "error_requests"}
+    COUNTED = {
+        "HTTP 500": dict(fail_status=500, fail_requests=1),
+        "HTTP 503": dict(fail_status=503, fail_requests=1),
+        "dropped stream": dict(drop_after_tokens=5, drop_requests=1),
+        "error chunk": dict(error_after_tokens=3, error_requests=1),
+    }
+    COUNTERS = {
+        "HTTP 500": "fail_requests",
+        "HTTP 503": "fail_requests",
+        "dropped stream": "drop_requests",
+        "error chunk": "error_requests",
+    }
 
     def loop(self) -> None:
         kinds = [*self.COUNTED, "stall 2 s", "metrics 404", "metrics malformed", "metrics slow", "engine restart"]
@@ -252,7 +273,9 @@ def lost_events(events: list) -> list[str]:
     for e in events:
         if isinstance(e, ev.RequestSent):
             if e.session in open_req:
-                problems.append(f"{e.session} turn {e.turn}: a request sent while turn {open_req[e.session].turn} had no outcome")
+                problems.append(
+                    f"{e.session} turn {e.turn}: a request sent while turn {open_req[e.session].turn} had no outcome"
+                )
             open_req[e.session] = e
             times[(e.session, e.turn)] = 0
         elif isinstance(e, ev.FirstToken):
@@ -267,7 +290,10 @@ def lost_events(events: list) -> list[str]:
                 if (e.session, e.turn, 0) not in first:
                     problems.append(f"{e.session} turn {e.turn}: no first token")
                 if times.get((e.session, e.turn), 0) != e.chunks:
-                    problems.append(f"{e.session} turn {e.turn}: {times.get((e.session, e.turn), 0)} token times of {e.chunks} chunks")
+                    problems.append(
+                        f"{e.session} turn {e.turn}: {times.get((e.session, e.turn), 0)} "
+                        f"token times of {e.chunks} chunks"
+                    )
             first.discard((e.session, e.turn, 0))
     problems += [f"{s} turn {r.turn}: a request without an outcome" for s, r in open_req.items()]
     if not events or not isinstance(events[-1], ev.RunEnded):
@@ -285,21 +311,33 @@ def quarters(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values[:q]), statistics.mean(values[-q:])
 
 
-def drive(args: argparse.Namespace, engine: Engine, record: Path, chaos: Chaos | None) -> tuple[list[Sample], float, str]:
+def drive(
+    args: argparse.Namespace, engine: Engine, record: Path, chaos: Chaos | None
+) -> tuple[list[Sample], float, str]:
     schedule = ",".join(str(n) for n in soak_schedule(args.plateau_turns))
     session = f"rw-soak-{os.getpid()}"
-    command = (f"{RAMPWATCH} run {engine.url} --sessions {args.sessions} --schedule {schedule} --output-tokens 32 "
-               f"--ignore-eos --gpu none --record {record} --request-timeout 900 --reconnect-timeout 120")
+    command = (
+        f"{RAMPWATCH} run {engine.url} --sessions {args.sessions} --schedule {schedule} --output-tokens 32 "
+        f"--ignore-eos --gpu none --record {record} --request-timeout 900 --reconnect-timeout 120"
+    )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True)
     samples: list[Sample] = []
     screen = ""
     try:
-        pane = psutil.Process(int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"],
-                                                 capture_output=True, text=True, check=True).stdout))
+        pane = psutil.Process(
+            int(
+                subprocess.run(
+                    ["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True, text=True, check=True
+                ).stdout
+            )
+        )
         ui = driver = None
         t0 = time.time()
         next_print = t0 + args.print_every
-        print(f"{'min':>5}{'driver RSS MB':>15}{'UI RSS MB':>11}{'recording MB':>14}{'turns':>7}{'events/s':>10}", flush=True)
+        print(
+            f"{'min':>5}{'driver RSS MB':>15}{'UI RSS MB':>11}{'recording MB':>14}{'turns':>7}{'events/s':>10}",
+            flush=True,
+        )
         chaos_thread = None
         while True:
             if ui is None or driver is None:
@@ -308,15 +346,20 @@ def drive(args: argparse.Namespace, engine: Engine, record: Path, chaos: Chaos |
             if chaos is not None and chaos_thread is None and turns > 0:
                 chaos_thread = threading.Thread(target=chaos.loop, daemon=True)
                 chaos_thread.start()
-            s = Sample(time.time() - t0, rss(driver), rss(ui), record.stat().st_size if record.exists() else 0, turns, events)
+            s = Sample(
+                time.time() - t0, rss(driver), rss(ui), record.stat().st_size if record.exists() else 0, turns, events
+            )
             samples.append(s)
             if ended:
                 break
             if time.time() >= next_print:
                 prev = samples[-1 - min(len(samples) - 1, int(args.print_every / args.sample_every))]
                 rate = (s.events - prev.events) / max(1e-9, s.at - prev.at)
-                print(f"{s.at / 60:>5.0f}{s.driver_rss / 2**20:>15.0f}{s.ui_rss / 2**20:>11.0f}{s.size / 2**20:>14.1f}"
-                      f"{s.turns:>7}{rate:>10.0f}", flush=True)
+                print(
+                    f"{s.at / 60:>5.0f}{s.driver_rss / 2**20:>15.0f}{s.ui_rss / 2**20:>11.0f}{s.size / 2**20:>14.1f}"
+                    f"{s.turns:>7}{rate:>10.0f}",
+                    flush=True,
+                )
                 next_print += args.print_every
             time.sleep(args.sample_every)
         if chaos is not None:
@@ -337,11 +380,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, default=64)
     ap.add_argument("--plateau-turns", type=int, default=60, help="turns near 1M after the ramp (default 60)")
-    ap.add_argument("--time-scale", type=float, default=500.0, help="engine speed-up over the modelled GPU (default 500)")
+    ap.add_argument(
+        "--time-scale", type=float, default=500.0, help="engine speed-up over the modelled GPU (default 500)"
+    )
     ap.add_argument("--chaos", action="store_true", help="inject faults at random times (see above)")
     ap.add_argument("--seed", type=int, default=1, help="random seed for the chaos schedule")
-    ap.add_argument("--restarts", type=int, default=2,
-                    help="most engine restarts in a chaos run (default 2: each makes all 64 sessions re-prefill ~1M tokens)")
+    ap.add_argument(
+        "--restarts",
+        type=int,
+        default=2,
+        help="most engine restarts in a chaos run (default 2: each makes all 64 sessions re-prefill ~1M tokens)",
+    )
     ap.add_argument("--sample-every", type=float, default=5.0, help=argparse.SUPPRESS)
     ap.add_argument("--print-every", type=float, default=60.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -353,9 +402,12 @@ def main() -> None:
     engine = Engine(args.time_scale, args.sessions)
     chaos = Chaos(engine, disk, random.Random(args.seed), max_restarts=args.restarts) if args.chaos else None
     schedule = soak_schedule(args.plateau_turns)
-    print(f"{'chaos' if chaos else 'soak'}: {args.sessions} sessions x {len(schedule)} turns "
-          f"({RAMP[0]}k..{RAMP[-1]}k, then +1k to {schedule[-1] // 1024}k), simulated glm-like engine at "
-          f"{args.time_scale:g}x, UI in tmux at 120x40", flush=True)
+    print(
+        f"{'chaos' if chaos else 'soak'}: {args.sessions} sessions x {len(schedule)} turns "
+        f"({RAMP[0]}k..{RAMP[-1]}k, then +1k to {schedule[-1] // 1024}k), simulated glm-like engine at "
+        f"{args.time_scale:g}x, UI in tmux at 120x40",
+        flush=True,
+    )
     if disk is not None and not disk.mounted:
         print(f"disk full: skipped, cannot mount a tmpfs here ({disk.why})")
     try:
@@ -372,8 +424,16 @@ def main() -> None:
     report(args, back, samples, wall, screen, chaos, record, len(schedule))
 
 
-def report(args: argparse.Namespace, back, samples: list[Sample], wall: float, screen: str, chaos: Chaos | None,
-           record: Path, turns_each: int) -> None:
+def report(
+    args: argparse.Namespace,
+    back,
+    samples: list[Sample],
+    wall: float,
+    screen: str,
+    chaos: Chaos | None,
+    record: Path,
+    turns_each: int,
+) -> None:
     events = back.events
     state = RunState(back.header)
     for e in events:
@@ -384,20 +444,30 @@ def report(args: argparse.Namespace, back, samples: list[Sample], wall: float, s
     warm = next((i for i, s in enumerate(samples) if s.turns >= args.sessions * ramp_turns), len(samples))
     after = samples[warm:]
     total_turns = sum(1 for e in events if isinstance(e, ev.TurnDone))
-    print(f"wall {wall / 60:.1f} min = {modelled / 3600:.1f} h of the modelled engine; {total_turns} turn outcomes, "
-          f"{len(events)} events ({len(events) / wall:.0f}/s), recording {record.stat().st_size / 2**20:.1f} MB")
+    print(
+        f"wall {wall / 60:.1f} min = {modelled / 3600:.1f} h of the modelled engine; {total_turns} turn outcomes, "
+        f"{len(events)} events ({len(events) / wall:.0f}/s), recording {record.stat().st_size / 2**20:.1f} MB"
+    )
     if len(after) >= 4:
         for name, attr in (("driver", "driver_rss"), ("UI", "ui_rss")):
             a, b = quarters([getattr(s, attr) for s in after])
-            print(f"{name} RSS after warm-up ({after[0].at / 60:.1f} min on): first quarter {a / 2**20:.0f} MB, "
-                  f"last quarter {b / 2**20:.0f} MB, growth {100 * (b - a) / a:+.1f}%  (bar < 10%)")
+            print(
+                f"{name} RSS after warm-up ({after[0].at / 60:.1f} min on): first quarter {a / 2**20:.0f} MB, "
+                f"last quarter {b / 2**20:.0f} MB, growth {100 * (b - a) / a:+.1f}%  (bar < 10%)"
+            )
         q = max(1, len(after) // 4)
-        a, b = (marginal(after[:q + 1]), marginal(after[-q - 1:]))
-        print(f"recording bytes per turn: first quarter {a:.0f}, last quarter {b:.0f} ({100 * (b - a) / a:+.1f}%)  (linear: ~0)")
+        a, b = (marginal(after[: q + 1]), marginal(after[-q - 1 :]))
+        print(
+            f"recording bytes per turn: first quarter {a:.0f}, last "
+            f"quarter {b:.0f} ({100 * (b - a) / a:+.1f}%)  (linear: ~0)"
+        )
     else:
         print("too few samples after warm-up to judge memory; run longer (--plateau-turns)")
     peak = max(samples, key=lambda s: s.driver_rss)
-    print(f"driver RSS peak: {peak.driver_rss / 2**20:.0f} MB at {peak.at / 60:.1f} min (sampled every {args.sample_every:g} s)")
+    print(
+        f"driver RSS peak: {peak.driver_rss / 2**20:.0f} MB at "
+        f"{peak.at / 60:.1f} min (sampled every {args.sample_every:g} s)"
+    )
     problems = lost_events(events)
     print(f"events lost: {len(problems)}  (bar 0)" + "".join(f"\n  {p}" for p in problems[:10]))
     final: dict[tuple[str, int], str] = {}
@@ -407,8 +477,10 @@ def report(args: argparse.Namespace, back, samples: list[Sample], wall: float, s
     ok = sum(1 for v in final.values() if v == "ok")
     failed_final = sum(1 for v in final.values() if v == "failed")
     attempts_failed = sum(s.failed_turns for s in state.sessions.values())
-    print(f"turns: {ok} ok, {failed_final} failed, {args.sessions * turns_each - len(final)} never ran; "
-          f"run status {state.ended.status if state.ended else 'none'}")
+    print(
+        f"turns: {ok} ok, {failed_final} failed, {args.sessions * turns_each - len(final)} never ran; "
+        f"run status {state.ended.status if state.ended else 'none'}"
+    )
     if chaos is None:
         return
     print("\nfaults injected (wall clock, kind, outcome):")
@@ -418,12 +490,17 @@ def report(args: argparse.Namespace, back, samples: list[Sample], wall: float, s
     outage = outage_attempts(events)
     origin = datetime.fromisoformat(back.header.started_at).timestamp()
     stray = [t for t in outage if not any(d - origin - 1 <= t <= u - origin + 5 for d, u in chaos.restarts)]
-    print(f"counted faults that hit a request: {counted} ({', '.join(f'{k} {v}' for k, v in sorted(chaos.hit.items()))})")
+    print(
+        f"counted faults that hit a request: {counted} ({', '.join(f'{k} {v}' for k, v in sorted(chaos.hit.items()))})"
+    )
     print(f"turns failed at the end: {failed_final}  (bar: = counted faults, {counted})")
-    print(f"failed attempts in the report: {attempts_failed} = {counted} counted + {len(outage)} in flight at "
-          f"{len(chaos.restarts)} restarts (retried as outages; {len(stray)} outside a restart window)  "
-          f"{'OK' if attempts_failed == counted + len(outage) and not stray else 'MISMATCH'}")
-    print(f"every turn no fault hit completed: {'yes' if ok + failed_final == len(final) and failed_final == counted and not (args.sessions * turns_each - len(final)) else 'NO'}")
+    print(
+        f"failed attempts in the report: {attempts_failed} = {counted} counted + {len(outage)} in flight at "
+        f"{len(chaos.restarts)} restarts (retried as outages; {len(stray)} outside a restart window)  "
+        f"{'OK' if attempts_failed == counted + len(outage) and not stray else 'MISMATCH'}"
+    )
+    all_done = ok + failed_final == len(final) and failed_final == counted and args.sessions * turns_each == len(final)
+    print(f"every turn no fault hit completed: {'yes' if all_done else 'NO'}")
 
 
 def outage_attempts(events: list) -> list[float]:

@@ -43,8 +43,11 @@ def measure(case: list[str], width: int, height: int, seconds: float, extra: lis
         log = Path(tmp) / "pane.bytes"
         command = shlex.join([RAMPWATCH, *case, *extra])
         env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor"}
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height),
-                        f"{command}; sleep 3600"], check=True, env=env)
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), f"{command}; sleep 3600"],
+            check=True,
+            env=env,
+        )
         try:
             subprocess.run(["tmux", "pipe-pane", "-t", session, "-o", f"cat >> {shlex.quote(str(log))}"], check=True)
             time.sleep(SETTLE_S)

@@ -71,22 +71,44 @@ def cpu(p: psutil.Process) -> float:
 
 
 def run_args(url: str, args: argparse.Namespace, record: Path) -> list[str]:
-    return [RAMPWATCH, "run", url, "--sessions", str(args.sessions), "--scale-to", args.scale_to, "--ignore-eos",
-            "--output-tokens", str(args.output_tokens), "--gpu", "none", "--record", str(record)]
+    return [
+        RAMPWATCH,
+        "run",
+        url,
+        "--sessions",
+        str(args.sessions),
+        "--scale-to",
+        args.scale_to,
+        "--ignore-eos",
+        "--output-tokens",
+        str(args.output_tokens),
+        "--gpu",
+        "none",
+        "--record",
+        str(record),
+    ]
 
 
 def headless(url: str, args: argparse.Namespace, record: Path) -> dict:
     before = server_ttft(url)
     t0 = time.perf_counter()
-    p = subprocess.Popen([*run_args(url, args, record), "--headless"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [*run_args(url, args, record), "--headless"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
     after = server_ttft(url)
     total, turns, decode = client_ttft(record)
-    return {"code": p.returncode, "wall": wall, "turns": turns, "decode": decode,
-            "overhead_ms": (total - (after[0] - before[0])) / turns * 1000, "server_turns": after[1] - before[1],
-            "client_cpu": usage.ru_utime + usage.ru_stime}
+    return {
+        "code": p.returncode,
+        "wall": wall,
+        "turns": turns,
+        "decode": decode,
+        "overhead_ms": (total - (after[0] - before[0])) / turns * 1000,
+        "server_turns": after[1] - before[1],
+        "client_cpu": usage.ru_utime + usage.ru_stime,
+    }
 
 
 def _recorded(record: Path, needle: bytes) -> bool:
@@ -100,8 +122,13 @@ def with_ui(url: str, args: argparse.Namespace, record: Path) -> dict:
     before = server_ttft(url)
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", f"exec {command}"], check=True)
     try:
-        ui = psutil.Process(int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"],
-                                               capture_output=True, text=True, check=True).stdout))
+        ui = psutil.Process(
+            int(
+                subprocess.run(
+                    ["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True, text=True, check=True
+                ).stdout
+            )
+        )
         deadline = time.monotonic() + 60
         while not ui.children() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -125,9 +152,16 @@ def with_ui(url: str, args: argparse.Namespace, record: Path) -> dict:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     after = server_ttft(url)
     total, turns, decode = client_ttft(record)
-    return {"wall": t1 - t0, "turns": turns, "decode": decode,
-            "overhead_ms": (total - (after[0] - before[0])) / turns * 1000, "server_turns": after[1] - before[1],
-            "ui_streaming": (ui1 - ui0) / (t1 - t0), "ui_finished": (ui2 - ui1) / (t2 - t1), "driver_cpu": driver_cpu}
+    return {
+        "wall": t1 - t0,
+        "turns": turns,
+        "decode": decode,
+        "overhead_ms": (total - (after[0] - before[0])) / turns * 1000,
+        "server_turns": after[1] - before[1],
+        "ui_streaming": (ui1 - ui0) / (t1 - t0),
+        "ui_finished": (ui2 - ui1) / (t2 - t1),
+        "driver_cpu": driver_cpu,
+    }
 
 
 def _screen(session: str) -> str:
@@ -153,12 +187,33 @@ def many(url: str, folder: Path, sessions: int, scale_to: str, output_tokens: in
     """The UI at 120x40 over `sessions` sessions: its CPU while they stream, key latency, memory."""
     session = f"rw-many-{os.getpid()}"
     record = folder / f"many-{sessions}.jsonl"
-    command = " ".join([RAMPWATCH, "run", url, "--sessions", str(sessions), "--scale-to", scale_to, "--ignore-eos",
-                        "--output-tokens", str(output_tokens), "--gpu", "none", "--record", str(record)])
+    command = " ".join(
+        [
+            RAMPWATCH,
+            "run",
+            url,
+            "--sessions",
+            str(sessions),
+            "--scale-to",
+            scale_to,
+            "--ignore-eos",
+            "--output-tokens",
+            str(output_tokens),
+            "--gpu",
+            "none",
+            "--record",
+            str(record),
+        ]
+    )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", f"exec {command}"], check=True)
     try:
-        ui = psutil.Process(int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"],
-                                               capture_output=True, text=True, check=True).stdout))
+        ui = psutil.Process(
+            int(
+                subprocess.run(
+                    ["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True, text=True, check=True
+                ).stdout
+            )
+        )
         while not _recorded(record, b'"FirstToken"'):
             time.sleep(0.05)
         rss0, cpu0, t0 = ui.memory_info().rss, cpu(ui), time.perf_counter()
@@ -175,8 +230,15 @@ def many(url: str, folder: Path, sessions: int, scale_to: str, output_tokens: in
         ui.wait(timeout=60)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
-    return {"sessions": sessions, "ui_cpu": (cpu1 - cpu0) / (t1 - t0), "wall": t1 - t0, "latencies": latencies,
-            "rss0": rss0, "rss_peak": rss_peak, "rss_end": rss1}
+    return {
+        "sessions": sessions,
+        "ui_cpu": (cpu1 - cpu0) / (t1 - t0),
+        "wall": t1 - t0,
+        "latencies": latencies,
+        "rss0": rss0,
+        "rss_peak": rss_peak,
+        "rss_end": rss1,
+    }
 
 
 def main_many(args: argparse.Namespace, folder: Path, sim_url: str) -> None:
@@ -185,10 +247,15 @@ def main_many(args: argparse.Namespace, folder: Path, sim_url: str) -> None:
     print("UI in tmux at 120x40, simulated 'tiny' engine\n")
     for r in (a, b):
         lat = sorted(r["latencies"])
-        lat_text = f"key → screen median {statistics.median(lat) * 1000:.0f} ms, max {lat[-1] * 1000:.0f} ms; " if lat else ""
-        print(f"{r['sessions']:>4} sessions: UI {r['ui_cpu'] * 100:.1f}% of a core over {r['wall']:.0f} s streaming; {lat_text}"
-              f"UI RSS {r['rss0'] / 2**20:.0f} MB at the first token, peak {r['rss_peak'] / 2**20:.0f} MB, "
-              f"{r['rss_end'] / 2**20:.0f} MB at the end")
+        lat_text = (
+            f"key → screen median {statistics.median(lat) * 1000:.0f} ms, max {lat[-1] * 1000:.0f} ms; " if lat else ""
+        )
+        print(
+            f"{r['sessions']:>4} sessions: UI {r['ui_cpu'] * 100:.1f}% "
+            f"of a core over {r['wall']:.0f} s streaming; {lat_text}"
+            f"UI RSS {r['rss0'] / 2**20:.0f} MB at the first token, peak {r['rss_peak'] / 2**20:.0f} MB, "
+            f"{r['rss_end'] / 2**20:.0f} MB at the end"
+        )
     print(f"\nUI process CPU with 64 sessions streaming: {a['ui_cpu'] * 100:.1f}% of a core  (bar <= 25%)")
     print(f"key press answered with 256 sessions: max {max(b['latencies']) * 1000:.0f} ms  (bar <= 200 ms)")
     print(f"recordings: {folder}")
@@ -205,8 +272,15 @@ def main() -> None:
     if not shutil.which("tmux"):
         raise SystemExit("bench_ui needs tmux (apt-get install tmux): the UI runs in a real terminal")
     folder = Path(tempfile.mkdtemp(prefix="rw-bench-ui-"))
-    sim_args = argparse.Namespace(profile="tiny", time_scale=None, max_num_batched_tokens=None, kv_tokens=None,
-                                  block_size=None, max_model_len=None, step_ms=None)
+    sim_args = argparse.Namespace(
+        profile="tiny",
+        time_scale=None,
+        max_num_batched_tokens=None,
+        kv_tokens=None,
+        block_size=None,
+        max_model_len=None,
+        step_ms=None,
+    )
     pairs = []
     if args.many:
         with ChildSim(sim_args) as sim:
@@ -216,21 +290,33 @@ def main() -> None:
             h = headless(sim.url, args, folder / f"headless-{k}.jsonl")
             u = with_ui(sim.url, args, folder / f"ui-{k}.jsonl")
             pairs.append((h, u))
-    print(f"{args.sessions} sessions, --scale-to {args.scale_to}, {args.output_tokens} output tokens, simulated 'tiny' engine; "
-          f"UI in tmux at 160x50\n")
-    print(f"{'run':<10}{'turns':>6}{'wall s':>8}{'TTFT overhead ms/turn':>23}{'decode tok/s':>14}{'client CPU s':>14}"
-          f"{'UI % core':>11}{'finished % core':>17}")
-    for k, (h, u) in enumerate(pairs):
-        print(f"{'headless':<10}{h['turns']:>6}{h['wall']:>8.1f}{h['overhead_ms']:>23.2f}{h['decode'] or 0:>14.1f}"
-              f"{h['client_cpu']:>14.2f}{'-':>11}{'-':>17}")
-        print(f"{'UI':<10}{u['turns']:>6}{u['wall']:>8.1f}{u['overhead_ms']:>23.2f}{u['decode'] or 0:>14.1f}"
-              f"{u['driver_cpu']:>14.2f}{u['ui_streaming'] * 100:>11.1f}{u['ui_finished'] * 100:>17.1f}")
+    print(
+        f"{args.sessions} sessions, --scale-to {args.scale_to}, "
+        f"{args.output_tokens} output tokens, simulated 'tiny' engine; "
+        f"UI in tmux at 160x50\n"
+    )
+    print(
+        f"{'run':<10}{'turns':>6}{'wall s':>8}{'TTFT overhead ms/turn':>23}{'decode tok/s':>14}{'client CPU s':>14}"
+        f"{'UI % core':>11}{'finished % core':>17}"
+    )
+    for h, u in pairs:
+        print(
+            f"{'headless':<10}{h['turns']:>6}{h['wall']:>8.1f}{h['overhead_ms']:>23.2f}{h['decode'] or 0:>14.1f}"
+            f"{h['client_cpu']:>14.2f}{'-':>11}{'-':>17}"
+        )
+        print(
+            f"{'UI':<10}{u['turns']:>6}{u['wall']:>8.1f}{u['overhead_ms']:>23.2f}{u['decode'] or 0:>14.1f}"
+            f"{u['driver_cpu']:>14.2f}{u['ui_streaming'] * 100:>11.1f}{u['ui_finished'] * 100:>17.1f}"
+        )
     diffs = [u["overhead_ms"] - h["overhead_ms"] for h, u in pairs]
     ui_stream = max(u["ui_streaming"] for _, u in pairs) * 100
     ui_done = max(u["ui_finished"] for _, u in pairs) * 100
     print("\n(UI run: client CPU = the driver process; UI % core = the UI process while the run streams)")
-    print(f"TTFT overhead with the UI minus headless, median of {len(diffs)} pairs: {statistics.median(diffs):+.2f} ms/turn "
-          f"[{', '.join(f'{d:+.2f}' for d in diffs)}]  (bar: within ±1)")
+    print(
+        "TTFT overhead with the UI minus headless, median of "
+        f"{len(diffs)} pairs: {statistics.median(diffs):+.2f} ms/turn "
+        f"[{', '.join(f'{d:+.2f}' for d in diffs)}]  (bar: within ±1)"
+    )
     print(f"UI process CPU while {args.sessions} sessions stream (worst run): {ui_stream:.1f}% of a core  (bar <= 15%)")
     print(f"UI process CPU with the finished run on screen (worst run): {ui_done:.1f}% of a core  (bar <= 3%)")
     bad = [h for h, _ in pairs if h["code"] != 0]

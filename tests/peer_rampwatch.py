@@ -29,15 +29,32 @@ from rampwatch.drivers.run.runner import Run
 async def main(args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="rampwatch-peer-"))
     # n one-turn sessions, c in flight at once: one run, one recording, one calibration.
-    cfg = RunConfig(url=args.url, model=args.model, sessions=args.n, concurrency=args.c, schedule=[args.isl],
-                    output_tokens=args.osl, ignore_eos=True, metrics_urls=[args.url.rstrip("/") + "/metrics"],
-                    gpu="none", record=folder / "peer.jsonl")
+    cfg = RunConfig(
+        url=args.url,
+        model=args.model,
+        sessions=args.n,
+        concurrency=args.c,
+        schedule=[args.isl],
+        output_tokens=args.osl,
+        ignore_eos=True,
+        metrics_urls=[args.url.rstrip("/") + "/metrics"],
+        gpu="none",
+        record=folder / "peer.jsonl",
+    )
     run = Run(cfg)
     await run.prepare()
     await run.drive()
     t0 = datetime.fromisoformat(run.state.header.started_at).timestamp()
-    records = [{"ttft_s": r.ttft, "start_wall": t0 + r.sent_t, "ok": r.status == "ok" and r.ttft is not None,
-                "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens} for r in run.state.turns]
+    records = [
+        {
+            "ttft_s": r.ttft,
+            "start_wall": t0 + r.sent_t,
+            "ok": r.status == "ok" and r.ttft is not None,
+            "prompt_tokens": r.prompt_tokens,
+            "completion_tokens": r.completion_tokens,
+        }
+        for r in run.state.turns
+    ]
     with open(args.out, "w") as f:
         for r in sorted(records, key=lambda r: r["start_wall"]):
             f.write(json.dumps(r) + "\n")

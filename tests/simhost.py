@@ -42,8 +42,15 @@ class ThreadedServer:
 class ThreadedSim(ThreadedServer):
     """A simulated server on a loopback port, in a thread of its own (tests)."""
 
-    def __init__(self, profile: SimProfile, faults: SimFaults | None = None, port: int = 0, api_key: str | None = None,
-                 tls: tuple[str, str] | None = None, **server: Any):
+    def __init__(
+        self,
+        profile: SimProfile,
+        faults: SimFaults | None = None,
+        port: int = 0,
+        api_key: str | None = None,
+        tls: tuple[str, str] | None = None,
+        **server: Any,
+    ):
         """`server`: SimServer's options (gpus, node, flavor, cache_report)."""
         self.sim = SimServer(profile, faults=faults, api_key=api_key, **server)
         super().__init__(self.sim.app, port, tls)

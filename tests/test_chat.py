@@ -7,15 +7,29 @@ import asyncio
 import msgspec
 import pytest
 
-from rampwatch.drivers.client.chat import ChatStreamParser, StreamError, chat_body, encode_message, error_text, stream_chat
+from rampwatch.drivers.client.chat import (
+    ChatStreamParser,
+    StreamError,
+    chat_body,
+    encode_message,
+    error_text,
+    stream_chat,
+)
 from rampwatch.drivers.client.wire import WRITE_SLICE, Connection, ConnectionDropped, ConnectionFailed, ResponseParser
 
 
 def _chunk(**delta) -> bytes:
-    return b"data: " + msgspec.json.encode({"id": "x", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}) + b"\n\n"
+    return (
+        b"data: "
+        + msgspec.json.encode({"id": "x", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        + b"\n\n"
+    )
 
 
-USAGE = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":18,"total_tokens":34,"completion_tokens":16,"prompt_tokens_details":{"cached_tokens":16}}}\n\n'
+USAGE = (
+    b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":18,"total_tokens":34,"completion_tokens":16,'
+    b'"prompt_tokens_details":{"cached_tokens":16}}}\n\n'
+)
 DONE = b"data: [DONE]\n\n"
 
 
@@ -66,7 +80,11 @@ async def test_reasoning_counts_as_a_token_and_crlf_framing_works():
 
 
 async def test_error_chunk_fails_the_turn():
-    reads = [_chunk(content="a"), b'data: {"error":{"message":"boom inside","type":"InternalServerError","code":500}}\n\n', DONE]
+    reads = [
+        _chunk(content="a"),
+        b'data: {"error":{"message":"boom inside","type":"InternalServerError","code":500}}\n\n',
+        DONE,
+    ]
     with pytest.raises(StreamError, match="boom inside"):
         await _run(reads)
 
@@ -88,9 +106,9 @@ async def test_usage_chunk_never_resets_first_token():
 
 
 def test_body_encoding_round_trips():
-    msgs = [encode_message("user", ["hé \"quoted\"\n", "ünïcode ", "\\slash"]), encode_message("assistant", ["ok"])]
+    msgs = [encode_message("user", ['hé "quoted"\n', "ünïcode ", "\\slash"]), encode_message("assistant", ["ok"])]
     body = msgspec.json.decode(b"".join(chat_body("m", msgs, 64, ignore_eos=True)))
-    assert body["messages"][0]["content"] == "hé \"quoted\"\nünïcode \\slash"
+    assert body["messages"][0]["content"] == 'hé "quoted"\nünïcode \\slash'
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["ignore_eos"] is True and body["min_tokens"] == 64 and body["max_tokens"] == 64
 
@@ -128,7 +146,7 @@ async def test_stream_over_a_socket_with_chunks_split_anywhere():
             requests.append(await _read_request(reader))
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             for i in range(0, len(wire), 7):  # 7-byte writes split chunk headers, CRLFs and events
-                writer.write(wire[i:i + 7])
+                writer.write(wire[i : i + 7])
                 await writer.drain()
                 await asyncio.sleep(0)
         writer.close()
@@ -138,8 +156,15 @@ async def test_stream_over_a_socket_with_chunks_split_anywhere():
         clock = iter(range(1, 10_000))
         conn = Connection(url, lambda: float(next(clock)))
         for _ in range(2):
-            res = await stream_chat(conn, "/v1/chat/completions", b'{"x":1}', {"Authorization": "Bearer k"},
-                                    lambda t: None, lambda b: None, timeout=10)
+            res = await stream_chat(
+                conn,
+                "/v1/chat/completions",
+                b'{"x":1}',
+                {"Authorization": "Bearer k"},
+                lambda t: None,
+                lambda b: None,
+                timeout=10,
+            )
             assert res.text == "Hello" and res.chunks == 2 and res.prompt_tokens == 18
         conn.close()
     assert len(requests) == 2 and b"Authorization: Bearer k" in requests[0] and requests[0].endswith(b'{"x":1}')
@@ -150,6 +175,7 @@ HELLO = [_chunk(role="assistant", content=""), _chunk(content="Hel"), _chunk(con
 
 async def _one_response(raw: bytes) -> object:
     """Serve `raw` as the whole response to one request (the server may close after it)."""
+
     async def handle(reader, writer):
         await _read_request(reader)
         writer.write(raw)
@@ -160,7 +186,9 @@ async def _one_response(raw: bytes) -> object:
     async with server:
         conn = Connection(url, lambda: 0.0)
         try:
-            return await stream_chat(conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b: None, timeout=10)
+            return await stream_chat(
+                conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b: None, timeout=10
+            )
         finally:
             conn.close()
 
@@ -173,8 +201,10 @@ async def test_http10_body_delimited_by_the_close():
 
 async def test_interim_1xx_responses_are_skipped():
     body = b"".join(_chunked(HELLO))
-    res = await _one_response(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"
-                              b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body)
+    res = await _one_response(
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body
+    )
     assert res.text == "Hello"
 
 
@@ -253,7 +283,9 @@ async def test_a_large_body_goes_out_in_parts_without_a_buffered_copy():
     """A 16 MB history sent to a server that reads slowly: every byte arrives in order, and what the
     transport holds at any moment stays near one slice, not the rest of the body."""
     # Large parts (a history's messages) between small ones (the separators), as chat_body gives them.
-    parts = [b'{"messages":['] + [p for k in range(8) for p in (bytes([65 + k]) * (2 * 1024 * 1024 + k), b",")] + [b"]}"]
+    parts = (
+        [b'{"messages":['] + [p for k in range(8) for p in (bytes([65 + k]) * (2 * 1024 * 1024 + k), b",")] + [b"]}"]
+    )
     got = bytearray()
 
     async def handle(reader, writer):
@@ -289,6 +321,7 @@ async def test_a_large_body_goes_out_in_parts_without_a_buffered_copy():
 async def test_an_answer_before_the_body_went_out_ends_the_request_and_the_connection():
     """A server that refuses a request from its head (413) and stops reading: the error comes back at
     once, and the connection, with part of the body unsent, is not used again."""
+
     async def handle(reader, writer):
         await reader.readuntil(b"\r\n\r\n")
         error = b'{"error": {"message": "too large"}}'
@@ -321,7 +354,9 @@ def test_response_parser_content_length_and_chunked_byte_by_byte():
     assert p.done and p.status == 400 and b"".join(d for _, d in got) == b"abcde"
     got.clear()
     p = ResponseParser(lambda status, data, t: got.append(data))
-    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + b"".join(_chunked([b"hello", b" world"]))
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + b"".join(
+        _chunked([b"hello", b" world"])
+    )
     for i in range(len(wire)):
-        p.feed(wire[i:i + 1], 0.0)
+        p.feed(wire[i : i + 1], 0.0)
     assert p.done and b"".join(got) == b"hello world" and not p.keep_alive

@@ -16,17 +16,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def rw(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*rampwatch_cmd(), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, cwd=ROOT)
+    return subprocess.run(
+        [*rampwatch_cmd(), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
 
 
 def test_drivers_never_import_textual():
     for path in (ROOT / "drivers").rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            assert not any(n == "textual" or n.startswith("textual.") or n.startswith("tui") or n.startswith("rampwatch.tui") for n in names), path
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
+            assert not any(
+                n == "textual" or n.startswith("textual.") or n.startswith("tui") or n.startswith("rampwatch.tui")
+                for n in names
+            ), path
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +49,22 @@ def recorded(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("rec") / "two.jsonl"
     with ThreadedSim(make_profile("tiny")) as s:
-        p = rw("run", s.url, "--sessions", "2", "--scale-to", "16k", "--output-tokens", "16", "--ignore-eos",
-               "--headless", "--gpu", "none", "--record", str(out))
+        p = rw(
+            "run",
+            s.url,
+            "--sessions",
+            "2",
+            "--scale-to",
+            "16k",
+            "--output-tokens",
+            "16",
+            "--ignore-eos",
+            "--headless",
+            "--gpu",
+            "none",
+            "--record",
+            str(out),
+        )
     return p, out
 
 
@@ -54,27 +80,75 @@ def test_report_reproduces_the_live_numbers(recorded):
     p, out = recorded
     table = rw("report", str(out))
     assert table.returncode == 0
-    live_table = p.stdout[p.stdout.index("rampwatch report:"):]
+    live_table = p.stdout[p.stdout.index("rampwatch report:") :]
     assert table.stdout.strip() == live_table.strip()
 
 
 def test_report_json_schema(recorded):
     _, out = recorded
     rep = json.loads(rw("report", str(out), "--format", "json").stdout)
-    assert set(rep) == {"run", "sessions", "interference", "server", "turn_spread", "ttft_ratio_median", "one_shot",
-                        "servers", "servers_total", "roles"}
-    assert set(rep["run"]) == {"schema", "rampwatch_version", "server", "model", "engine", "started_at", "sessions",
-                               "status", "lockstep", "needle_mode", "one_shot", "time_limit_s"}
+    assert set(rep) == {
+        "run",
+        "sessions",
+        "interference",
+        "server",
+        "turn_spread",
+        "ttft_ratio_median",
+        "one_shot",
+        "servers",
+        "servers_total",
+        "roles",
+    }
+    assert set(rep["run"]) == {
+        "schema",
+        "rampwatch_version",
+        "server",
+        "model",
+        "engine",
+        "started_at",
+        "sessions",
+        "status",
+        "lockstep",
+        "needle_mode",
+        "one_shot",
+        "time_limit_s",
+    }
     assert rep["run"]["schema"] == 3 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
-    turn_keys = {"turn", "context_tokens", "new_tokens", "cached_tokens", "ttft_s", "prefill_tok_s", "decode_tok_s",
-                 "output_tokens", "hit_rate", "kv_peak", "needle", "error", "gap_p50_s", "gap_p99_s", "gap_max_s",
-                 "gaps_over_100ms", "gaps_over_1s", "server_prefill_s"}
+    turn_keys = {
+        "turn",
+        "context_tokens",
+        "new_tokens",
+        "cached_tokens",
+        "ttft_s",
+        "prefill_tok_s",
+        "decode_tok_s",
+        "output_tokens",
+        "hit_rate",
+        "kv_peak",
+        "needle",
+        "error",
+        "gap_p50_s",
+        "gap_p99_s",
+        "gap_max_s",
+        "gaps_over_100ms",
+        "gaps_over_1s",
+        "server_prefill_s",
+    }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
         assert set(s) == {"id", "turns", "summary"}
-        assert set(s["summary"]) == {"ttft_sum_s", "ttft_max_s", "decode_tok_s_median", "needle_found", "turns",
-                                     "planned_turns", "reached_turn", "gaps_alone", "gaps_during_foreign_prefill"}
+        assert set(s["summary"]) == {
+            "ttft_sum_s",
+            "ttft_max_s",
+            "decode_tok_s_median",
+            "needle_found",
+            "turns",
+            "planned_turns",
+            "reached_turn",
+            "gaps_alone",
+            "gaps_during_foreign_prefill",
+        }
         assert s["summary"]["reached_turn"] == s["summary"]["planned_turns"] == 10
         assert set(s["summary"]["gaps_alone"]) == gap_keys
         assert len(s["turns"]) == 10
@@ -83,12 +157,32 @@ def test_report_json_schema(recorded):
             assert 0 <= t["hit_rate"] <= 1 and 0 <= t["kv_peak"] <= 1
             gaps = (t["gap_max_s"], t["gap_p99_s"], t["gap_p50_s"])  # none: the reply came in one read
             assert gaps == (None, None, None) or gaps[0] >= gaps[1] >= gaps[2] >= 0
-    assert set(rep["interference"]) == {"decode_tok_s_alone_median", "decode_tok_s_during_foreign_prefill_median",
-                                        "overlapping_turns", "gaps_alone", "gaps_during_foreign_prefill"}
+    assert set(rep["interference"]) == {
+        "decode_tok_s_alone_median",
+        "decode_tok_s_during_foreign_prefill_median",
+        "overlapping_turns",
+        "gaps_alone",
+        "gaps_during_foreign_prefill",
+    }
     assert set(rep["server"]) == {"kv_peak", "hit_rate_last_turn"}
-    server_keys = {"name", "role", "engine", "answered_s", "prompt_tokens", "prompt_computed_tokens", "prefix_query_tokens",
-                   "prefix_hit_tokens", "generation_tokens", "preemptions", "hit_rate", "prefill_tok_s", "decode_tok_s",
-                   "kv_peak", "kv_capacity_tokens", "last_error"}
+    server_keys = {
+        "name",
+        "role",
+        "engine",
+        "answered_s",
+        "prompt_tokens",
+        "prompt_computed_tokens",
+        "prefix_query_tokens",
+        "prefix_hit_tokens",
+        "generation_tokens",
+        "preemptions",
+        "hit_rate",
+        "prefill_tok_s",
+        "decode_tok_s",
+        "kv_peak",
+        "kv_capacity_tokens",
+        "last_error",
+    }
     assert len(rep["servers"]) == 1 and set(rep["servers"][0]) == server_keys and rep["servers"][0]["role"] == "both"
     assert rep["servers_total"]["generation_tokens"] == rep["servers"][0]["generation_tokens"] > 0
     assert [r["name"] for r in rep["roles"]] == ["both"]
@@ -119,26 +213,59 @@ def test_schedule_over_max_model_len_is_refused_before_sending(sim):
     assert "Traceback" not in p.stderr
 
 
-@pytest.mark.parametrize("args,message", [
-    (["run", "http://127.0.0.1:9", "--headless", "--no-record"], "cannot reach"),
-    (["run", "not-a-url", "--headless", "--no-record"], "not a URL"),
-    (["run", "http://127.0.0.1:9", "--schedule", "64k,32k", "--headless"], "grow"),
-    (["run", "http://127.0.0.1:9", "--scale-to", "lots", "--headless"], "not a token count"),
-    (["report", "/nonexistent/x.jsonl"], "no such recording"),
-    (["replay", "/nonexistent/x.jsonl", "--headless"], "no such recording"),
-    (["replay", "x.jsonl", "--speed", "100"], "--speed"),
-    (["watch", "--prometheus", "http://127.0.0.1:9", "--prometheus-match", "job=vllm", "--headless"],
-     "--prometheus-match: not PromQL label matchers"),
-    (["watch", "--prometheus", "http://127.0.0.1:9", "--prometheus-gpu-match", "Hostname", "--headless"],
-     "--prometheus-gpu-match: not PromQL"),
-    (["watch", "http://127.0.0.1:9", "--prometheus-match", 'job="vllm"', "--headless"], "need --prometheus URL"),
-    (["watch", "--prometheus", "http://127.0.0.1:9", "--headless", "--no-record"], "cannot reach Prometheus at http://127.0.0.1:9"),
-    (["watch", "--prometheus", "http://p:9090", "--metrics-url", "http://e:8000/metrics", "--gpu", "none"], "would read nothing"),
-    (["watch", "--prometheus", "http://p:9090", "--metrics-url", "http://e:8000/metrics", "--prometheus-match", 'job="a"'],
-     "use one"),
-    (["watch", "--prometheus", "http://p:9090", "--gpu", "http://n:9400/metrics", "--prometheus-gpu-match", 'job="a"'],
-     "use one"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["run", "http://127.0.0.1:9", "--headless", "--no-record"], "cannot reach"),
+        (["run", "not-a-url", "--headless", "--no-record"], "not a URL"),
+        (["run", "http://127.0.0.1:9", "--schedule", "64k,32k", "--headless"], "grow"),
+        (["run", "http://127.0.0.1:9", "--scale-to", "lots", "--headless"], "not a token count"),
+        (["report", "/nonexistent/x.jsonl"], "no such recording"),
+        (["replay", "/nonexistent/x.jsonl", "--headless"], "no such recording"),
+        (["replay", "x.jsonl", "--speed", "100"], "--speed"),
+        (
+            ["watch", "--prometheus", "http://127.0.0.1:9", "--prometheus-match", "job=vllm", "--headless"],
+            "--prometheus-match: not PromQL label matchers",
+        ),
+        (
+            ["watch", "--prometheus", "http://127.0.0.1:9", "--prometheus-gpu-match", "Hostname", "--headless"],
+            "--prometheus-gpu-match: not PromQL",
+        ),
+        (["watch", "http://127.0.0.1:9", "--prometheus-match", 'job="vllm"', "--headless"], "need --prometheus URL"),
+        (
+            ["watch", "--prometheus", "http://127.0.0.1:9", "--headless", "--no-record"],
+            "cannot reach Prometheus at http://127.0.0.1:9",
+        ),
+        (
+            ["watch", "--prometheus", "http://p:9090", "--metrics-url", "http://e:8000/metrics", "--gpu", "none"],
+            "would read nothing",
+        ),
+        (
+            [
+                "watch",
+                "--prometheus",
+                "http://p:9090",
+                "--metrics-url",
+                "http://e:8000/metrics",
+                "--prometheus-match",
+                'job="a"',
+            ],
+            "use one",
+        ),
+        (
+            [
+                "watch",
+                "--prometheus",
+                "http://p:9090",
+                "--gpu",
+                "http://n:9400/metrics",
+                "--prometheus-gpu-match",
+                'job="a"',
+            ],
+            "use one",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, message):
     p = rw(*args)
     assert p.returncode == 2, p.stderr
@@ -176,8 +303,12 @@ def test_sim_command_binds_loopback_and_serves(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([*rampwatch_cmd(), "sim", "--port", str(port), "--profile", "tiny"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*rampwatch_cmd(), "sim", "--port", str(port), "--profile", "tiny"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -196,7 +327,9 @@ def test_sim_command_binds_loopback_and_serves(tmp_path):
 
 def test_demo_headless_scaled_down(tmp_path):
     rec = tmp_path / "demo.jsonl"
-    p = rw("demo", "--headless", "--profile", "tiny", "--scale-to", "16k", "--output-tokens", "16", "--record", str(rec))
+    p = rw(
+        "demo", "--headless", "--profile", "tiny", "--scale-to", "16k", "--output-tokens", "16", "--record", str(rec)
+    )
     assert p.returncode == 0, p.stderr
     assert "needle ✓" in p.stdout and rec.exists()
     header = json.loads(rec.read_text().splitlines()[0])
@@ -214,9 +347,26 @@ def test_demo_serves_its_sessions_metrics(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([*rampwatch_cmd(), "demo", "--headless", "--no-record", "--profile", "tiny",
-                             "--schedule", "1k,2k", "--output-tokens", "16", "--serve-metrics", f"127.0.0.1:{port}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            *rampwatch_cmd(),
+            "demo",
+            "--headless",
+            "--no-record",
+            "--profile",
+            "tiny",
+            "--schedule",
+            "1k,2k",
+            "--output-tokens",
+            "16",
+            "--serve-metrics",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     done = ['session="s1",status="ok"} 2.0', 'session="s2",status="ok"} 2.0']
     text = ""
     try:

@@ -36,45 +36,81 @@ def test_every_command_and_flag_has_help():
                 assert action.help and len(action.help) > 8, f"rampwatch {name} {action.option_strings or action.dest}"
 
 
-@pytest.mark.parametrize("command", [["report", str(SAMPLE)], ["compare", str(SAMPLE), str(SAMPLE)],
-                                     ["export", str(SAMPLE), "--svg", "OUT"]])
+@pytest.mark.parametrize(
+    "command", [["report", str(SAMPLE)], ["compare", str(SAMPLE), str(SAMPLE)], ["export", str(SAMPLE), "--svg", "OUT"]]
+)
 def test_reading_commands_load_no_ui_web_server_or_simulator(command, tmp_path):
     command = [str(tmp_path / "out.svg") if a == "OUT" else a for a in command]
-    code = ("import json, sys\nfrom rampwatch.tui.cli import main\n"
-            f"code = main({command!r})\n"
-            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('uvicorn', 'starlette', 'textual',"
-            " 'textual_serve') or m.startswith('rampwatch.drivers.sim'))\n"
-            "print(json.dumps([code, heavy]), file=sys.stderr)\n")
+    code = (
+        "import json, sys\nfrom rampwatch.tui.cli import main\n"
+        f"code = main({command!r})\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('uvicorn', 'starlette', 'textual',"
+        " 'textual_serve') or m.startswith('rampwatch.drivers.sim'))\n"
+        "print(json.dumps([code, heavy]), file=sys.stderr)\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     exit_code, heavy = json.loads(p.stderr.strip().splitlines()[-1])
     assert exit_code == 0, p.stderr
     assert heavy == []
 
 
-@pytest.mark.parametrize("args", [["--api-key-fiel", KEY], [f"--api-key-fiel={KEY}"], ["--sessions", KEY],
-                                  ["--tokn", KEY, "--api-key-file"]])
+@pytest.mark.parametrize(
+    "args", [["--api-key-fiel", KEY], [f"--api-key-fiel={KEY}"], ["--sessions", KEY], ["--tokn", KEY, "--api-key-file"]]
+)
 def test_a_mistyped_flag_never_prints_the_key(args):
-    p = subprocess.run([*rampwatch_cmd(), "run", "http://127.0.0.1:9", *args], capture_output=True, text=True,
-                       timeout=60, env={**os.environ, "COLUMNS": "200"})
+    p = subprocess.run(
+        [*rampwatch_cmd(), "run", "http://127.0.0.1:9", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert p.returncode == 2
     said = p.stdout + p.stderr
     assert said.count("\n") == 1 and "Traceback" not in said
-    leaked = [KEY[k:k + 6] for k in range(len(KEY) - 5) if KEY[k:k + 6] in said]
+    leaked = [KEY[k : k + 6] for k in range(len(KEY) - 5) if KEY[k : k + 6] in said]
     assert leaked == [], said
 
 
 def test_the_recorded_command_keeps_names_and_hides_keys():
-    argv = ["run", "http://user:pw@10.0.0.1:8000", "--api-key-file", "/etc/key", "--api-key-env", "MY_KEY",
-            "--model", "Meta-Llama-3-70B-Instruct-AWQ-INT4", "--output-tokens", "128", "--token", "abc", KEY]
-    assert scrub_argv(argv) == ["run", "http://10.0.0.1:8000", "--api-key-file", "/etc/key", "--api-key-env",
-                                "MY_KEY", "--model", "Meta-Llama-3-70B-Instruct-AWQ-INT4", "--output-tokens", "128",
-                                "--token", "***", "***"]
+    argv = [
+        "run",
+        "http://user:pw@10.0.0.1:8000",
+        "--api-key-file",
+        "/etc/key",
+        "--api-key-env",
+        "MY_KEY",
+        "--model",
+        "Meta-Llama-3-70B-Instruct-AWQ-INT4",
+        "--output-tokens",
+        "128",
+        "--token",
+        "abc",
+        KEY,
+    ]
+    assert scrub_argv(argv) == [
+        "run",
+        "http://10.0.0.1:8000",
+        "--api-key-file",
+        "/etc/key",
+        "--api-key-env",
+        "MY_KEY",
+        "--model",
+        "Meta-Llama-3-70B-Instruct-AWQ-INT4",
+        "--output-tokens",
+        "128",
+        "--token",
+        "***",
+        "***",
+    ]
     assert KEY[3:9] not in scrub_message(f"invalid value: '{KEY}'", ["--sessions", KEY])
 
 
 def test_config_leaves_the_parsed_arguments_as_they_were():
-    for argv in (["sweep", "http://127.0.0.1:9", "--sessions", "1,2", "--scale-to", "8k"],
-                 ["run", "http://127.0.0.1:9", "--scale-to", "8k"]):
+    for argv in (
+        ["sweep", "http://127.0.0.1:9", "--sessions", "1,2", "--scale-to", "8k"],
+        ["run", "http://127.0.0.1:9", "--scale-to", "8k"],
+    ):
         args = build_parser().parse_args(argv)
         before = dict(vars(args))
         cfg = config_from(args, "run", argv)
@@ -89,6 +125,10 @@ def test_config_leaves_the_parsed_arguments_as_they_were():
 
 
 def test_bad_serve_metrics_for_demo_is_one_line():
-    p = subprocess.run([*rampwatch_cmd(), "demo", "--headless", "--serve-metrics", "nohost:notaport"],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [*rampwatch_cmd(), "demo", "--headless", "--serve-metrics", "nohost:notaport"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and p.stderr.startswith("rampwatch: --serve-metrics") and p.stderr.count("\n") == 1

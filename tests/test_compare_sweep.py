@@ -31,13 +31,19 @@ def demo_recording(tmp_path_factory) -> Path:
 
 def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording):
     runs = [*map(str, SHIPPED), str(demo_recording)]
-    out = {fmt: rw("compare", *runs, "--format", fmt, "--label", "glm", "--label", "vllm", "--label", "demo")
-           for fmt in ("table", "md", "csv", "json")}
+    out = {
+        fmt: rw("compare", *runs, "--format", fmt, "--label", "glm", "--label", "vllm", "--label", "demo")
+        for fmt in ("table", "md", "csv", "json")
+    }
     assert all(p.returncode == 0 for p in out.values()), {k: p.stderr for k, p in out.items()}
     assert "TTFT per turn" in out["table"].stdout and "| run |" in out["md"].stdout
-    assert out["csv"].stdout.splitlines()[0].startswith("label,path,engine") and len(out["csv"].stdout.splitlines()) == 4
+    assert (
+        out["csv"].stdout.splitlines()[0].startswith("label,path,engine") and len(out["csv"].stdout.splitlines()) == 4
+    )
     cmp = json.loads(out["json"].stdout)
-    assert cmp["schema"] == 2 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
+    assert (
+        cmp["schema"] == 2 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
+    )
     assert "schedules differ" in " ".join(cmp["notes"])
     for row, path in zip(cmp["runs"], runs):
         rep = json.loads(rw("report", path, "--format", "json").stdout)
@@ -45,14 +51,38 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         assert row["slowest_session_ttft_sum_s"] == worst["summary"]["ttft_sum_s"]
         assert row["session_ttft_sums_s"] == [s["summary"]["ttft_sum_s"] for s in rep["sessions"]]
         assert row["ttft_max_s"] == max(s["summary"]["ttft_max_s"] for s in rep["sessions"])
-        assert row["kv_peak"] == rep["server"]["kv_peak"] and row["hit_rate_last_turn"] == rep["server"]["hit_rate_last_turn"]
+        assert (
+            row["kv_peak"] == rep["server"]["kv_peak"]
+            and row["hit_rate_last_turn"] == rep["server"]["hit_rate_last_turn"]
+        )
         assert row["lockstep"] == rep["run"]["lockstep"] and row["sessions"] == rep["run"]["sessions"]
     assert set(cmp) == {"schema", "baseline", "runs", "turns", "notes"}
     assert set(cmp["runs"][0]) == {
-        "label", "path", "engine", "engine_version", "model", "sessions", "lockstep", "turns_completed", "turns_planned",
-        "context_reached", "slowest_session_ttft_sum_s", "session_ttft_sums_s", "ttft_max_s", "last_turn_ttft_s", "one_shot_ttft_s", "prefill_tok_s_first_turn",
-        "prefill_tok_s_last_turn", "decode_tok_s_median", "hit_rate_last_turn", "kv_peak", "needle_found", "needle_asked",
-        "worst_gap_during_foreign_prefill_s", "failed_turns"}
+        "label",
+        "path",
+        "engine",
+        "engine_version",
+        "model",
+        "sessions",
+        "lockstep",
+        "turns_completed",
+        "turns_planned",
+        "context_reached",
+        "slowest_session_ttft_sum_s",
+        "session_ttft_sums_s",
+        "ttft_max_s",
+        "last_turn_ttft_s",
+        "one_shot_ttft_s",
+        "prefill_tok_s_first_turn",
+        "prefill_tok_s_last_turn",
+        "decode_tok_s_median",
+        "hit_rate_last_turn",
+        "kv_peak",
+        "needle_found",
+        "needle_asked",
+        "worst_gap_during_foreign_prefill_s",
+        "failed_turns",
+    }
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3
 
@@ -65,8 +95,14 @@ def test_compare_fits_a_terminal_and_says_what_it_left_out(columns):
     """In a real terminal (a pty of that width) no line is wider than the terminal, no run's label wraps onto a
     second line, and what was left out to fit is said."""
     cmd = " ".join([*rampwatch_cmd(), "compare", *THREE])
-    p = subprocess.run(["script", "-qc", cmd, "/dev/null"], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                       env={**os.environ, "COLUMNS": str(columns), "LINES": "50"})
+    p = subprocess.run(
+        ["script", "-qc", cmd, "/dev/null"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "COLUMNS": str(columns), "LINES": "50"},
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.replace("\r", "").splitlines()
     assert max(len(line) for line in lines) <= columns
@@ -103,8 +139,21 @@ def test_compare_baseline_and_bad_input(tmp_path):
 def test_sweep_writes_a_recording_per_point_and_a_curve(tmp_path):
     sweep = tmp_path / "s.sweep.json"
     with ThreadedSim(make_profile("tiny", time_scale=0.5)) as s:
-        p = rw("sweep", s.url, "--sessions", "1,2,4", "--schedule", "4k,8k,16k", "--output-tokens", "16", "--ignore-eos",
-               "--gpu", "none", "--record", str(sweep))
+        p = rw(
+            "sweep",
+            s.url,
+            "--sessions",
+            "1,2,4",
+            "--schedule",
+            "4k,8k,16k",
+            "--output-tokens",
+            "16",
+            "--ignore-eos",
+            "--gpu",
+            "none",
+            "--record",
+            str(sweep),
+        )
     assert p.returncode == 0, p.stderr
     listed = json.loads(sweep.read_text())
     assert listed["sessions"] == [1, 2, 4] and listed["runs"] == ["s-1s.jsonl", "s-2s.jsonl", "s-4s.jsonl"]
@@ -124,8 +173,23 @@ def test_sweep_refuses_bad_counts():
 def test_sweep_stops_when_the_server_starts_to_preempt(tmp_path):
     sweep = tmp_path / "p.sweep.json"
     with ThreadedSim(make_profile("tiny", kv_tokens=20_000)) as s:  # two 16K sessions do not fit
-        p = rw("sweep", s.url, "--sessions", "1,2,4", "--schedule", "4k,8k,16k", "--output-tokens", "64", "--ignore-eos",
-               "--gpu", "none", "--scrape-interval", "0.1", "--record", str(sweep))
+        p = rw(
+            "sweep",
+            s.url,
+            "--sessions",
+            "1,2,4",
+            "--schedule",
+            "4k,8k,16k",
+            "--output-tokens",
+            "64",
+            "--ignore-eos",
+            "--gpu",
+            "none",
+            "--scrape-interval",
+            "0.1",
+            "--record",
+            str(sweep),
+        )
     assert p.returncode == 0, p.stderr
     listed = json.loads(sweep.read_text())
     assert listed["runs"] == ["p-1s.jsonl", "p-2s.jsonl"] and "preempted" in listed["stopped"]

@@ -63,11 +63,30 @@ def metrics_host() -> Iterator[tuple[str, Seen]]:
 def run_with(host: str, *extra: str, metrics_userinfo: str = "") -> subprocess.CompletedProcess:
     with ThreadedSim(make_profile("tiny"), api_key=API_KEY) as sim:
         return subprocess.run(
-            [*rampwatch_cmd(), "run", sim.url, "--headless", "--no-record", "--schedule", "2k,4k", "--output-tokens", "8",
-             "--api-key-env", "RW_INFERENCE_KEY", "--metrics-url", f"http://{metrics_userinfo}{host}/metrics",
-             "--gpu", f"http://{metrics_userinfo}{host}/dcgm", *extra],
-            capture_output=True, text=True, cwd=ROOT, timeout=120,
-            env={**os.environ, "RW_INFERENCE_KEY": API_KEY, "RW_METRICS_TOKEN": METRICS_TOKEN})
+            [
+                *rampwatch_cmd(),
+                "run",
+                sim.url,
+                "--headless",
+                "--no-record",
+                "--schedule",
+                "2k,4k",
+                "--output-tokens",
+                "8",
+                "--api-key-env",
+                "RW_INFERENCE_KEY",
+                "--metrics-url",
+                f"http://{metrics_userinfo}{host}/metrics",
+                "--gpu",
+                f"http://{metrics_userinfo}{host}/dcgm",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            env={**os.environ, "RW_INFERENCE_KEY": API_KEY, "RW_METRICS_TOKEN": METRICS_TOKEN},
+        )
 
 
 def test_metrics_and_gpu_urls_never_get_the_inference_key(metrics_host):
@@ -97,6 +116,12 @@ def test_a_metrics_urls_own_credentials_go_as_basic_auth(metrics_host):
 
 
 def test_an_unset_metrics_auth_variable_is_one_line():
-    p = subprocess.run([*rampwatch_cmd(), "run", "http://127.0.0.1:9", "--headless", "--metrics-auth-env", "RW_NOT_SET"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=60, env={**os.environ, "RW_NOT_SET": ""})
+    p = subprocess.run(
+        [*rampwatch_cmd(), "run", "http://127.0.0.1:9", "--headless", "--metrics-auth-env", "RW_NOT_SET"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "RW_NOT_SET": ""},
+    )
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "RW_NOT_SET" in p.stderr

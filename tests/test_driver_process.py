@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from rampwatch.drivers.client import session
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run import pipe
+from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
@@ -52,8 +52,14 @@ BOOM = textwrap.dedent("""
 
 
 def config(url: str, rec: Path | None, **kw) -> RunConfig:
-    opts = dict(schedule=[2000, 4000, 8000, 12000], output_tokens=64, ignore_eos=True, sessions=2, gpu="none",
-                scrape_interval=0.2)
+    opts = dict(
+        schedule=[2000, 4000, 8000, 12000],
+        output_tokens=64,
+        ignore_eos=True,
+        sessions=2,
+        gpu="none",
+        scrape_interval=0.2,
+    )
     opts.update(kw)
     return RunConfig(url=url, metrics_urls=[url + "/metrics"], record=rec, **opts)
 
@@ -145,12 +151,17 @@ async def test_with_the_ui_its_process_serves_the_runs_figures(tmp_path):
             assert source.stop() == 0
         finally:
             exporter.close()
-    samples = {(m.name, m.labels.get("session"), m.labels.get("status")): m.value
-               for family in text_string_to_metric_families(text) for m in family.samples}
+    samples = {
+        (m.name, m.labels.get("session"), m.labels.get("status")): m.value
+        for family in text_string_to_metric_families(text)
+        for m in family.samples
+    }
     rep = build_report(load_state(rec, skip_bad_lines=False))
     assert len(rep.sessions) == 2
     for sess in rep.sessions:
-        assert samples[("rampwatch_ttft_seconds_sum", sess.id, None)] == pytest.approx(sess.summary.ttft_sum_s, abs=1e-9)
+        assert samples[("rampwatch_ttft_seconds_sum", sess.id, None)] == pytest.approx(
+            sess.summary.ttft_sum_s, abs=1e-9
+        )
         assert samples[("rampwatch_turns_total", sess.id, "ok")] == len(sess.turns) == 4
         assert samples[("rampwatch_context_tokens", sess.id, None)] == sess.turns[-1].context_tokens
 
@@ -188,8 +199,14 @@ def test_bad_input_is_found_before_the_ui_opens(tmp_path, sim):
     with pytest.raises(BadInput, match="'no-such-model' is not served"):
         driver.start()
     assert driver.proc.returncode == 2
-    p = subprocess.run([*rampwatch_cmd(), "run", "http://127.0.0.1:9", "--gpu", "none", "--no-record"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=60, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [*rampwatch_cmd(), "run", "http://127.0.0.1:9", "--gpu", "none", "--no-record"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert p.returncode == 2 and "cannot reach http://127.0.0.1:9" in p.stderr and "Traceback" not in p.stderr
 
 
@@ -223,23 +240,46 @@ async def test_a_session_task_that_raises_in_the_driver_process_shows_crashed(tm
     assert code == 3 and driver.proc.returncode == 3
     assert "CRASHED: RuntimeError: boom in a session task" in shown
     end = read_recording(rec).events[-1]
-    assert isinstance(end, ev.RunEnded) and end.status == "crashed" and end.error == "RuntimeError: boom in a session task"
+    assert (
+        isinstance(end, ev.RunEnded) and end.status == "crashed" and end.error == "RuntimeError: boom in a session task"
+    )
     assert "Traceback" in driver.stderr_text()  # the details stay in the driver's stderr, shown after the UI
 
 
 def test_headless_crash_exits_3_with_one_line(tmp_path, sim):
     (tmp_path / "inject").mkdir()
     (tmp_path / "inject" / "sitecustomize.py").write_text(BOOM)
-    p = subprocess.run([*rampwatch_cmd(), "run", sim.url, "--schedule", "2k,4k", "--output-tokens", "8", "--headless",
-                        "--gpu", "none", "--no-record"], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(tmp_path / "inject")})
+    p = subprocess.run(
+        [
+            *rampwatch_cmd(),
+            "run",
+            sim.url,
+            "--schedule",
+            "2k,4k",
+            "--output-tokens",
+            "8",
+            "--headless",
+            "--gpu",
+            "none",
+            "--no-record",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "inject")},
+    )
     assert p.returncode == 3
     assert "rampwatch: crashed: RuntimeError: boom in a session task" in p.stderr
 
 
 def test_the_wheel_installs_only_the_rampwatch_namespace(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     wheel = next(tmp_path.glob("rampwatch-*.whl"))
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
@@ -277,4 +317,6 @@ def test_the_ui_keeps_only_the_lines_the_recording_lacks_and_restores_them(tmp_p
     assert len(driver._unwritten) <= 3000 - 2048 and driver._unwritten_first >= 2048
     driver._complete_recording(ev.RunEnded(t=3000.0, status="crashed", exit_code=3, error="killed"))
     back = rec.read_bytes().splitlines()
-    assert back[1:3001] == lines and back[-1] == pipe.encode(ev.RunEnded(t=3000.0, status="crashed", exit_code=3, error="killed"))
+    assert back[1:3001] == lines and back[-1] == pipe.encode(
+        ev.RunEnded(t=3000.0, status="crashed", exit_code=3, error="killed")
+    )

@@ -74,8 +74,10 @@ def test_durations():
 
 def test_only_content_answers_the_needle_never_reasoning():
     p = ChatStreamParser(lambda t: None, lambda ts: None)
-    chunks = [{"choices": [{"delta": {"reasoning_content": "the code is AB12-CD34"}}]},
-              {"choices": [{"delta": {"content": "I do not know"}}]}]
+    chunks = [
+        {"choices": [{"delta": {"reasoning_content": "the code is AB12-CD34"}}]},
+        {"choices": [{"delta": {"content": "I do not know"}}]},
+    ]
     p.feed(b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n", 1.0)
     res = p.finish()
     assert res.chunks == 2 and res.first_t == 1.0  # reasoning still counts as generated text for TTFT
@@ -87,8 +89,16 @@ async def test_strict_needle_masks_the_code_in_the_history(sim, strict):
     conv = Conversation("strict-test", [2000, 4000])
     async with httpx.AsyncClient() as client:
         events: list[ev.AnyEvent] = []
-        runner = SessionRunner("s1", conv, client, sim.url, {}, TurnOptions(model="sim-model", output_tokens=24,
-                               strict_needle=strict), events.append, RunClock())
+        runner = SessionRunner(
+            "s1",
+            conv,
+            client,
+            sim.url,
+            {},
+            TurnOptions(model="sim-model", output_tokens=24, strict_needle=strict),
+            events.append,
+            RunClock(),
+        )
         assert await runner.run()
     done = [e for e in events if isinstance(e, ev.TurnDone)]
     assert [e.needle for e in done] == [True, True]  # the fact in turn 1 is still there to find
@@ -100,8 +110,15 @@ async def test_strict_needle_masks_the_code_in_the_history(sim, strict):
 
 
 def test_lockstep_sends_no_turn_before_every_session_finished_the_last(sim, tmp_path):
-    run = drive(sim.url, sessions=3, stagger=0.3, schedule=[2000, 4000, 6000], output_tokens=16, lockstep=True,
-                record=tmp_path / "lock.jsonl")
+    run = drive(
+        sim.url,
+        sessions=3,
+        stagger=0.3,
+        schedule=[2000, 4000, 6000],
+        output_tokens=16,
+        lockstep=True,
+        record=tmp_path / "lock.jsonl",
+    )
     assert run.exit_code == 0
     events = read_recording(tmp_path / "lock.jsonl").events
     assert read_recording(tmp_path / "lock.jsonl").header.lockstep
@@ -120,8 +137,15 @@ def time_limit_notice(events: list[ev.AnyEvent]) -> ev.Notice:
 def test_time_limit_stops_new_turns_and_says_where_each_session_got(tmp_path):
     # The ramp takes ~8 s unloaded and turn 1 goes out ~0.5 s in: a busier machine only reaches fewer turns.
     with ThreadedSim(make_profile("tiny", time_scale=0.2)) as s:
-        run = drive(s.url, sessions=2, schedule=[2000, 4000, 8000, 16000, 24000], output_tokens=64, ignore_eos=True,
-                    time_limit=3.0, record=tmp_path / "limit.jsonl")
+        run = drive(
+            s.url,
+            sessions=2,
+            schedule=[2000, 4000, 8000, 16000, 24000],
+            output_tokens=64,
+            ignore_eos=True,
+            time_limit=3.0,
+            record=tmp_path / "limit.jsonl",
+        )
     assert run.exit_code == 0
     rep = build_report(run.state)
     assert rep.run.status == "time-limit" and rep.run.time_limit_s == 3.0
@@ -138,8 +162,16 @@ def test_time_limit_grace_cancels_the_turn_in_flight(tmp_path):
     # Turn 1 goes out ~0.5 s into the run (the probe and calibration come first; the limit leaves room for a
     # busy machine) and would take ~60 s: only the grace's end can stop it.
     with ThreadedSim(make_profile("tiny", time_scale=0.02)) as s:
-        run = drive(s.url, sessions=1, schedule=[2000, 30000], output_tokens=512, ignore_eos=True,
-                    time_limit=3.0, grace=0.5, keep_events=True)
+        run = drive(
+            s.url,
+            sessions=1,
+            schedule=[2000, 30000],
+            output_tokens=512,
+            ignore_eos=True,
+            time_limit=3.0,
+            grace=0.5,
+            keep_events=True,
+        )
     assert run.exit_code == 0 and run.state.ended.status == "time-limit"
     assert [r.status for r in run.state.turns] == ["cancelled"]
     limit = time_limit_notice(run.hub.events)
@@ -148,8 +180,14 @@ def test_time_limit_grace_cancels_the_turn_in_flight(tmp_path):
 
 
 def test_one_shot_is_a_fresh_baseline_after_the_ramp(sim, tmp_path):
-    run = drive(sim.url, sessions=2, schedule=[2000, 4000, 8000], output_tokens=16, one_shot=True,
-                record=tmp_path / "shot.jsonl")
+    run = drive(
+        sim.url,
+        sessions=2,
+        schedule=[2000, 4000, 8000],
+        output_tokens=16,
+        one_shot=True,
+        record=tmp_path / "shot.jsonl",
+    )
     assert run.exit_code == 0
     rep = build_report(run.state)
     assert rep.one_shot is not None and [r.session for r in rep.one_shot.ramps] == ["s1", "s2"]
@@ -169,14 +207,31 @@ def test_one_shot_alone_with_a_one_turn_schedule(sim):
 
 
 def test_report_formats_carry_the_new_figures(sim, tmp_path):
-    drive(sim.url, sessions=2, schedule=[2000, 4000], output_tokens=16, lockstep=True, one_shot=True,
-          strict_needle=True, record=tmp_path / "all.jsonl")
-    out = {fmt: subprocess.run([*rampwatch_cmd(), "report", str(tmp_path / "all.jsonl"), "--format", fmt],
-                               capture_output=True, text=True, cwd=ROOT).stdout for fmt in ("table", "md", "csv", "json")}
+    drive(
+        sim.url,
+        sessions=2,
+        schedule=[2000, 4000],
+        output_tokens=16,
+        lockstep=True,
+        one_shot=True,
+        strict_needle=True,
+        record=tmp_path / "all.jsonl",
+    )
+    out = {
+        fmt: subprocess.run(
+            [*rampwatch_cmd(), "report", str(tmp_path / "all.jsonl"), "--format", fmt],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        ).stdout
+        for fmt in ("table", "md", "csv", "json")
+    }
     for fmt in ("table", "md"):
         assert "slowest/fastest TTFT per turn" in out[fmt] and "one-shot" in out[fmt] and "p99" in out[fmt]
         assert "lockstep, strict needle" in out[fmt]
-    assert "gap_p99_s" in out["csv"].splitlines()[0] and any(line.startswith("one-shot,") for line in out["csv"].splitlines())
+    assert "gap_p99_s" in out["csv"].splitlines()[0] and any(
+        line.startswith("one-shot,") for line in out["csv"].splitlines()
+    )
     rep = json.loads(out["json"])
     assert rep["run"]["needle_mode"] == "strict" and rep["run"]["lockstep"] and rep["one_shot"]["turn"]["turn"] == 1
 
@@ -200,7 +255,7 @@ class EngineSession:
     def send(self, context_tokens: int, output_tokens: int) -> SimRequest:
         grow = context_tokens * self.engine.profile.chars_per_token - len(self.history)
         words = f" {self.salt} words {len(self.requests)}".encode()
-        self.history += (words * (grow // len(words) + 1))[:max(0, grow)]
+        self.history += (words * (grow // len(words) + 1))[: max(0, grow)]
         req = self.engine.make_request(self.history, output_tokens, ignore_eos=True)
         self.requests.append(req)
         self.token_times[req.id] = []
@@ -287,8 +342,10 @@ async def test_the_virtual_clock_moves_by_the_modelled_step_times_only():
 
     req = await on_virtual_engine("tiny", one_request)
     p = make_profile("tiny")
-    prefill = [(start, min(p.max_num_batched_tokens, req.prompt_tokens - start))
-               for start in range(0, req.prompt_tokens, p.max_num_batched_tokens)]
+    prefill = [
+        (start, min(p.max_num_batched_tokens, req.prompt_tokens - start))
+        for start in range(0, req.prompt_tokens, p.max_num_batched_tokens)
+    ]
     expected_ttft = sum(p.step_time([chunk], []) for chunk in prefill)
     assert ttft(req) == pytest.approx(expected_ttft, rel=1e-9)  # no machine time leaked in: exactly the model's
     decode = sum(p.step_time([], [req.prompt_tokens + k]) for k in range(1, 4))
@@ -298,17 +355,36 @@ async def test_the_virtual_clock_moves_by_the_modelled_step_times_only():
 # -- bad input ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--time-limit", "-5"], "not a duration"),
-    (["--time-limit", "1x"], "not a duration"),
-    (["--grace", "-1"], "must not be negative"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--time-limit", "-5"], "not a duration"),
+        (["--time-limit", "1x"], "not a duration"),
+        (["--grace", "-1"], "must not be negative"),
+    ],
+)
 def test_bad_experiment_flags_get_one_line(args, message):
     p = subprocess.run([*rampwatch_cmd(), "run", "http://127.0.0.1:9", *args], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1
 
 
 def test_one_shot_longer_than_the_server_takes_is_bad_input(sim):
-    p = subprocess.run([*rampwatch_cmd(), "run", sim.url, "--schedule", "64k", "--one-shot", "--headless", "--no-record",
-                        "--gpu", "none"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    p = subprocess.run(
+        [
+            *rampwatch_cmd(),
+            "run",
+            sim.url,
+            "--schedule",
+            "64k",
+            "--one-shot",
+            "--headless",
+            "--no-record",
+            "--gpu",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert p.returncode == 2 and "max_model_len" in p.stderr and p.stderr.count("\n") == 1

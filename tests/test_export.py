@@ -8,9 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-
-from rampwatch.drivers.present import picture
 from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.present import picture
 from rampwatch.drivers.present.report import summary_lines
 from rampwatch.drivers.run.recording import read_recording
 from tests.conftest import missing, rampwatch_cmd
@@ -29,18 +28,35 @@ def chromium() -> str:
 
 def browse(page: Path, tmp: Path) -> tuple[str, str, Path]:
     """(the DOM after load, the browser's log, a screenshot) of `page` in headless Chromium."""
-    base = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp / 'profile'}",
-            "--enable-logging=stderr", "--v=0"]
+    base = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     shot = tmp / "shot.png"
-    subprocess.run([*base, "--window-size=1450,1000", f"--screenshot={shot}", page.as_uri()], capture_output=True,
-                   text=True, timeout=120)
+    subprocess.run(
+        [*base, "--window-size=1450,1000", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return dom.stdout, dom.stderr, shot
 
 
 def test_export_is_small_and_self_contained(tmp_path):
-    p = subprocess.run([*rampwatch_cmd(), "export", str(GLM), "--html", str(tmp_path / "r.html"), "--svg", str(tmp_path / "r.svg")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    p = subprocess.run(
+        [*rampwatch_cmd(), "export", str(GLM), "--html", str(tmp_path / "r.html"), "--svg", str(tmp_path / "r.svg")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     rec = read_recording(GLM)
     series = picture.fold(rec.header, rec.events)
@@ -54,7 +70,12 @@ def test_export_is_small_and_self_contained(tmp_path):
 
 def test_export_renders_in_a_real_browser(tmp_path):
     page = tmp_path / "run.html"
-    assert subprocess.run([*rampwatch_cmd(), "export", str(GLM), "--html", str(page)], cwd=ROOT, capture_output=True).returncode == 0
+    assert (
+        subprocess.run(
+            [*rampwatch_cmd(), "export", str(GLM), "--html", str(page)], cwd=ROOT, capture_output=True
+        ).returncode
+        == 0
+    )
     dom, log, shot = browse(page, tmp_path)
     assert dom.count('class="lane"') == 2 and 'data-session="s1"' in dom and 'data-session="s2"' in dom
     assert dom.count('class="decode"') == 20 and dom.count('class="prefill"') == 20 and 'class="foreign"' in dom
@@ -65,7 +86,12 @@ def test_export_renders_in_a_real_browser(tmp_path):
 
 def test_export_svg_renders_in_a_real_browser(tmp_path):
     svg = tmp_path / "run.svg"
-    assert subprocess.run([*rampwatch_cmd(), "export", str(GLM), "--svg", str(svg)], cwd=ROOT, capture_output=True).returncode == 0
+    assert (
+        subprocess.run(
+            [*rampwatch_cmd(), "export", str(GLM), "--svg", str(svg)], cwd=ROOT, capture_output=True
+        ).returncode
+        == 0
+    )
     dom, log, shot = browse(svg, tmp_path)
     assert dom.count('class="lane"') == 2 and 'class="chart ttft"' in dom and "Uncaught" not in log
     assert shot.exists() and shot.stat().st_size > 20_000
@@ -73,8 +99,13 @@ def test_export_svg_renders_in_a_real_browser(tmp_path):
 
 def test_compare_html_renders_in_a_real_browser(tmp_path):
     page = tmp_path / "cmp.html"
-    p = subprocess.run([*rampwatch_cmd(), "compare", str(GLM), str(VLLM), "--label", "glm", "--label", "vllm", "--html", str(page)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [*rampwatch_cmd(), "compare", str(GLM), str(VLLM), "--label", "glm", "--label", "vllm", "--html", str(page)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     dom, log, shot = browse(page, tmp_path)
     assert dom.count("<tr>") == 3 and ">glm<" in dom and ">vllm<" in dom
@@ -102,15 +133,44 @@ def long_run(sessions: int = 32, hours: float = 2.0, turns: int = 10) -> tuple:
             sent = (turn - 1) * end / turns + k * 3.0
             first = sent + 60.0 + 5 * k
             times = [first + 0.03 * i for i in range(128)]
-            out += [ev.RequestSent(t=sent, session=sid, turn=turn, target_tokens=schedule[turn - 1], new_tokens_est=100_000,
-                                   body_bytes=400_000),
-                    ev.FirstToken(t=first, session=sid, turn=turn),
-                    ev.TokenTimes(t=times[-1], session=sid, turn=turn, times=times),
-                    ev.TurnDone(t=times[-1], session=sid, turn=turn, status="ok", prompt_tokens=schedule[turn - 1],
-                                cached_tokens=schedule[turn - 1] - 100_000, completion_tokens=128, chunks=128, needle=True)]
+            out += [
+                ev.RequestSent(
+                    t=sent,
+                    session=sid,
+                    turn=turn,
+                    target_tokens=schedule[turn - 1],
+                    new_tokens_est=100_000,
+                    body_bytes=400_000,
+                ),
+                ev.FirstToken(t=first, session=sid, turn=turn),
+                ev.TokenTimes(t=times[-1], session=sid, turn=turn, times=times),
+                ev.TurnDone(
+                    t=times[-1],
+                    session=sid,
+                    turn=turn,
+                    status="ok",
+                    prompt_tokens=schedule[turn - 1],
+                    cached_tokens=schedule[turn - 1] - 100_000,
+                    completion_tokens=128,
+                    chunks=128,
+                    needle=True,
+                ),
+            ]
     for i in range(int(end * 2)):
-        out.append(ev.MetricsSample(t=i / 2, source="m", engine="vllm", values={
-            "kv_usage": (i % 7200) / 7200, "running": 32, "waiting": 0, "prefix_queries": i * 100.0, "prefix_hits": i * 90.0}))
+        out.append(
+            ev.MetricsSample(
+                t=i / 2,
+                source="m",
+                engine="vllm",
+                values={
+                    "kv_usage": (i % 7200) / 7200,
+                    "running": 32,
+                    "waiting": 0,
+                    "prefix_queries": i * 100.0,
+                    "prefix_hits": i * 90.0,
+                },
+            )
+        )
     return header(), sorted(out, key=lambda e: e.t)
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.faults import SimFaults
 from rampwatch.drivers.sim.profiles import make_profile
+from rampwatch.drivers.telemetry.gpu import GpuSampler
 from tests.conftest import rampwatch_cmd
-from rampwatch.drivers.run.runner import Run
 from tests.faults import BrokenNvml, FlakyFile, restart_server, run_scenario, wait_then
 from tests.simhost import ThreadedSim
 
@@ -44,12 +44,15 @@ def emitted(run: Run, kind: type, after: int = 0) -> int:
     return sum(1 for e in list(run.hub.events)[after:] if isinstance(e, kind))
 
 
-@pytest.mark.parametrize("name,faults", [
-    ("drop", SimFaults(drop_after_tokens=5, drop_requests=1)),
-    ("http500", SimFaults(fail_requests=1, fail_status=500)),
-    ("http503", SimFaults(fail_requests=1, fail_status=503)),
-    ("error-chunk", SimFaults(error_after_tokens=3, error_requests=1)),
-])
+@pytest.mark.parametrize(
+    "name,faults",
+    [
+        ("drop", SimFaults(drop_after_tokens=5, drop_requests=1)),
+        ("http500", SimFaults(fail_requests=1, fail_status=500)),
+        ("http503", SimFaults(fail_requests=1, fail_status=503)),
+        ("error-chunk", SimFaults(error_after_tokens=3, error_requests=1)),
+    ],
+)
 def test_failed_turn_is_recorded_and_the_other_session_goes_on(tmp_path, name, faults):
     out = run_scenario(name, tmp_path, faults)
     assert out.exit_code == 1 and out.events_lost == 0
@@ -60,7 +63,9 @@ def test_failed_turn_is_recorded_and_the_other_session_goes_on(tmp_path, name, f
     assert all(s.turn == len(out.run.cfg.schedule) for s in out.run.state.sessions.values())
 
 
-@pytest.mark.parametrize("faults", [SimFaults(drop_after_tokens=5, drop_requests=2), SimFaults(fail_requests=1, fail_status=503)])
+@pytest.mark.parametrize(
+    "faults", [SimFaults(drop_after_tokens=5, drop_requests=2), SimFaults(fail_requests=1, fail_status=503)]
+)
 def test_retries_recover_a_failed_turn(tmp_path, faults):
     out = run_scenario("retry", tmp_path, faults, retries=2)
     assert out.exit_code == 0 and out.turns_lost == 0 and out.events_lost == 0
@@ -68,8 +73,9 @@ def test_retries_recover_a_failed_turn(tmp_path, faults):
 
 
 def test_server_gone_and_back(tmp_path):
-    out = run_scenario("restart", tmp_path, time_scale=0.1, during=restart_server(down_for=3.0, after=1.5),
-                       reconnect_timeout=30)
+    out = run_scenario(
+        "restart", tmp_path, time_scale=0.1, during=restart_server(down_for=3.0, after=1.5), reconnect_timeout=30
+    )
     assert out.exit_code == 0 and out.turns_lost == 0 and out.events_lost == 0
     said = " ".join(notices(out))
     assert "server unreachable" in said and "server back" in said
@@ -88,11 +94,14 @@ def test_request_timeout_is_the_only_limit(tmp_path):
     assert "timed out" in out.run.state.turns[0].error
 
 
-@pytest.mark.parametrize("mode,expect", [("404", "HTTP 404"), ("malformed", "malformed exposition"),
-                                         ("slow", "timed out")])
+@pytest.mark.parametrize(
+    "mode,expect", [("404", "HTTP 404"), ("malformed", "malformed exposition"), ("slow", "timed out")]
+)
 def test_metrics_faults_degrade_one_panel(tmp_path, mode, expect):
     # 'slow' needs a run longer than the scrape timeout (2 s).
-    out = run_scenario(f"metrics-{mode}", tmp_path, SimFaults(metrics=mode), sessions=1, time_scale=0.1 if mode == "slow" else 0.5)
+    out = run_scenario(
+        f"metrics-{mode}", tmp_path, SimFaults(metrics=mode), sessions=1, time_scale=0.1 if mode == "slow" else 0.5
+    )
     assert out.exit_code == 0 and out.turns_lost == 0 and out.events_lost == 0
     errors = [e.error for e in out.run.hub.events if isinstance(e, ev.MetricsError)]
     assert errors and expect in errors[0]
@@ -142,6 +151,7 @@ def test_disk_full_to_the_end_keeps_the_run_in_memory(tmp_path, monkeypatch):
 
 def test_a_disk_full_at_the_end_gets_the_last_events_once_it_has_room(tmp_path):
     """The run ends while the disk is full: it waits for room instead of dropping what it holds."""
+
     def fill_until_after_the_end(holder, run):
         disk = run.hub.recorder._file = FlakyFile(run.hub.recorder._file, full=True)
         while not any(isinstance(e, ev.RunEnded) for e in list(run.hub.events)):
@@ -149,7 +159,9 @@ def test_a_disk_full_at_the_end_gets_the_last_events_once_it_has_room(tmp_path):
         time.sleep(1.5)
         disk.full = False
 
-    out = run_scenario("disk-full-at-end", tmp_path, sessions=1, time_scale=0.2, during=wait_then(0.3, fill_until_after_the_end))
+    out = run_scenario(
+        "disk-full-at-end", tmp_path, sessions=1, time_scale=0.2, during=wait_then(0.3, fill_until_after_the_end)
+    )
     assert out.exit_code == 0 and out.events_lost == 0 and out.recorded == out.emitted
     back = read_recording(tmp_path / "disk-full-at-end.jsonl")
     assert isinstance(back.events[-1], ev.RunEnded)
@@ -181,11 +193,20 @@ async def test_unsupported_fields_are_empty_not_zero():
         class Mem:
             used, total = 40 * 2**30, 80 * 2**30
 
-        def nvmlDeviceGetUtilizationRates(self, h): return self.Util()  # noqa: E704
-        def nvmlDeviceGetMemoryInfo(self, h): return self.Mem()  # noqa: E704
-        def nvmlDeviceGetName(self, h): return "NVIDIA Test"  # noqa: E704
-        def nvmlDeviceGetClockInfo(self, h, kind): return 1980  # noqa: E704
-        def nvmlDeviceGetTemperature(self, h, kind): return 61  # noqa: E704
+        def nvmlDeviceGetUtilizationRates(self, h):
+            return self.Util()  # noqa: E704
+
+        def nvmlDeviceGetMemoryInfo(self, h):
+            return self.Mem()  # noqa: E704
+
+        def nvmlDeviceGetName(self, h):
+            return "NVIDIA Test"  # noqa: E704
+
+        def nvmlDeviceGetClockInfo(self, h, kind):
+            return 1980  # noqa: E704
+
+        def nvmlDeviceGetTemperature(self, h, kind):
+            return 61  # noqa: E704
 
         def nvmlDeviceGetPowerUsage(self, h):
             err = BrokenNvml.NVMLError("Not Supported")
@@ -196,7 +217,14 @@ async def test_unsupported_fields_are_empty_not_zero():
 
     got = await _sample(PowerUnsupported())
     g = next(e for e in got if isinstance(e, ev.GpuSample)).gpus[0]
-    assert (g.name, g.util, g.mem_used, g.mem_total, g.sm_clock, g.temp) == ("NVIDIA Test", 87, 40 * 2**30, 80 * 2**30, 1980, 61)
+    assert (g.name, g.util, g.mem_used, g.mem_total, g.sm_clock, g.temp) == (
+        "NVIDIA Test",
+        87,
+        40 * 2**30,
+        80 * 2**30,
+        1980,
+        61,
+    )
     assert g.power is None and g.power_limit is None
 
 
@@ -222,9 +250,31 @@ def _has_nvml() -> bool:
 
 
 def _start_run(url: str, rec: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([*rampwatch_cmd(), "run", url, "--schedule", "2k,4k,6k,8k", "--sessions", "2",
-                             "--output-tokens", "64", "--ignore-eos", "--headless", "--gpu", "none", "--record", str(rec), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [
+            *rampwatch_cmd(),
+            "run",
+            url,
+            "--schedule",
+            "2k,4k,6k,8k",
+            "--sessions",
+            "2",
+            "--output-tokens",
+            "64",
+            "--ignore-eos",
+            "--headless",
+            "--gpu",
+            "none",
+            "--record",
+            str(rec),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _wait_for_first_turn(rec: Path, timeout: float = 20.0) -> None:
@@ -277,12 +327,38 @@ def test_api_key_and_url_credentials_never_reach_any_output(tmp_path):
     rec = tmp_path / "secret.jsonl"
     with ThreadedSim(make_profile("tiny"), api_key=secret) as s:
         url = s.url.replace("http://", "http://alice:hunter2pass@")
-        p = subprocess.run([*rampwatch_cmd(), "run", url, "--schedule", "2k,4k", "--output-tokens", "8", "--headless",
-                            "--gpu", "none", "--record", str(rec), "--api-key-env", "MY_KEY"],
-                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "MY_KEY": secret}, timeout=60)
+        p = subprocess.run(
+            [
+                *rampwatch_cmd(),
+                "run",
+                url,
+                "--schedule",
+                "2k,4k",
+                "--output-tokens",
+                "8",
+                "--headless",
+                "--gpu",
+                "none",
+                "--record",
+                str(rec),
+                "--api-key-env",
+                "MY_KEY",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "MY_KEY": secret},
+            timeout=60,
+        )
         assert p.returncode == 0, p.stderr
-        wrong = subprocess.run([*rampwatch_cmd(), "run", s.url, "--schedule", "2k", "--headless", "--no-record"],
-                               capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OPENAI_API_KEY": "bad"}, timeout=60)
+        wrong = subprocess.run(
+            [*rampwatch_cmd(), "run", s.url, "--schedule", "2k", "--headless", "--no-record"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "OPENAI_API_KEY": "bad"},
+            timeout=60,
+        )
     assert wrong.returncode == 2 and "HTTP 401" in wrong.stderr
     for text in (p.stdout, p.stderr, rec.read_text()):
         assert secret not in text and "hunter2pass" not in text and "Bearer" not in text
@@ -292,8 +368,27 @@ def test_api_key_and_url_credentials_never_reach_any_output(tmp_path):
 def test_prompt_text_only_with_record_text(sim, tmp_path):
     plain, full = tmp_path / "plain.jsonl", tmp_path / "full.jsonl"
     for path, extra in ((plain, []), (full, ["--record-text"])):
-        p = subprocess.run([*rampwatch_cmd(), "run", sim.url, "--schedule", "2k,4k", "--output-tokens", "8", "--headless",
-                            "--gpu", "none", "--record", str(path), *extra], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        p = subprocess.run(
+            [
+                *rampwatch_cmd(),
+                "run",
+                sim.url,
+                "--schedule",
+                "2k,4k",
+                "--output-tokens",
+                "8",
+                "--headless",
+                "--gpu",
+                "none",
+                "--record",
+                str(path),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
         assert p.returncode == 0, p.stderr
     assert "access code" not in plain.read_text()  # neither the needle's fact nor the question
     assert "access code" in full.read_text()
@@ -306,8 +401,26 @@ def test_prompt_text_only_with_record_text(sim, tmp_path):
 
 def test_report_names_the_corrupt_line_and_can_skip_it(tmp_path, sim):
     rec = tmp_path / "r.jsonl"
-    p = subprocess.run([*rampwatch_cmd(), "run", sim.url, "--schedule", "2k,4k", "--output-tokens", "8", "--headless",
-                        "--gpu", "none", "--record", str(rec)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    p = subprocess.run(
+        [
+            *rampwatch_cmd(),
+            "run",
+            sim.url,
+            "--schedule",
+            "2k,4k",
+            "--output-tokens",
+            "8",
+            "--headless",
+            "--gpu",
+            "none",
+            "--record",
+            str(rec),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert p.returncode == 0
     lines = rec.read_bytes().split(b"\n")
     lines[3] = b"\x00garbage{"
@@ -315,15 +428,23 @@ def test_report_names_the_corrupt_line_and_can_skip_it(tmp_path, sim):
     bad = subprocess.run([*rampwatch_cmd(), "report", str(rec)], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and ":4: corrupt line" in bad.stderr and "--skip-bad-lines" in bad.stderr
     assert bad.stderr.count("\n") == 1
-    ok = subprocess.run([*rampwatch_cmd(), "report", str(rec), "--skip-bad-lines"], capture_output=True, text=True, cwd=ROOT)
+    ok = subprocess.run(
+        [*rampwatch_cmd(), "report", str(rec), "--skip-bad-lines"], capture_output=True, text=True, cwd=ROOT
+    )
     assert ok.returncode == 0 and "skipped corrupt lines: 4" in ok.stderr
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"", "empty file"),
-    (b"id,ttft\n1,2\n", "not a rampwatch recording"),
-    (b'{"type":"header","schema":2,"rampwatch_version":"9","command":[],"mode":"run","server":"s"}\n', "upgrade rampwatch"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"", "empty file"),
+        (b"id,ttft\n1,2\n", "not a rampwatch recording"),
+        (
+            b'{"type":"header","schema":2,"rampwatch_version":"9","command":[],"mode":"run","server":"s"}\n',
+            "upgrade rampwatch",
+        ),
+    ],
+)
 def test_replay_and_report_refuse_non_recordings(tmp_path, content, message):
     f = tmp_path / "x.jsonl"
     f.write_bytes(content)

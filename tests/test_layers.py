@@ -103,37 +103,46 @@ def test_every_import_points_down():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize(("module", "source", "reported"), [
-    # upward imports, at the top and inside a function
-    ("rampwatch.drivers.model.state", "from rampwatch.drivers.telemetry.metrics import ENGINE_POOL\n", "telemetry"),
-    ("rampwatch.drivers.model.turns", "def f():\n    from rampwatch.drivers.present import format\n", "present"),
-    ("rampwatch.drivers.model.turns", "import rampwatch.drivers.run.runner\n", "run"),
-    ("rampwatch.drivers.client.ramp", "from rampwatch.drivers.run.config import BadInput\n", "run"),
-    ("rampwatch.drivers.telemetry.gpu", "from rampwatch.drivers.client import chat\n", "client"),
-    ("rampwatch.drivers.present.report", "from rampwatch.drivers.run.recording import Recording\n", "run"),
-    ("rampwatch.drivers.sim.engine", "from rampwatch.drivers.client.chat import chat_body\n", "client"),
-    ("rampwatch.drivers.sim.engine", "from rampwatch.drivers import telemetry\n", "telemetry"),
-    ("rampwatch.drivers.model.state", "from ..present.report import render\n", "present"),
-    # the UI's imports
-    ("rampwatch.drivers.run.runner", "import textual.app\n", "textual"),
-    ("rampwatch.drivers.present.report", "def f():\n    from rampwatch.tui.fmt import pct\n", "rampwatch.tui"),
-    ("rampwatch.drivers.run.headless", "from rampwatch.tui import fmt\n", "rampwatch.tui"),
-    # a package nobody has placed
-    ("rampwatch.drivers.newthing.x", "import os\n", "no row"),
-])
+@pytest.mark.parametrize(
+    ("module", "source", "reported"),
+    [
+        # upward imports, at the top and inside a function
+        ("rampwatch.drivers.model.state", "from rampwatch.drivers.telemetry.metrics import ENGINE_POOL\n", "telemetry"),
+        ("rampwatch.drivers.model.turns", "def f():\n    from rampwatch.drivers.present import format\n", "present"),
+        ("rampwatch.drivers.model.turns", "import rampwatch.drivers.run.runner\n", "run"),
+        ("rampwatch.drivers.client.ramp", "from rampwatch.drivers.run.config import BadInput\n", "run"),
+        ("rampwatch.drivers.telemetry.gpu", "from rampwatch.drivers.client import chat\n", "client"),
+        ("rampwatch.drivers.present.report", "from rampwatch.drivers.run.recording import Recording\n", "run"),
+        ("rampwatch.drivers.sim.engine", "from rampwatch.drivers.client.chat import chat_body\n", "client"),
+        ("rampwatch.drivers.sim.engine", "from rampwatch.drivers import telemetry\n", "telemetry"),
+        ("rampwatch.drivers.model.state", "from ..present.report import render\n", "present"),
+        # the UI's imports
+        ("rampwatch.drivers.run.runner", "import textual.app\n", "textual"),
+        ("rampwatch.drivers.present.report", "def f():\n    from rampwatch.tui.fmt import pct\n", "rampwatch.tui"),
+        ("rampwatch.drivers.run.headless", "from rampwatch.tui import fmt\n", "rampwatch.tui"),
+        # a package nobody has placed
+        ("rampwatch.drivers.newthing.x", "import os\n", "no row"),
+    ],
+)
 def test_an_upward_import_is_reported(module, source, reported):
     bad = layer_violations(module, source)
     assert len(bad) == 1 and reported in bad[0], bad
 
 
-@pytest.mark.parametrize(("module", "source"), [
-    ("rampwatch.drivers.model.state", "from rampwatch.drivers.model import events as ev\nfrom . import turns\n"),
-    ("rampwatch.drivers.telemetry.metrics", "from rampwatch.drivers.model.endpoints import ENGINE_POOL\n"),
-    ("rampwatch.drivers.run.runner", "import rampwatch.drivers as drivers\nfrom rampwatch.drivers.client import chat\n"
-                                     "from rampwatch.drivers.telemetry.gpu import GpuSampler\n"),
-    ("rampwatch.drivers.present.report", "from rampwatch.drivers.model.analysis import Report\n"),
-    ("rampwatch.drivers.sim.server", "import rampwatch.drivers as drivers\nfrom .engine import SimEngine\n"),
-    ("rampwatch.tui.cli.report", "from rampwatch.drivers.present.report import render\nimport textual\n"),
-])
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("rampwatch.drivers.model.state", "from rampwatch.drivers.model import events as ev\nfrom . import turns\n"),
+        ("rampwatch.drivers.telemetry.metrics", "from rampwatch.drivers.model.endpoints import ENGINE_POOL\n"),
+        (
+            "rampwatch.drivers.run.runner",
+            "import rampwatch.drivers as drivers\nfrom rampwatch.drivers.client import chat\n"
+            "from rampwatch.drivers.telemetry.gpu import GpuSampler\n",
+        ),
+        ("rampwatch.drivers.present.report", "from rampwatch.drivers.model.analysis import Report\n"),
+        ("rampwatch.drivers.sim.server", "import rampwatch.drivers as drivers\nfrom .engine import SimEngine\n"),
+        ("rampwatch.tui.cli.report", "from rampwatch.drivers.present.report import render\nimport textual\n"),
+    ],
+)
 def test_a_downward_import_passes(module, source):
     assert layer_violations(module, source) == []

@@ -27,8 +27,8 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
-from tests.simhost import ThreadedSim
 from tests.conftest import free_port, rampwatch_cmd
+from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
@@ -52,14 +52,22 @@ class Launched:
                 pytest.skip(f"the UI needs a terminal and no pseudo-terminal can be had here: {e}")
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
             env.update(TERM="xterm-256color", COLUMNS="140", LINES="40")
-            self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT, start_new_session=True
+            )
             os.close(slave)
             threading.Thread(target=self._drain, args=(master,), daemon=True).start()  # a full terminal would block it
         else:
             with open(log, "wb") as out:
-                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                             env=env, cwd=ROOT, start_new_session=True)
+                self.proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=ROOT,
+                    start_new_session=True,
+                )
         self.root = psutil.Process(self.proc.pid)
 
     def _drain(self, fd: int) -> None:
@@ -110,8 +118,9 @@ class Launched:
         alive = [p for p in alive if _running(p)]
         for p in alive:
             p.kill()
-        assert not alive, f"{sig.name}: still running {GONE_S:.0f} s after rampwatch ended: " + \
-            ", ".join(f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in alive)
+        assert not alive, f"{sig.name}: still running {GONE_S:.0f} s after rampwatch ended: " + ", ".join(
+            f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in alive
+        )
         return code
 
     def close(self) -> None:
@@ -147,9 +156,11 @@ def open_page(port: int) -> socket.socket:
             pytest.fail(f"the web UI on port {port} did not answer")
         time.sleep(0.1)
     ws = socket.create_connection(("127.0.0.1", port), timeout=10)
-    ws.sendall(f"GET /ws?width=100&height=30 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-               "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-               .encode())
+    ws.sendall(
+        f"GET /ws?width=100&height=30 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
     assert ws.recv(64).startswith(b"HTTP/1.1 101"), "the websocket was refused"
     return ws
 
@@ -233,8 +244,9 @@ def test_demo_ui_takes_its_driver_and_engine_along(tmp_path, launched, sig):
 def test_demo_web_takes_its_engine_web_server_and_pages_along(tmp_path, launched, sig):
     port = free_port()
     rec = tmp_path / "run.jsonl"
-    cmd = Launched([*rampwatch_cmd(), "demo", "--web", f"127.0.0.1:{port}", "--record", str(rec), *SLOW_DEMO],
-                   tmp_path / "out")
+    cmd = Launched(
+        [*rampwatch_cmd(), "demo", "--web", f"127.0.0.1:{port}", "--record", str(rec), *SLOW_DEMO], tmp_path / "out"
+    )
     launched.append(cmd)
     cmd.wait_for(2, "the simulated engine and the web server")
     wait_for_first_request(rec)
@@ -261,8 +273,22 @@ def test_run_web_takes_its_web_server_and_pages_along(tmp_path, launched, sig):
     port = free_port()
     rec = tmp_path / "run.jsonl"
     with ThreadedSim(make_profile("tiny", time_scale=0.05)) as sim:
-        cmd = Launched([*rampwatch_cmd(), "run", sim.url, "--schedule", "2k,4k,8k,16k", "--gpu", "none",
-                        "--web", f"127.0.0.1:{port}", "--record", str(rec)], tmp_path / "out")
+        cmd = Launched(
+            [
+                *rampwatch_cmd(),
+                "run",
+                sim.url,
+                "--schedule",
+                "2k,4k,8k,16k",
+                "--gpu",
+                "none",
+                "--web",
+                f"127.0.0.1:{port}",
+                "--record",
+                str(rec),
+            ],
+            tmp_path / "out",
+        )
         launched.append(cmd)
         cmd.wait_for(1, "the web server")
         with open_page(port):
@@ -271,9 +297,11 @@ def test_run_web_takes_its_web_server_and_pages_along(tmp_path, launched, sig):
     assert_port_free(port)
 
 
-@pytest.mark.parametrize("topology,sig", [(["--replicas", "2"], signal.SIGHUP), (["--pd"], signal.SIGTERM),
-                                          (["--replicas", "2"], signal.SIGKILL)],
-                         ids=["replicas-HUP", "pd-TERM", "replicas-KILL"])
+@pytest.mark.parametrize(
+    "topology,sig",
+    [(["--replicas", "2"], signal.SIGHUP), (["--pd"], signal.SIGTERM), (["--replicas", "2"], signal.SIGKILL)],
+    ids=["replicas-HUP", "pd-TERM", "replicas-KILL"],
+)
 def test_sim_ends_and_frees_its_ports(tmp_path, launched, topology, sig):
     """`rampwatch sim` serves every engine of a topology in its own process: ended, it leaves no port taken."""
     count = 3 if topology == ["--pd"] else 2
@@ -346,8 +374,10 @@ def test_a_child_whose_parent_already_died_ends_at_once():
 def test_a_command_a_person_started_does_not_die_with_its_shell():
     """No parent named in the environment: die_with_parent leaves the process alone (nohup rampwatch ...)."""
     env = {k: v for k, v in os.environ.items() if k != lifetime.PARENT_PID_VAR}
-    code = ("import ctypes, os; from rampwatch.drivers.run import lifetime; lifetime.die_with_parent(); "
-            "sig = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0); print(sig.value)")
+    code = (
+        "import ctypes, os; from rampwatch.drivers.run import lifetime; lifetime.die_with_parent(); "
+        "sig = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0); print(sig.value)"
+    )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=20)
     assert done.stdout.strip() == "0", done.stderr  # PR_GET_PDEATHSIG: none asked for
 

@@ -21,23 +21,51 @@ SCALE_TO = 15 * 1024  # a slot holds 16K of the 32K context
 
 def test_two_sessions_against_llama_server(llamacpp_server, tmp_path):
     rec = tmp_path / "llamacpp.jsonl"
-    p = subprocess.run([*rampwatch_cmd(), "run", llamacpp_server, "--sessions", "2", "--scale-to", "15k",
-                        "--output-tokens", "32", "--ignore-eos", "--gpu", "none", "--headless", "--record", str(rec)],
-                       capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [
+            *rampwatch_cmd(),
+            "run",
+            llamacpp_server,
+            "--sessions",
+            "2",
+            "--scale-to",
+            "15k",
+            "--output-tokens",
+            "32",
+            "--ignore-eos",
+            "--gpu",
+            "none",
+            "--headless",
+            "--record",
+            str(rec),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    rep = json.loads(subprocess.run([*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True,
-                                    text=True, check=True).stdout)
+    rep = json.loads(
+        subprocess.run(
+            [*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     assert rep["run"]["engine"] == "llama.cpp" and rep["run"]["model"] == "tiny"
     schedule = scale_schedule(SEED_SCHEDULE, SCALE_TO)
     for sess in rep["sessions"]:
         turns = sess["turns"]
         assert [t["turn"] for t in turns] == list(range(1, 11)) and not any(t["error"] for t in turns)
         for t, target in zip(turns, schedule):
-            assert t["context_tokens"] == pytest.approx(target, rel=0.02), (sess["id"], t["turn"], t["context_tokens"], target)
+            assert t["context_tokens"] == pytest.approx(target, rel=0.02), (
+                sess["id"],
+                t["turn"],
+                t["context_tokens"],
+                target,
+            )
             assert t["output_tokens"] == 32
             # llama.cpp reports its own prompt time per request: the client's clock starts first and ends later.
             assert t["server_prefill_s"] is not None and t["ttft_s"] >= t["server_prefill_s"], t
-        # Turn 1 is counted by the server (/apply-template, /tokenize) before it goes and fitted: within a cut word's pieces.
+        # Turn 1 is counted by the server (/apply-template, /tokenize) before it goes and fitted:
+        # within a cut word's pieces.
         assert turns[0]["context_tokens"] == pytest.approx(schedule[0], abs=4), (sess["id"], turns[0]["context_tokens"])
         # llama.cpp puts cached tokens in usage: from turn 2 the earlier turns are reused, more of the prompt each turn.
         hits = [t["hit_rate"] for t in turns]

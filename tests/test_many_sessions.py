@@ -20,8 +20,21 @@ AT = 12.0  # the moment the tests look at
 def many_sessions_run(n: int = 64) -> list[ev.AnyEvent]:
     """n sessions: turn 1 done by all but every fourth (never started: queued);
     at AT, turn 2 is prefilling for a third of them and decoding for others."""
-    out: list[ev.AnyEvent] = [ev.MetricsSample(t=0.1, source="m", engine="vllm", values={
-        "kv_usage": 0.3, "running": 40, "waiting": 6, "prefix_queries": 0, "prefix_hits": 0, "generation_tokens": 0})]
+    out: list[ev.AnyEvent] = [
+        ev.MetricsSample(
+            t=0.1,
+            source="m",
+            engine="vllm",
+            values={
+                "kv_usage": 0.3,
+                "running": 40,
+                "waiting": 6,
+                "prefix_queries": 0,
+                "prefix_hits": 0,
+                "generation_tokens": 0,
+            },
+        )
+    ]
     for k in range(1, n + 1):
         sid = f"s{k}"
         out.append(ev.SessionPlanned(t=0.0, session=sid, schedule=[1000, 2000, 4000], salt=sid))
@@ -29,20 +42,35 @@ def many_sessions_run(n: int = 64) -> list[ev.AnyEvent]:
             continue  # queued: never sent
         sent, first = 0.05 * k, 0.05 * k + 1.0 + 0.3 * (k % 7)
         times = [first + 0.05 * i for i in range(20)]
-        out += [ev.RequestSent(t=sent, session=sid, turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=4000),
-                ev.FirstToken(t=first, session=sid, turn=1),
-                ev.TokenTimes(t=times[-1], session=sid, turn=1, times=times),
-                ev.TurnDone(t=8.0 + 0.01 * k, session=sid, turn=1, status="ok", prompt_tokens=1000, cached_tokens=0,
-                            completion_tokens=20, chunks=20, needle=k % 9 != 0)]
+        out += [
+            ev.RequestSent(t=sent, session=sid, turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=4000),
+            ev.FirstToken(t=first, session=sid, turn=1),
+            ev.TokenTimes(t=times[-1], session=sid, turn=1, times=times),
+            ev.TurnDone(
+                t=8.0 + 0.01 * k,
+                session=sid,
+                turn=1,
+                status="ok",
+                prompt_tokens=1000,
+                cached_tokens=0,
+                completion_tokens=20,
+                chunks=20,
+                needle=k % 9 != 0,
+            ),
+        ]
         if k % 4 == 3:
             continue  # idle after turn 1
         sent2 = 9.0 + 0.02 * k
-        out.append(ev.RequestSent(t=sent2, session=sid, turn=2, target_tokens=2000, new_tokens_est=1000, body_bytes=8000))
+        out.append(
+            ev.RequestSent(t=sent2, session=sid, turn=2, target_tokens=2000, new_tokens_est=1000, body_bytes=8000)
+        )
         if k % 4 == 1:  # decoding at AT, its last token a little before
             first2 = sent2 + 0.5
             times2 = [first2 + 0.1 * i for i in range(10)]
-            out += [ev.FirstToken(t=first2, session=sid, turn=2),
-                    ev.TokenTimes(t=times2[-1], session=sid, turn=2, times=times2)]
+            out += [
+                ev.FirstToken(t=first2, session=sid, turn=2),
+                ev.TokenTimes(t=times2[-1], session=sid, turn=2, times=times2),
+            ]
     return sorted(out, key=lambda e: e.t)
 
 

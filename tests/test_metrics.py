@@ -51,14 +51,16 @@ def test_vllm_old_aliases_and_new_names_side_by_side():
 
 
 def test_vllm_sums_engines_and_maxes_fractions():
-    text = "\n".join([
-        'vllm:num_requests_running{engine="0",model_name="m"} 2',
-        'vllm:num_requests_running{engine="1",model_name="m"} 3',
-        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25',
-        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75',
-        'vllm:prompt_tokens_total{engine="0",model_name="m"} 100',
-        'vllm:prompt_tokens_total{engine="1",model_name="m"} 50',
-    ])
+    text = "\n".join(
+        [
+            'vllm:num_requests_running{engine="0",model_name="m"} 2',
+            'vllm:num_requests_running{engine="1",model_name="m"} 3',
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25',
+            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75',
+            'vllm:prompt_tokens_total{engine="0",model_name="m"} 100',
+            'vllm:prompt_tokens_total{engine="1",model_name="m"} 50',
+        ]
+    )
     _, v, _ = normalize(text)
     assert v["running"] == 5 and v["kv_usage"] == 0.75 and v["prompt_tokens"] == 150
 
@@ -76,8 +78,9 @@ def test_sglang_sources():
 
 
 def test_sglang_tensor_parallel_ranks_are_not_added():
-    text = ('sglang:num_running_reqs{tp_rank="0",model_name="m"} 4\n'
-            'sglang:num_running_reqs{tp_rank="1",model_name="m"} 4\n')
+    text = (
+        'sglang:num_running_reqs{tp_rank="0",model_name="m"} 4\nsglang:num_running_reqs{tp_rank="1",model_name="m"} 4\n'
+    )
     _, v, _ = normalize(text)
     assert v["running"] == 4
 
@@ -105,7 +108,7 @@ def test_llamacpp_real_scrapes():
 
 
 def test_unknown_and_garbage():
-    engine, v, missing = normalize("http_requests_total{handler=\"/v1\"} 3\n")
+    engine, v, missing = normalize('http_requests_total{handler="/v1"} 3\n')
     assert engine == "unknown" and not v and "disable-log-stats" in missing["kv_usage"]
     with pytest.raises(MetricsFormatError):
         normalize("<html>not metrics</html>")
@@ -114,13 +117,15 @@ def test_unknown_and_garbage():
 
 
 def test_dcgm_units():
-    text = "\n".join([
-        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="u0",modelName="NVIDIA H200"} 87',
-        'DCGM_FI_DEV_FB_USED{gpu="0",UUID="u0",modelName="NVIDIA H200"} 1024',
-        'DCGM_FI_DEV_FB_FREE{gpu="0",UUID="u0",modelName="NVIDIA H200"} 3072',
-        'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="u0",modelName="NVIDIA H200"} 512.5',
-        'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="u1",modelName="NVIDIA H200"} 3',
-    ])
+    text = "\n".join(
+        [
+            'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="u0",modelName="NVIDIA H200"} 87',
+            'DCGM_FI_DEV_FB_USED{gpu="0",UUID="u0",modelName="NVIDIA H200"} 1024',
+            'DCGM_FI_DEV_FB_FREE{gpu="0",UUID="u0",modelName="NVIDIA H200"} 3072',
+            'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="u0",modelName="NVIDIA H200"} 512.5',
+            'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="u1",modelName="NVIDIA H200"} 3',
+        ]
+    )
     g0, g1 = parse_dcgm(text)
     assert g0.name == "NVIDIA H200" and g0.util == 87 and g0.power == 512.5
     assert g0.mem_used == 1024 * 2**20 and g0.mem_total == 4096 * 2**20
@@ -147,7 +152,8 @@ async def test_a_slow_nvml_start_leaves_the_event_loop_running():
         def nvmlInit(self) -> None:
             time.sleep(self.INIT_S)
 
-        def nvmlDeviceGetUtilizationRates(self, h): return self.Util()  # noqa: E704
+        def nvmlDeviceGetUtilizationRates(self, h):
+            return self.Util()  # noqa: E704
 
         def __getattr__(self, name: str):
             def unsupported(*a):

@@ -27,8 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def rw(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*rampwatch_cmd(), *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*rampwatch_cmd(), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_api_key_file_reads_its_first_line(tmp_path):
@@ -36,8 +42,21 @@ def test_api_key_file_reads_its_first_line(tmp_path):
     key = tmp_path / "key"
     key.write_text(secret + "\n# the team's staging key\n")
     with ThreadedSim(make_profile("tiny"), api_key=secret) as s:
-        ok = rw("run", s.url, "--schedule", "2k", "--output-tokens", "4", "--headless", "--gpu", "none", "--no-record",
-                "--api-key-file", str(key), env={"OPENAI_API_KEY": ""})
+        ok = rw(
+            "run",
+            s.url,
+            "--schedule",
+            "2k",
+            "--output-tokens",
+            "4",
+            "--headless",
+            "--gpu",
+            "none",
+            "--no-record",
+            "--api-key-file",
+            str(key),
+            env={"OPENAI_API_KEY": ""},
+        )
         (tmp_path / "empty").write_text("\n")
         empty = rw("run", s.url, "--headless", "--no-record", "--api-key-file", str(tmp_path / "empty"))
         missing = rw("run", s.url, "--headless", "--no-record", "--api-key-file", str(tmp_path / "nope"))
@@ -73,8 +92,13 @@ def test_replay_speed_scales_playback_and_is_range_checked(tmp_path):
 
 def test_several_metrics_urls_are_summed_and_kept_apart():
     with ThreadedSim(make_profile("tiny")) as a, ThreadedSim(make_profile("tiny")) as b:
-        run = drive(a.url, schedule=[2000, 4000], output_tokens=16, metrics_urls=[a.url + "/metrics", b.url + "/metrics"],
-                    keep_events=True)
+        run = drive(
+            a.url,
+            schedule=[2000, 4000],
+            output_tokens=16,
+            metrics_urls=[a.url + "/metrics", b.url + "/metrics"],
+            keep_events=True,
+        )
     sources = {e.source for e in run.hub.events if isinstance(e, ev.MetricsSample)}
     assert sources == {u.removeprefix("http://") for u in (a.url, b.url)}  # each source by its name: host:port
     capacity = make_profile("tiny").kv_tokens
@@ -112,7 +136,9 @@ async def test_dcgm_exporter_over_http():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     got: list[ev.AnyEvent] = []
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    task = asyncio.create_task(GpuSampler(url, 0.05, got.append, lambda: 0.0, headers={"Authorization": "Bearer k"}).run())
+    task = asyncio.create_task(
+        GpuSampler(url, 0.05, got.append, lambda: 0.0, headers={"Authorization": "Bearer k"}).run()
+    )
     deadline = time.monotonic() + 30  # a first sample, however busy the machine: no fixed window
     while not any(isinstance(e, ev.GpuSample) for e in got) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
@@ -160,8 +186,24 @@ def test_watch_follows_a_server_that_goes_and_comes_back(tmp_path):
     rec = tmp_path / "watch.jsonl"
     port = free_port()
     sim = ThreadedSim(make_profile("tiny"), port=port).__enter__()
-    p = subprocess.Popen([*rampwatch_cmd(), "watch", sim.url, "--headless", "--gpu", "none", "--scrape-interval", "0.2",
-                          "--record", str(rec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    p = subprocess.Popen(
+        [
+            *rampwatch_cmd(),
+            "watch",
+            sim.url,
+            "--headless",
+            "--gpu",
+            "none",
+            "--scrape-interval",
+            "0.2",
+            "--record",
+            str(rec),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         # Each step waits for what the recording says, never for a fixed time: a busy machine only makes it slower.
         recorded_after(rec, "MetricsSample")
@@ -185,7 +227,19 @@ def test_a_proxied_url_is_refused_in_one_line_and_no_proxy_lets_it_through(sim):
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "would go through the proxy http://127.0.0.1:9" in refused.stderr and "NO_PROXY" in refused.stderr
     bypass = {**proxy, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
-    ok = rw("run", sim.url, "--schedule", "2k", "--output-tokens", "4", "--headless", "--gpu", "none", "--no-record", env=bypass)
+    ok = rw(
+        "run",
+        sim.url,
+        "--schedule",
+        "2k",
+        "--output-tokens",
+        "4",
+        "--headless",
+        "--gpu",
+        "none",
+        "--no-record",
+        env=bypass,
+    )
     assert ok.returncode == 0, ok.stderr
 
 
@@ -196,8 +250,28 @@ def self_signed(tmp_path_factory) -> tuple[str, str]:
         pytest.skip("no openssl to make a self-signed certificate (apt-get install openssl)")
     d = tmp_path_factory.mktemp("tls")
     cert, key = str(d / "cert.pem"), str(d / "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -216,5 +290,7 @@ def test_tls_one_configuration_for_probes_and_stream(self_signed, tmp_path):
     assert back.header.tls_verified and sum(isinstance(e, ev.TurnDone) and e.status == "ok" for e in back.events) == 2
     assert insecure.returncode == 0 and "TLS NOT VERIFIED" in insecure.stdout
     back = read_recording(tmp_path / "insecure.jsonl")
-    assert not back.header.tls_verified and any(isinstance(e, ev.Notice) and "NOT verified" in e.message for e in back.events)
+    assert not back.header.tls_verified and any(
+        isinstance(e, ev.Notice) and "NOT verified" in e.message for e in back.events
+    )
     assert missing.returncode == 2 and "--ca-bundle" in missing.stderr

@@ -39,8 +39,9 @@ def test_run_time_ticks_fall_on_round_times(end):
 
 def exported_svg(tmp_path: Path) -> tuple[Path, str]:
     svg = tmp_path / "run.svg"
-    p = subprocess.run([*rampwatch_cmd(), "export", str(GLM), "--svg", str(svg)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run(
+        [*rampwatch_cmd(), "export", str(GLM), "--svg", str(svg)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, p.stderr
     return svg, svg.read_text()
 
@@ -74,6 +75,18 @@ def test_legend_keys_stand_apart_in_a_real_browser(tmp_path):
     _, text = exported_svg(tmp_path)
     page = tmp_path / "probe.html"
     page.write_text(PROBE.format(svg=text))
-    dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
-                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    dom = subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     assert "keys=6 overlaps=0" in dom, dom[-300:]

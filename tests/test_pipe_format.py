@@ -3,7 +3,6 @@ the two sides ever disagree on the format, the UI shows why it shows nothing."""
 
 from __future__ import annotations
 
-
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import RunConfig

@@ -19,6 +19,7 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.recording import Recording, read_recording
 from rampwatch.drivers.run.runner import Run
@@ -28,7 +29,6 @@ from rampwatch.drivers.telemetry.exporter import SERIES, RunExporter
 from rampwatch.drivers.telemetry.gpu import parse_dcgm
 from rampwatch.drivers.telemetry.metrics import ENGINE_POOL, SAMPLE_LINE, normalize, parse_labels
 from rampwatch.drivers.telemetry.prometheus import ENGINE_SERIES, Match, PrometheusReader, parse_match
-from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
 from tests.conftest import DATA, free_port, missing, rampwatch_cmd
@@ -40,8 +40,17 @@ SCHEDULE = [2000, 4000, 8000]
 
 def ramp(urls: list[str], exporter: RunExporter | None = None, **cfg) -> Run:
     """A two-session ramp in this process, over `urls`, feeding `exporter`."""
-    config = RunConfig(url=urls[0], more_urls=urls[1:], sessions=2, schedule=SCHEDULE, output_tokens=16,
-                       ignore_eos=True, gpu="none", scrape_interval=0.2, **cfg)
+    config = RunConfig(
+        url=urls[0],
+        more_urls=urls[1:],
+        sessions=2,
+        schedule=SCHEDULE,
+        output_tokens=16,
+        ignore_eos=True,
+        gpu="none",
+        scrape_interval=0.2,
+        **cfg,
+    )
     run = Run(config, record=False)
 
     async def main() -> int:
@@ -72,13 +81,27 @@ def prometheus(tmp_path):
         port = free_port()
         lines = ["global:", "  scrape_interval: 1s", "  scrape_timeout: 900ms", "scrape_configs:"]
         for job, (path, targets) in jobs.items():
-            lines += [f"  - job_name: {job}", f"    metrics_path: {path}", "    static_configs:",
-                      f"      - targets: [{', '.join(repr(t) for t in targets)}]"]
+            lines += [
+                f"  - job_name: {job}",
+                f"    metrics_path: {path}",
+                "    static_configs:",
+                f"      - targets: [{', '.join(repr(t) for t in targets)}]",
+            ]
         (tmp_path / "prometheus.yml").write_text("\n".join(lines) + "\n")
         log = open(tmp_path / "prometheus.log", "w")
-        procs.append(subprocess.Popen([exe, f"--config.file={tmp_path / 'prometheus.yml'}",
-                                       f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    exe,
+                    f"--config.file={tmp_path / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _get(url + "/-/ready") == 200, 60, "Prometheus did not become ready")
         return url
@@ -115,7 +138,10 @@ def host_port(url: str) -> str:
 
 
 def test_two_nodes_of_eight_gpus_never_collide():
-    with ThreadedSim(make_profile("tiny"), gpus=8, node="node-a") as a, ThreadedSim(make_profile("tiny"), gpus=8, node="node-b") as b:
+    with (
+        ThreadedSim(make_profile("tiny"), gpus=8, node="node-a") as a,
+        ThreadedSim(make_profile("tiny"), gpus=8, node="node-b") as b,
+    ):
         texts = [httpx.get(s.url + DCGM_PATH).text for s in (a, b)]
     gpus = parse_dcgm(texts[0], node="ignored") + parse_dcgm(texts[1])
     assert len(gpus) == 16 and len({(g.node, g.index) for g in gpus}) == 16
@@ -134,8 +160,18 @@ def test_simulated_gpus_follow_the_engine(tmp_path):
         busy: list[float] = []
 
         async def main() -> None:
-            run = Run(RunConfig(url=s.url, sessions=2, schedule=[4000, 8000], output_tokens=64, ignore_eos=True,
-                                gpu=[s.url + DCGM_PATH], scrape_interval=0.3), record=False)
+            run = Run(
+                RunConfig(
+                    url=s.url,
+                    sessions=2,
+                    schedule=[4000, 8000],
+                    output_tokens=64,
+                    ignore_eos=True,
+                    gpu=[s.url + DCGM_PATH],
+                    scrape_interval=0.3,
+                ),
+                record=False,
+            )
             await run.prepare()
             await run.drive()
             busy.extend(g.util for g in run.state.gpus if g.util is not None)
@@ -158,9 +194,13 @@ def test_exporter_figures_match_the_report():
     for sess in rep.sessions:
         sid = sess.id
 
-        def value(name: str, **labels: str) -> float:
+        def value(name: str, sid: str = sid, **labels: str) -> float:
             want = {"session": sid, "run": run.salt, **labels}
-            found = [float(m.group(3)) for m in SAMPLE_LINE.finditer(text) if m.group(1) == name and parse_labels(m.group(2)) == want]
+            found = [
+                float(m.group(3))
+                for m in SAMPLE_LINE.finditer(text)
+                if m.group(1) == name and parse_labels(m.group(2)) == want
+            ]
             assert len(found) == 1, (name, labels)
             return found[0]
 
@@ -173,12 +213,18 @@ def test_exporter_figures_match_the_report():
         assert value("rampwatch_turn") == len(SCHEDULE)
 
 
-@pytest.mark.parametrize("spec,match", [
-    ('job="vllm"', Match('job="vllm"')),
-    ('prefill:{job="llm-prefill", instance=~"10\\.0\\..*"}', Match('job="llm-prefill", instance=~"10\\.0\\..*"', "prefill")),
-    ('decode:job="a:b,c"', Match('job="a:b,c"', "decode")),  # colons and commas inside a value are the value's
-    ('pod!~"x"', Match('pod!~"x"')),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ('job="vllm"', Match('job="vllm"')),
+        (
+            'prefill:{job="llm-prefill", instance=~"10\\.0\\..*"}',
+            Match('job="llm-prefill", instance=~"10\\.0\\..*"', "prefill"),
+        ),
+        ('decode:job="a:b,c"', Match('job="a:b,c"', "decode")),  # colons and commas inside a value are the value's
+        ('pod!~"x"', Match('pod!~"x"')),
+    ],
+)
 def test_prometheus_match_specs(spec, match):
     assert parse_match(spec) == match
 
@@ -202,25 +248,35 @@ async def test_prometheus_reader_roles_errors_recovery_and_auth():
         if down:
             return httpx.Response(503)
         query = request.url.params["query"]
-        result = [{"metric": {"__name__": name, "instance": inst, "job": job}, "value": [0, "0.5"]}
-                  for inst, job in (("p:8000", "prefill"), ("d:8000", "decode"))
-                  if f'job="{job}"' in query or 'instance=~"' in query for name in vllm]
+        result = [
+            {"metric": {"__name__": name, "instance": inst, "job": job}, "value": [0, "0.5"]}
+            for inst, job in (("p:8000", "prefill"), ("d:8000", "decode"))
+            if f'job="{job}"' in query or 'instance=~"' in query
+            for name in vllm
+        ]
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
 
     got: list[ev.AnyEvent] = []
-    reader = PrometheusReader("http://watcher:s3cret@prom:9090", 1.0, got.append, lambda: 1.0, gpu_matchers=None,
-                              matches=[parse_match('prefill:job="prefill"'), parse_match('decode:instance=~".*"'),
-                                       parse_match('job="none"')])
+    reader = PrometheusReader(
+        "http://watcher:s3cret@prom:9090",
+        1.0,
+        got.append,
+        lambda: 1.0,
+        gpu_matchers=None,
+        matches=[parse_match('prefill:job="prefill"'), parse_match('decode:instance=~".*"'), parse_match('job="none"')],
+    )
     reader._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     await reader.scrape_once()
     queries = [r.url.params["query"] for r in asked]
     assert all(q.startswith('{__name__=~"') and q.count("|") == len(ENGINE_SERIES) - 1 for q in queries)
-    assert [q[q.index('",') + 1:] for q in queries] == [',job="prefill"}', ',instance=~".*"}', ',job="none"}']
+    assert [q[q.index('",') + 1 :] for q in queries] == [',job="prefill"}', ',instance=~".*"}', ',job="none"}']
     assert all(r.headers["authorization"].startswith("Basic ") for r in asked)  # its own user:password
     roles = {e.source: e.role for e in got if isinstance(e, ev.MetricsSample)}
     assert roles == {"p:8000": "prefill", "d:8000": "decode"}
     errors = [e for e in got if isinstance(e, ev.MetricsError)]
-    assert [(e.source, e.error) for e in errors] == [("prometheus http://prom:9090", 'no vllm:, sglang: or llamacpp: series in Prometheus matching job="none"')]
+    assert [(e.source, e.error) for e in errors] == [
+        ("prometheus http://prom:9090", 'no vllm:, sglang: or llamacpp: series in Prometheus matching job="none"')
+    ]
     state = RunState(ev.Header(rampwatch_version="0", command=[], mode="watch", server="http://prom:9090"))
     for e in got:
         state.apply(e)
@@ -246,8 +302,12 @@ async def test_prometheus_reads_what_no_other_source_names():
     count its tokens twice in the totals); --gpu names the GPUs: it is asked for the engines only."""
     both = RunConfig(url="http://e:8000", prometheus="http://p:9090", gpu=[], metrics_urls=["http://e:8000/metrics"])
     assert (both.prometheus_engines(), both.prometheus_gpus()) == (None, "")
-    engines_only = RunConfig(url="http://e:8000", prometheus="http://p:9090", gpu=["http://n:9400/metrics"],
-                             prometheus_match=[Match('job="a"')])
+    engines_only = RunConfig(
+        url="http://e:8000",
+        prometheus="http://p:9090",
+        gpu=["http://n:9400/metrics"],
+        prometheus_match=[Match('job="a"')],
+    )
     assert (engines_only.prometheus_engines(), engines_only.prometheus_gpus()) == ([Match('job="a"')], None)
     asked: list[str] = []
 
@@ -255,8 +315,14 @@ async def test_prometheus_reads_what_no_other_source_names():
         asked.append(request.url.params["query"])
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
 
-    reader = PrometheusReader("http://p:9090", 1.0, lambda e: None, lambda: 1.0, matches=both.prometheus_engines(),
-                              gpu_matchers=both.prometheus_gpus())
+    reader = PrometheusReader(
+        "http://p:9090",
+        1.0,
+        lambda e: None,
+        lambda: 1.0,
+        matches=both.prometheus_engines(),
+        gpu_matchers=both.prometheus_gpus(),
+    )
     reader._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     await reader.scrape_once()
     await reader.aclose()
@@ -296,11 +362,18 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
     exporter = RunExporter(time.monotonic)
     exporter.serve("127.0.0.1", 0)
     try:
-        with ThreadedSim(make_profile("tiny"), gpus=8, node="node-a") as a, \
-                ThreadedSim(make_profile("tiny"), gpus=8, node="node-b") as b:
+        with (
+            ThreadedSim(make_profile("tiny"), gpus=8, node="node-a") as a,
+            ThreadedSim(make_profile("tiny"), gpus=8, node="node-b") as b,
+        ):
             engines = [host_port(a.url), host_port(b.url)]
-            prom = prometheus({"vllm": ("/metrics", engines), "dcgm": (DCGM_PATH, engines),
-                               "rampwatch": ("/metrics", [f"127.0.0.1:{exporter.port}"])})
+            prom = prometheus(
+                {
+                    "vllm": ("/metrics", engines),
+                    "dcgm": (DCGM_PATH, engines),
+                    "rampwatch": ("/metrics", [f"127.0.0.1:{exporter.port}"]),
+                }
+            )
             wait_for(lambda: len([r for r in query(prom, "up") if r["value"][1] == "1"]) == 5, 60, "targets not up")
             run = ramp([a.url, b.url], exporter)
             assert run.exit_code == 0
@@ -311,8 +384,12 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
             rep = build_report(run.state)
             expected = {
                 f'rampwatch_ttft_seconds_sum{{run="{run.salt}"}}': {s.id: s.summary.ttft_sum_s for s in rep.sessions},
-                f'rampwatch_turns_total{{run="{run.salt}",status="ok"}}': {s.id: float(len(s.turns)) for s in rep.sessions},
-                f'rampwatch_needle_found_total{{run="{run.salt}"}}': {s.id: float(s.summary.needle_found) for s in rep.sessions},
+                f'rampwatch_turns_total{{run="{run.salt}",status="ok"}}': {
+                    s.id: float(len(s.turns)) for s in rep.sessions
+                },
+                f'rampwatch_needle_found_total{{run="{run.salt}"}}': {
+                    s.id: float(s.summary.needle_found) for s in rep.sessions
+                },
             }
             held: dict[str, dict[str, float]] = {}
 
@@ -325,15 +402,41 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
             # The whole fleet; and the same fleet narrowed by label matchers, with roles (a prefill/decode split
             # read through Prometheus): engine a is the first match's prefill, b the second's decode, GPUs node-a's.
             recs = {"all": tmp_path / "watch.jsonl", "matched": tmp_path / "matched.jsonl"}
-            narrowed = ["--prometheus-match", f'prefill:instance="{engines[0]}"', "--prometheus-match", 'decode:job="vllm"',
-                        "--prometheus-gpu-match", 'Hostname="node-a"']
-            watches = [subprocess.Popen([*rampwatch_cmd(), "watch", "--prometheus", prom, "--headless", "--record", str(rec),
-                                         "--scrape-interval", "0.5", *(narrowed if name == "matched" else [])],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                       for name, rec in recs.items()]
+            narrowed = [
+                "--prometheus-match",
+                f'prefill:instance="{engines[0]}"',
+                "--prometheus-match",
+                'decode:job="vllm"',
+                "--prometheus-gpu-match",
+                'Hostname="node-a"',
+            ]
+            watches = [
+                subprocess.Popen(
+                    [
+                        *rampwatch_cmd(),
+                        "watch",
+                        "--prometheus",
+                        prom,
+                        "--headless",
+                        "--record",
+                        str(rec),
+                        "--scrape-interval",
+                        "0.5",
+                        *(narrowed if name == "matched" else []),
+                    ],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for name, rec in recs.items()
+            ]
             try:
                 for rec in recs.values():
-                    wait_for(lambda: rec.exists() and rec.read_bytes().count(b'"GpuSample"') >= 6, 60, "watch read no GPUs")
+                    wait_for(
+                        lambda rec=rec: rec.exists() and rec.read_bytes().count(b'"GpuSample"') >= 6,
+                        60,
+                        "watch read no GPUs",
+                    )
             finally:
                 for watch in watches:
                     watch.send_signal(signal.SIGINT)
@@ -356,8 +459,10 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
     assert {n for n, _ in state.gpu_nodes()} == {"node-a", "node-b"}  # the exporters' Hostname, not the instance
     assert not state.metrics_errors()
     state = replayed(recs["matched"])
-    assert {ep.name: ep.role for ep in state.endpoints.values() if ep.last_sample_t} == {engines[0]: "prefill",
-                                                                                        engines[1]: "decode"}
+    assert {ep.name: ep.role for ep in state.endpoints.values() if ep.last_sample_t} == {
+        engines[0]: "prefill",
+        engines[1]: "decode",
+    }
     assert len(state.gpus) == 8 and {n for n, _ in state.gpu_nodes()} == {"node-a"}
     assert not state.metrics_errors()
 
@@ -368,9 +473,28 @@ def test_a_real_vllm_read_through_prometheus_shows_what_its_own_metrics_show(pro
     prom = prometheus({"vllm": ("/metrics", [host_port(vllm_server)])})
     wait_for(lambda: any(r["value"][1] == "1" for r in query(prom, 'up{job="vllm"}')), 60, "vLLM target not up")
     rec = tmp_path / "through.jsonl"
-    p = subprocess.run([*rampwatch_cmd(), "run", vllm_server, "--scale-to", "4k", "--output-tokens", "8", "--ignore-eos",
-                        "--prometheus", prom, "--prometheus-match", 'job="vllm"', "--headless", "--record", str(rec)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            *rampwatch_cmd(),
+            "run",
+            vllm_server,
+            "--scale-to",
+            "4k",
+            "--output-tokens",
+            "8",
+            "--ignore-eos",
+            "--prometheus",
+            prom,
+            "--prometheus-match",
+            'job="vllm"',
+            "--headless",
+            "--record",
+            str(rec),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     _, direct, _ = normalize(httpx.get(vllm_server + "/metrics").text)
     got: list[ev.AnyEvent] = []
@@ -383,21 +507,44 @@ def test_a_real_vllm_read_through_prometheus_shows_what_its_own_metrics_show(pro
     asyncio.run(read_once())
     [sample] = [e for e in got if isinstance(e, ev.MetricsSample)]
     assert sample.engine == "vllm" and sample.source == host_port(vllm_server) and not sample.missing
-    for name in ("kv_capacity_tokens", ENGINE_POOL, "prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits"):
+    for name in (
+        "kv_capacity_tokens",
+        ENGINE_POOL,
+        "prompt_tokens",
+        "generation_tokens",
+        "prefix_queries",
+        "prefix_hits",
+    ):
         assert sample.values[name] == direct[name], name  # counters at rest: the same number both ways
     back = read_recording(rec)
     samples = [e for e in back.events if isinstance(e, ev.MetricsSample)]
     assert samples and all(e.source == host_port(vllm_server) and e.role == "both" for e in samples)
     # The run's last read waited for Prometheus's next scrape: the totals cover the last turn.
-    rep = json.loads(subprocess.run([*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True,
-                                    text=True, check=True).stdout)
+    rep = json.loads(
+        subprocess.run(
+            [*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     assert rep["servers"][0]["generation_tokens"] == 10 * 8
 
 
 def test_a_matcher_prometheus_cannot_parse_is_refused_before_the_run(prometheus):
     prom = prometheus({})
-    p = subprocess.run([*rampwatch_cmd(), "watch", "--prometheus", prom, "--prometheus-match", 'job=~"("', "--headless",
-                        "--no-record"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            *rampwatch_cmd(),
+            "watch",
+            "--prometheus",
+            prom,
+            "--prometheus-match",
+            'job=~"("',
+            "--headless",
+            "--no-record",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert f"Prometheus at {prom}: query failed:" in p.stderr and "Traceback" not in p.stderr
 
@@ -409,12 +556,34 @@ def by_session(result: list[dict]) -> dict[str, float]:
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 def test_two_nodes_of_gpus_snapshot(snap_compare, size):
     """2 nodes x 8 GPUs: one line per GPU at 120x40, one line per node in the compact form."""
-    gpus = [ev.GpuReading(index=k, node=node, name="NVIDIA H200 (simulated)", util=40.0 + 7 * k + (20 if node == "node-b" else 0),
-                          mem_used=(80 + k) * 2**30, mem_total=141 * 2**30, power=300.0 + 30 * k, sm_clock=1980.0, temp=50.0 + k)
-            for node in ("node-a", "node-b") for k in range(8)]
-    header = ev.Header(rampwatch_version="0", command=[], mode="watch", server="http://prometheus:9090", model="m",
-                       engine="vllm", started_at="2026-11-29T00:00:00Z")
-    events = [ev.GpuSample(t=1.0, source=f"prometheus {n}:9400", gpus=[g for g in gpus if g.node == n]) for n in ("node-a", "node-b")]
+    gpus = [
+        ev.GpuReading(
+            index=k,
+            node=node,
+            name="NVIDIA H200 (simulated)",
+            util=40.0 + 7 * k + (20 if node == "node-b" else 0),
+            mem_used=(80 + k) * 2**30,
+            mem_total=141 * 2**30,
+            power=300.0 + 30 * k,
+            sm_clock=1980.0,
+            temp=50.0 + k,
+        )
+        for node in ("node-a", "node-b")
+        for k in range(8)
+    ]
+    header = ev.Header(
+        rampwatch_version="0",
+        command=[],
+        mode="watch",
+        server="http://prometheus:9090",
+        model="m",
+        engine="vllm",
+        started_at="2026-11-29T00:00:00Z",
+    )
+    events = [
+        ev.GpuSample(t=1.0, source=f"prometheus {n}:9400", gpus=[g for g in gpus if g.node == n])
+        for n in ("node-a", "node-b")
+    ]
     src = ReplaySource(Recording(header=header, events=events))
     src.seek(2.0)
     src.paused = True

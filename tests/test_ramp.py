@@ -6,7 +6,14 @@ import re
 import pytest
 
 from rampwatch.drivers.client.ramp import (
-    SEED_SCHEDULE, Calibration, Conversation, Filler, ScheduleError, parse_schedule, parse_tokens, scale_schedule,
+    SEED_SCHEDULE,
+    Calibration,
+    Conversation,
+    Filler,
+    ScheduleError,
+    parse_schedule,
+    parse_tokens,
+    scale_schedule,
 )
 from rampwatch.drivers.present.format import format_tokens
 
@@ -16,7 +23,9 @@ def test_seed_schedule_is_the_ten_turn_ramp():
     assert parse_schedule("seed") == SEED_SCHEDULE
 
 
-@pytest.mark.parametrize("text,value", [("32k", 32768), ("128K", 131072), ("1m", 1_000_000), ("5000", 5000), (" 2k ", 2048)])
+@pytest.mark.parametrize(
+    "text,value", [("32k", 32768), ("128K", 131072), ("1m", 1_000_000), ("5000", 5000), (" 2k ", 2048)]
+)
 def test_parse_tokens(text, value):
     assert parse_tokens(text) == value
 
@@ -57,7 +66,7 @@ def test_filler_never_repeats_a_block_and_is_salted():
     assert abs(len(a) - 200_000) < 50
     assert a[:1000] != b[:1000]
     # No 200-char block of the text appears twice.
-    blocks = {a[i:i + 200] for i in range(0, len(a) - 200, 200)}
+    blocks = {a[i : i + 200] for i in range(0, len(a) - 200, 200)}
     assert len(blocks) == len(range(0, len(a) - 200, 200))
 
 
@@ -108,8 +117,11 @@ def test_turn_one_lands_on_target_with_each_sessions_own_fixed_text():
     schedule = scale_schedule(SEED_SCHEDULE, 15 * 1024)  # turn 1: 503 tokens, none of it correctable by usage
     sample = Filler(random.Random(7)).text(20_000)
     probe = Conversation("0123456789ab-s1", schedule)
-    probed = Calibration(chars_per_token=len(sample) / _byte_bpe_tokens(sample), template_tokens=0,
-                         fixed_tokens=(_byte_bpe_tokens(probe.fixed_text(1)), _byte_bpe_tokens(probe.fixed_text(2))))
+    probed = Calibration(
+        chars_per_token=len(sample) / _byte_bpe_tokens(sample),
+        template_tokens=0,
+        fixed_tokens=(_byte_bpe_tokens(probe.fixed_text(1)), _byte_bpe_tokens(probe.fixed_text(2))),
+    )
 
     def turn_one_error(conv: Conversation) -> float:
         return abs(_byte_bpe_tokens(_message(conv, 1)) / schedule[0] - 1)

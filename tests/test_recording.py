@@ -59,12 +59,18 @@ def test_corrupt_middle_line_names_the_line(tmp_path):
     assert back.skipped_lines == [5] and len(back.events) == len(two_session_run()) - 1
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"", "empty file"),
-    (b"hello world\n", "not a rampwatch recording"),
-    (b'{"type":"SessionPlanned","t":0}\n', "not a rampwatch recording"),
-    (b'{"type":"header","schema":99,"rampwatch_version":"9","command":[],"mode":"run","server":"s"}\n', "schema 99"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"", "empty file"),
+        (b"hello world\n", "not a rampwatch recording"),
+        (b'{"type":"SessionPlanned","t":0}\n', "not a rampwatch recording"),
+        (
+            b'{"type":"header","schema":99,"rampwatch_version":"9","command":[],"mode":"run","server":"s"}\n',
+            "schema 99",
+        ),
+    ],
+)
 def test_rejects_non_recordings(tmp_path, content, message):
     (tmp_path / "x").write_bytes(content)
     with pytest.raises(RecordingError, match=message):

@@ -24,12 +24,15 @@ def client(models: dict, version: int = 404) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.MockTransport(answer))
 
 
-@pytest.mark.parametrize("entry,engine,max_len", [
-    ({"id": "m", "owned_by": "vllm", "max_model_len": 131072}, "vllm", 131072),
-    ({"id": "m", "owned_by": "sglang", "max_model_len": 65536}, "sglang", 65536),
-    ({"id": "m", "owned_by": "llamacpp", "meta": {"n_ctx": 8192, "n_ctx_train": 131072}}, "llama.cpp", 8192),
-    ({"id": "m"}, None, None),  # unknown: the report falls back to what /metrics revealed
-])
+@pytest.mark.parametrize(
+    "entry,engine,max_len",
+    [
+        ({"id": "m", "owned_by": "vllm", "max_model_len": 131072}, "vllm", 131072),
+        ({"id": "m", "owned_by": "sglang", "max_model_len": 65536}, "sglang", 65536),
+        ({"id": "m", "owned_by": "llamacpp", "meta": {"n_ctx": 8192, "n_ctx_train": 131072}}, "llama.cpp", 8192),
+        ({"id": "m"}, None, None),  # unknown: the report falls back to what /metrics revealed
+    ],
+)
 async def test_probe_reads_each_engine(entry, engine, max_len):
     async with client({"data": [entry]}, version=200) as c:
         info = await probe(c, RunConfig(url="http://x"))
@@ -63,7 +66,9 @@ async def test_a_session_counts_its_own_fixed_text_without_the_servers_bos():
         asked.append(text)
         return httpx.Response(200, json={"tokens": [1] + [0] * len(text)})  # a BOS, then a token a character
 
-    cal = Calibration(chars_per_token=2.0, template_tokens=5, fixed_tokens=(1, 1), tokenize_field="content", special_tokens=1)
+    cal = Calibration(
+        chars_per_token=2.0, template_tokens=5, fixed_tokens=(1, 1), tokenize_field="content", special_tokens=1
+    )
     conv = Conversation("run-s2", [1000, 2000], cal)
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as c:
         runner = SessionRunner("s2", conv, c, "http://x", {}, TurnOptions(model="m"), lambda e: None, RunClock())
@@ -84,7 +89,9 @@ async def test_turn_one_is_counted_by_the_server_and_fitted_before_it_goes():
             return httpx.Response(200, json={"prompt": "<u>" + body["messages"][0]["content"] + "</u>"})
         return httpx.Response(200, json={"tokens": [1] + [0] * len(body["content"]) if "content" in body else []})
 
-    cal = Calibration(chars_per_token=1.0, template_tokens=8, fixed_tokens=(40, 20), tokenize_field="content", special_tokens=1)
+    cal = Calibration(
+        chars_per_token=1.0, template_tokens=8, fixed_tokens=(40, 20), tokenize_field="content", special_tokens=1
+    )
     conv = Conversation("run-s1", [600, 1200], cal)
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as c:
         runner = SessionRunner("s1", conv, c, "http://x", {}, TurnOptions(model="m"), lambda e: None, RunClock())

@@ -34,8 +34,11 @@ def test_the_sglang_flavour_serves_sglangs_names_and_endpoints():
         owned = httpx.get(s.url + "/v1/models").json()["data"][0]["owned_by"]
     # Every series it serves is one a real SGLang serves: in the captures, or (newer than them) defined in
     # SGLang 0.5's python/sglang/srt/metrics/collector.py. None is vLLM's, none is a _created series.
-    newer = {"sglang:kv_used_tokens", "sglang:max_total_num_tokens", *(f"sglang:inter_token_latency_seconds_{x}"
-                                                                      for x in ("bucket", "sum", "count"))}
+    newer = {
+        "sglang:kv_used_tokens",
+        "sglang:max_total_num_tokens",
+        *(f"sglang:inter_token_latency_seconds_{x}" for x in ("bucket", "sum", "count")),
+    }
     real = series_names((DATA / "sglang_metrics.txt").read_text()) | newer
     assert series_names(text) <= real, series_names(text) - real
     assert "sglang:cached_tokens_total" not in text and "_created" not in text and "vllm:" not in text
@@ -84,11 +87,34 @@ def test_enable_cache_report_puts_cached_tokens_in_usage():
 
 
 def test_sim_flavor_sglang_on_the_command_line(tmp_path):
-    p = subprocess.run([*rampwatch_cmd(), "demo", "--flavor", "sglang", "--profile", "tiny", "--scale-to", "8k",
-                        "--output-tokens", "8", "--headless", "--record", str(tmp_path / "d.jsonl")],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            *rampwatch_cmd(),
+            "demo",
+            "--flavor",
+            "sglang",
+            "--profile",
+            "tiny",
+            "--scale-to",
+            "8k",
+            "--output-tokens",
+            "8",
+            "--headless",
+            "--record",
+            str(tmp_path / "d.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert "(sglang)" in p.stdout
-    rep = json.loads(subprocess.run([*rampwatch_cmd(), "report", str(tmp_path / "d.jsonl"), "--format", "json"],
-                                    capture_output=True, text=True, check=True).stdout)
+    rep = json.loads(
+        subprocess.run(
+            [*rampwatch_cmd(), "report", str(tmp_path / "d.jsonl"), "--format", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert rep["run"]["engine"] == "sglang" and rep["servers"][0]["hit_rate"] is None

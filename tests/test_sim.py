@@ -10,12 +10,12 @@ import sys
 import httpx
 import pytest
 
-from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.telemetry.metrics import normalize
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE
+from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.sim.engine import SimEngine, reply_words
 from rampwatch.drivers.sim.kvcache import KVPool
 from rampwatch.drivers.sim.profiles import PROFILES, make_profile
+from rampwatch.drivers.telemetry.metrics import normalize
 from tests.conftest import drive
 from tests.simhost import ThreadedSim
 
@@ -23,14 +23,21 @@ from tests.simhost import ThreadedSim
 def test_naming_and_configuring_the_simulator_does_not_import_the_asgi_stack():
     """A command that only names a topology, binds sockets or sets fault knobs stays cheap to start."""
     cheap = ["profiles", "topology", "sockets", "faults", "gpus", "kvcache", "engine"]
-    code = ("import sys\n" + "".join(f"import rampwatch.drivers.sim.{m}\n" for m in cheap)
-            + "print(sorted(m for m in ('uvicorn', 'starlette', 'prometheus_client', 'httpx') if m in sys.modules))")
+    code = (
+        "import sys\n"
+        + "".join(f"import rampwatch.drivers.sim.{m}\n" for m in cheap)
+        + "print(sorted(m for m in ('uvicorn', 'starlette', 'prometheus_client', 'httpx') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     # ... and the module that serves does pull it in, so the check above can tell the two apart.
-    served = subprocess.run([sys.executable, "-c", "import sys, rampwatch.drivers.sim.app; print('starlette' in sys.modules)"],
-                            capture_output=True, text=True, timeout=60)
+    served = subprocess.run(
+        [sys.executable, "-c", "import sys, rampwatch.drivers.sim.app; print('starlette' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert served.stdout.strip() == "True", served.stderr
 
 
@@ -93,7 +100,9 @@ async def test_growing_conversation_reuses_its_blocks():
 
 
 async def test_preemption_when_the_pool_runs_out():
-    p = PROFILES["tiny"].scaled(kv_tokens=2048, block_size=16, step_overhead_s=0.0005, decode_token_s=0.0, prefill_token_s=0.0)
+    p = PROFILES["tiny"].scaled(
+        kv_tokens=2048, block_size=16, step_overhead_s=0.0005, decode_token_s=0.0, prefill_token_s=0.0
+    )
     engine = SimEngine(p)
     preempted = []
     engine.stats.on_preempt = preempted.append
@@ -121,7 +130,10 @@ def test_schedule_puts_decodes_first_and_chunks_prefill():
 
 
 def test_reply_answers_the_needle_only_when_the_fact_is_there():
-    prompt = b"<|user|>\nblah Remember this fact: the access code of Ilsa Ko is AB12-CD34.\nmore\n\nQuestion: what is the access code of Ilsa Ko? Answer with the code only.\n<|assistant|>\n"
+    prompt = (
+        b"<|user|>\nblah Remember this fact: the access code of Ilsa Ko is AB12-CD34.\nmore\n\n"
+        b"Question: what is the access code of Ilsa Ko? Answer with the code only.\n<|assistant|>\n"
+    )
     words, ends = reply_words(prompt, 0)
     assert "".join(words).endswith("AB12-CD34.") and ends
     words, ends = reply_words(prompt.replace(b"AB12-CD34", b""), 0)
@@ -136,11 +148,21 @@ def test_http_surface(sim):
     assert httpx.get(url + "/health").status_code == 200
     assert httpx.post(url + "/tokenize", json={"prompt": "abcdefgh"}).json()["count"] == 2
     assert httpx.post(url + "/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}).json()["count"] > 1
-    too_long = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 200_000}], "max_tokens": 8})
+    too_long = httpx.post(
+        url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 200_000}], "max_tokens": 8}
+    )
     assert too_long.status_code == 400 and "maximum context length" in too_long.json()["error"]["message"]
     assert httpx.post(url + "/v1/chat/completions", content=b"{nope").status_code == 400
-    assert httpx.post(url + "/v1/chat/completions", json={"model": "other", "messages": [{"role": "user", "content": "x"}]}).status_code == 404
-    plain = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5, "ignore_eos": True}).json()
+    assert (
+        httpx.post(
+            url + "/v1/chat/completions", json={"model": "other", "messages": [{"role": "user", "content": "x"}]}
+        ).status_code
+        == 404
+    )
+    plain = httpx.post(
+        url + "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5, "ignore_eos": True},
+    ).json()
     assert plain["usage"]["completion_tokens"] == 5 and plain["choices"][0]["message"]["content"]
     comp = httpx.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": 3, "ignore_eos": True}).json()
     assert comp["usage"]["completion_tokens"] == 3
@@ -148,9 +170,14 @@ def test_http_surface(sim):
     assert engine == "vllm" and not missing and values["kv_capacity_tokens"] == PROFILES["tiny"].kv_tokens
     assert values["generation_tokens"] == 8
     text = httpx.get(url + "/metrics").text
-    for name in ("vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
-                 "vllm:request_prefill_time_seconds_bucket", "vllm:request_decode_time_seconds_bucket",
-                 "vllm:request_queue_time_seconds_bucket", 'simulated="True"'):
+    for name in (
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:request_prefill_time_seconds_bucket",
+        "vllm:request_decode_time_seconds_bucket",
+        "vllm:request_queue_time_seconds_bucket",
+        'simulated="True"',
+    ):
         assert name in text
 
 

@@ -6,12 +6,20 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.turns import hit_rate
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.model.turns import hit_rate
 
 
 def header() -> ev.Header:
-    return ev.Header(rampwatch_version="t", command=["rampwatch"], mode="run", server="http://s", model="m", engine="vllm", sessions=2)
+    return ev.Header(
+        rampwatch_version="t",
+        command=["rampwatch"],
+        mode="run",
+        server="http://s",
+        model="m",
+        engine="vllm",
+        sessions=2,
+    )
 
 
 def fold(events: list[ev.AnyEvent]) -> RunState:
@@ -37,12 +45,30 @@ def two_session_run() -> list[ev.AnyEvent]:
         ev.RequestSent(t=6.5, session="s2", turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=4000),
         metrics(7.0, kv_usage=0.4, prefix_queries=2000, prefix_hits=0),
         ev.TokenTimes(t=22.0, session="s1", turn=1, times=[10.0, 14.0, 18.0, 22.0]),  # during s2's prefill: 0.25/s
-        ev.TurnDone(t=22.0, session="s1", turn=1, status="ok", prompt_tokens=1010, cached_tokens=0,
-                    completion_tokens=9, chunks=9, needle=True),
+        ev.TurnDone(
+            t=22.0,
+            session="s1",
+            turn=1,
+            status="ok",
+            prompt_tokens=1010,
+            cached_tokens=0,
+            completion_tokens=9,
+            chunks=9,
+            needle=True,
+        ),
         ev.FirstToken(t=23.0, session="s2", turn=1),
         ev.TokenTimes(t=26.0, session="s2", turn=1, times=[23.0, 24.0, 25.0, 26.0]),
-        ev.TurnDone(t=26.0, session="s2", turn=1, status="ok", prompt_tokens=990, cached_tokens=None,
-                    completion_tokens=4, chunks=4, needle=False),
+        ev.TurnDone(
+            t=26.0,
+            session="s2",
+            turn=1,
+            status="ok",
+            prompt_tokens=990,
+            cached_tokens=None,
+            completion_tokens=4,
+            chunks=4,
+            needle=False,
+        ),
     ]
     return e
 
@@ -84,19 +110,26 @@ def test_interference_split():
 
 
 def test_hit_rate_from_counter_deltas_without_usage():
-    s = fold([
-        ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"),
-        metrics(0.0, prefix_queries=1000, prefix_hits=100),
-        ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
-        metrics(0.5, prefix_queries=1400, prefix_hits=400),
-        ev.TurnDone(t=1.0, session="s1", turn=1, status="ok", prompt_tokens=400, completion_tokens=1),
-    ])
+    s = fold(
+        [
+            ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"),
+            metrics(0.0, prefix_queries=1000, prefix_hits=100),
+            ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
+            metrics(0.5, prefix_queries=1400, prefix_hits=400),
+            ev.TurnDone(t=1.0, session="s1", turn=1, status="ok", prompt_tokens=400, completion_tokens=1),
+        ]
+    )
     assert hit_rate(s.turns[0]) == pytest.approx(300 / 400)
 
 
 def test_counter_reset_skips_the_interval():
-    s = fold([metrics(0, prefix_queries=1000, prefix_hits=500), metrics(1, prefix_queries=10, prefix_hits=5),
-              metrics(2, prefix_queries=110, prefix_hits=55)])
+    s = fold(
+        [
+            metrics(0, prefix_queries=1000, prefix_hits=500),
+            metrics(1, prefix_queries=10, prefix_hits=5),
+            metrics(2, prefix_queries=110, prefix_hits=55),
+        ]
+    )
     # The restart interval adds nothing; afterwards deltas resume (counters read as growth since the first answer).
     assert s.counters()["prefix_queries"] == 100
     assert s.hit_rate_since_start() == pytest.approx(50 / 100)
@@ -109,10 +142,16 @@ def sample(t: float, source: str, **values: float) -> ev.MetricsSample:
 def test_a_server_that_answers_late_adds_none_of_its_history():
     """Server b first answers 30 s into the run, with a day of traffic behind it:
     the since-start figures count only what it did after it answered."""
-    a = [sample(t, "a", prefix_queries=1000 + 100 * t, prefix_hits=500 + 50 * t, generation_tokens=10 * t, running=1)
-         for t in range(0, 61, 10)]
-    b = [sample(t, "b", prefix_queries=9e6 + 100 * t, prefix_hits=8.9e6 + 90 * t, generation_tokens=5e6 + 20 * t, running=2)
-         for t in range(30, 61, 10)]
+    a = [
+        sample(t, "a", prefix_queries=1000 + 100 * t, prefix_hits=500 + 50 * t, generation_tokens=10 * t, running=1)
+        for t in range(0, 61, 10)
+    ]
+    b = [
+        sample(
+            t, "b", prefix_queries=9e6 + 100 * t, prefix_hits=8.9e6 + 90 * t, generation_tokens=5e6 + 20 * t, running=2
+        )
+        for t in range(30, 61, 10)
+    ]
     s = fold(sorted(a + b, key=lambda e: e.t))
     # a: 6000 queries, 3000 hits, 600 generated; b from t=30: 3000 queries, 2700 hits, 600 generated.
     assert s.counters() == {"prefix_queries": 9000, "prefix_hits": 5700, "generation_tokens": 1200}
@@ -126,15 +165,17 @@ def test_a_server_that_answers_late_adds_none_of_its_history():
 
 
 def test_kv_usage_over_endpoints_is_the_share_of_all_pools_and_fits_is_per_engine():
-    s = fold([
-        ev.SessionPlanned(t=0, session="s1", schedule=[100_000], salt="a", endpoint="a"),
-        ev.SessionPlanned(t=0, session="s2", schedule=[200_000], salt="b", endpoint="b"),
-        ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=100_000, new_tokens_est=100_000, body_bytes=1),
-        ev.RequestSent(t=0.1, session="s2", turn=1, target_tokens=200_000, new_tokens_est=200_000, body_bytes=1),
-        # b runs two data-parallel engines of 500K tokens each: "fits" divides one engine's pool.
-        sample(1, "a", kv_usage=0.5, kv_capacity_tokens=1_000_000, kv_engine_tokens=1_000_000),
-        sample(1, "b", kv_usage=0.1, kv_capacity_tokens=1_000_000, kv_engine_tokens=500_000),
-    ])
+    s = fold(
+        [
+            ev.SessionPlanned(t=0, session="s1", schedule=[100_000], salt="a", endpoint="a"),
+            ev.SessionPlanned(t=0, session="s2", schedule=[200_000], salt="b", endpoint="b"),
+            ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=100_000, new_tokens_est=100_000, body_bytes=1),
+            ev.RequestSent(t=0.1, session="s2", turn=1, target_tokens=200_000, new_tokens_est=200_000, body_bytes=1),
+            # b runs two data-parallel engines of 500K tokens each: "fits" divides one engine's pool.
+            sample(1, "a", kv_usage=0.5, kv_capacity_tokens=1_000_000, kv_engine_tokens=1_000_000),
+            sample(1, "b", kv_usage=0.1, kv_capacity_tokens=1_000_000, kv_engine_tokens=500_000),
+        ]
+    )
     assert s.server.values["kv_usage"] == pytest.approx(0.3)
     assert s.server.values["kv_capacity_tokens"] == 2_000_000
     assert s.kv_fits_sequences() == 2  # b: 500K / 200K; a would fit 10
@@ -144,9 +185,12 @@ def test_a_split_deployment_says_where_a_turn_is():
     h = header()
     h.endpoints = [ev.Endpoint(name="p", role="prefill"), ev.Endpoint(name="d", role="decode")]
     s = RunState(h)
-    for e in [ev.SessionPlanned(t=0, session="s1", schedule=[1000], salt="a"),
-              ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=1),
-              sample(0.2, "p", running=1, waiting=0), sample(0.2, "d", running=0, waiting=0)]:
+    for e in [
+        ev.SessionPlanned(t=0, session="s1", schedule=[1000], salt="a"),
+        ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=1),
+        sample(0.2, "p", running=1, waiting=0),
+        sample(0.2, "d", running=0, waiting=0),
+    ]:
         s.apply(e)
     assert s.turn_place(s.sessions["s1"]) == ("prefill", "p")
     s.apply(sample(0.3, "p", running=0, waiting=0))
@@ -157,31 +201,44 @@ def test_a_split_deployment_says_where_a_turn_is():
 
 
 def test_unavailable_metric_stays_unavailable():
-    s = fold([ev.MetricsSample(t=0, source="m", engine="llama.cpp", values={"running": 1.0},
-                               missing={"kv_usage": "llama.cpp exposes no KV-cache occupancy"})])
+    s = fold(
+        [
+            ev.MetricsSample(
+                t=0,
+                source="m",
+                engine="llama.cpp",
+                values={"running": 1.0},
+                missing={"kv_usage": "llama.cpp exposes no KV-cache occupancy"},
+            )
+        ]
+    )
     assert "kv_usage" not in s.server.values
     assert "llama.cpp" in s.server.missing["kv_usage"]
     assert s.hit_rate_since_start() is None
 
 
 def test_failed_turn_and_log():
-    s = fold([
-        ev.SessionPlanned(t=0, session="s1", schedule=[100, 200], salt="a"),
-        ev.RequestSent(t=0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
-        ev.TurnDone(t=1, session="s1", turn=1, status="failed", error="HTTP 500: boom"),
-    ])
+    s = fold(
+        [
+            ev.SessionPlanned(t=0, session="s1", schedule=[100, 200], salt="a"),
+            ev.RequestSent(t=0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
+            ev.TurnDone(t=1, session="s1", turn=1, status="failed", error="HTTP 500: boom"),
+        ]
+    )
     assert s.sessions["s1"].state == "failed" and s.sessions["s1"].failed_turns == 1
     assert s.log[-1][1] == "error" and "HTTP 500: boom" in s.log[-1][2]
     assert build_report(s).sessions[0].turns[0].error == "HTTP 500: boom"
 
 
 def test_decode_rate_now_uses_a_window():
-    s = fold([
-        ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"),
-        ev.RequestSent(t=0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
-        ev.FirstToken(t=1, session="s1", turn=1),
-        ev.TokenTimes(t=10, session="s1", turn=1, times=[1.0, 2.0] + [9.0 + k * 0.1 for k in range(11)]),
-    ])
+    s = fold(
+        [
+            ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"),
+            ev.RequestSent(t=0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
+            ev.FirstToken(t=1, session="s1", turn=1),
+            ev.TokenTimes(t=10, session="s1", turn=1, times=[1.0, 2.0] + [9.0 + k * 0.1 for k in range(11)]),
+        ]
+    )
     assert s.sessions["s1"].decode_rate_now() == pytest.approx(10.0)
 
 
@@ -234,8 +291,17 @@ def test_the_exporter_counts_the_gaps_the_report_counts():
         ev.FirstToken(t=1.0, session="s1", turn=1),
         ev.TokenTimes(t=1.04, session="s1", turn=1, times=[1.0, 1.0, 1.015, 1.015, 1.04]),  # zero, 0.015, zero, 0.025
         ev.TokenTimes(t=1.08, session="s1", turn=1, times=[1.04, 1.055, 1.08]),  # zero across the batches, 0.015, 0.025
-        ev.TurnDone(t=1.1, session="s1", turn=1, status="ok", prompt_tokens=1000, cached_tokens=0,
-                    completion_tokens=8, chunks=8, needle=True),
+        ev.TurnDone(
+            t=1.1,
+            session="s1",
+            turn=1,
+            status="ok",
+            prompt_tokens=1000,
+            cached_tokens=0,
+            completion_tokens=8,
+            chunks=8,
+            needle=True,
+        ),
     ]
     exporter = RunExporter(lambda: 2.0, run="r")
     for e in events:

@@ -20,15 +20,45 @@ from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLICAS_SAMPLE = ROOT / "recordings" / "sim-replicas-2x4x32k.sample.jsonl"
-COUNTS = ("prompt_tokens", "prompt_computed_tokens", "prefix_query_tokens", "prefix_hit_tokens", "generation_tokens",
-          "preemptions", "prefill_tok_s", "decode_tok_s", "kv_capacity_tokens")
+COUNTS = (
+    "prompt_tokens",
+    "prompt_computed_tokens",
+    "prefix_query_tokens",
+    "prefix_hit_tokens",
+    "generation_tokens",
+    "preemptions",
+    "prefill_tok_s",
+    "decode_tok_s",
+    "kv_capacity_tokens",
+)
 
 
 def demo(tmp_path: Path, topology: str, sessions: int) -> tuple[dict, list]:
     rec = tmp_path / f"{topology.replace(':', '-')}.jsonl"
-    p = subprocess.run([*rampwatch_cmd(), "demo", "--topology", topology, "--profile", "tiny", "--time-scale", "1",
-                        "--scale-to", "16k", "--sessions", str(sessions), "--output-tokens", "32", "--headless",
-                        "--record", str(rec)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            *rampwatch_cmd(),
+            "demo",
+            "--topology",
+            topology,
+            "--profile",
+            "tiny",
+            "--time-scale",
+            "1",
+            "--scale-to",
+            "16k",
+            "--sessions",
+            str(sessions),
+            "--output-tokens",
+            "32",
+            "--headless",
+            "--record",
+            str(rec),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     out = subprocess.run([*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True)
     return json.loads(out.stdout), read_recording(rec).events
@@ -48,8 +78,9 @@ def test_demo_on_two_replicas_spreads_sessions_and_reports_each_server(tmp_path)
     assert len(servers) == 2 and {s["role"] for s in servers} == {"both"}
     planned = [e for e in events if isinstance(e, ev.SessionPlanned)]
     # Round-robin: s1 and s3 on the first replica, s2 and s4 on the second.
-    assert [e.endpoint for e in planned] == [servers[0]["name"], servers[1]["name"]] * 2 or \
-        [e.endpoint for e in planned] == [servers[1]["name"], servers[0]["name"]] * 2
+    assert [e.endpoint for e in planned] == [servers[0]["name"], servers[1]["name"]] * 2 or [
+        e.endpoint for e in planned
+    ] == [servers[1]["name"], servers[0]["name"]] * 2
     # Every token generated was counted by exactly one replica, evenly (two sessions each).
     turns = [t for s in rep["sessions"] for t in s["turns"]]
     assert rep["servers_total"]["generation_tokens"] == sum(t["output_tokens"] for t in turns)
@@ -72,17 +103,30 @@ def test_demo_on_a_prefill_decode_split_reports_each_role(tmp_path):
     assert pre["prompt_computed_tokens"] > 50 * dec["prompt_computed_tokens"]
     assert 0 < dec["prefix_hit_tokens"] < dec["prefix_query_tokens"] - dec["prompt_computed_tokens"]
     assert all(t["cached_tokens"] >= 0.9 * t["context_tokens"] for t in turns)
-    assert {r["name"]: r["decode_tok_s"] for r in rep["roles"]} == {"prefill": pre["decode_tok_s"], "decode": dec["decode_tok_s"]}
+    assert {r["name"]: r["decode_tok_s"] for r in rep["roles"]} == {
+        "prefill": pre["decode_tok_s"],
+        "decode": dec["decode_tok_s"],
+    }
     assert_total_is_the_sum(rep)
     header = read_recording(next(tmp_path.glob("*.jsonl"))).header
     assert [(e.name, e.role, bool(e.url), bool(e.metrics)) for e in header.endpoints] == [
-        (header.endpoints[0].name, "both", True, False), ("prefill", "prefill", False, True), ("decode", "decode", False, True)]
+        (header.endpoints[0].name, "both", True, False),
+        ("prefill", "prefill", False, True),
+        ("decode", "decode", False, True),
+    ]
 
 
 def test_pin_sends_a_session_to_the_server_named(tmp_path):
     with ThreadedSim(make_profile("tiny")) as a, ThreadedSim(make_profile("tiny")) as b:
-        run = drive(a.url, more_urls=[b.url], sessions=3, pins={"s1": b.url}, schedule=[2000, 4000], output_tokens=8,
-                    metrics_urls=[])
+        run = drive(
+            a.url,
+            more_urls=[b.url],
+            sessions=3,
+            pins={"s1": b.url},
+            schedule=[2000, 4000],
+            output_tokens=8,
+            metrics_urls=[],
+        )
         assert run.exit_code == 0
         where = {s.id: s.endpoint for s in run.state.sessions.values()}
         name_a, name_b = (u.removeprefix("http://") for u in (a.url, b.url))
@@ -90,29 +134,42 @@ def test_pin_sends_a_session_to_the_server_named(tmp_path):
         assert set(run.state.endpoints) == {name_a, name_b}
 
 
-@pytest.mark.parametrize("args, says", [
-    (["http://127.0.0.1:9", "http://127.0.0.1:9"], "the same server URL is given twice"),
-    (["http://127.0.0.1:9", "--pin", "s7=http://127.0.0.1:9"], "no such session"),
-    (["http://127.0.0.1:9", "--pin", "s1=http://10.9.9.9:1"], "not one of the servers"),
-    (["http://127.0.0.1:9", "--pin", "s1"], "use SESSION=URL"),
-    (["http://127.0.0.1:9", "--metrics-url", "prefill:p0=nowhere"], "not a URL"),
-    (["http://127.0.0.1:9", "--metrics-url", "a=http://x:1/metrics", "--metrics-url", "a=http://y:1/metrics"],
-     "same name"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["http://127.0.0.1:9", "http://127.0.0.1:9"], "the same server URL is given twice"),
+        (["http://127.0.0.1:9", "--pin", "s7=http://127.0.0.1:9"], "no such session"),
+        (["http://127.0.0.1:9", "--pin", "s1=http://10.9.9.9:1"], "not one of the servers"),
+        (["http://127.0.0.1:9", "--pin", "s1"], "use SESSION=URL"),
+        (["http://127.0.0.1:9", "--metrics-url", "prefill:p0=nowhere"], "not a URL"),
+        (
+            ["http://127.0.0.1:9", "--metrics-url", "a=http://x:1/metrics", "--metrics-url", "a=http://y:1/metrics"],
+            "same name",
+        ),
+    ],
+)
 def test_bad_topologies_are_one_line_and_exit_2(args, says, tmp_path):
-    p = subprocess.run([*rampwatch_cmd(), "run", *args, "--headless", "--no-record"], capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run(
+        [*rampwatch_cmd(), "run", *args, "--headless", "--no-record"], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
 def test_a_failing_endpoint_is_its_own_row(tmp_path):
     """One replica's /metrics breaks: its row says so, the other and the run go on."""
-    with ThreadedSim(make_profile("tiny")) as a, ThreadedSim(make_profile("tiny"), faults=SimFaults(metrics="404")) as b:
+    with (
+        ThreadedSim(make_profile("tiny")) as a,
+        ThreadedSim(make_profile("tiny"), faults=SimFaults(metrics="404")) as b,
+    ):
         run = drive(a.url, more_urls=[b.url], sessions=2, schedule=[2000, 4000], output_tokens=8, metrics_urls=[])
     assert run.exit_code == 0
     name_a, name_b = (u.removeprefix("http://") for u in (a.url, b.url))
-    assert run.state.endpoints[name_b].error.startswith("HTTP 404") and run.state.endpoints[name_b].last_sample_t is None
-    assert run.state.endpoints[name_a].error is None and run.state.server.values["generation_tokens"] == 16  # s1 on a: 2 turns x 8
+    assert (
+        run.state.endpoints[name_b].error.startswith("HTTP 404") and run.state.endpoints[name_b].last_sample_t is None
+    )
+    assert (
+        run.state.endpoints[name_a].error is None and run.state.server.values["generation_tokens"] == 16
+    )  # s1 on a: 2 turns x 8
 
 
 def _replicas_app() -> RampwatchApp:

@@ -9,11 +9,11 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import Recording, read_recording
-from tests.test_state_analysis import header, two_session_run
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
 from rampwatch.tui.widgets.panels import EventsPanel, GpuPanel, PrefillPanel, ServerPanel, TimelinePanel
 from rampwatch.tui.widgets.sessions import SessionsTable
+from tests.test_state_analysis import header, two_session_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
@@ -60,10 +60,21 @@ async def test_needle_miss_shows_a_cross_and_report_screen_opens():
 
 
 async def test_unavailable_metric_shows_its_reason():
-    events = [ev.MetricsSample(t=0.5, source="http://x/metrics", engine="llama.cpp", values={"running": 1.0, "waiting": 0.0},
-                               missing={"kv_usage": "llama.cpp exposes no KV-cache occupancy (see /slots)",
-                                        "preemptions": "llama.cpp does not preempt"}),
-              ev.GpuUnavailable(t=0.5, source="nvml", reason="no GPU source: NVML unavailable (NVML Shared Library Not Found)")]
+    events = [
+        ev.MetricsSample(
+            t=0.5,
+            source="http://x/metrics",
+            engine="llama.cpp",
+            values={"running": 1.0, "waiting": 0.0},
+            missing={
+                "kv_usage": "llama.cpp exposes no KV-cache occupancy (see /slots)",
+                "preemptions": "llama.cpp does not preempt",
+            },
+        ),
+        ev.GpuUnavailable(
+            t=0.5, source="nvml", reason="no GPU source: NVML unavailable (NVML Shared Library Not Found)"
+        ),
+    ]
     app, src = replay_app(events)
     async with app.run_test(size=(120, 40)) as pilot:
         src.seek(1.0)
@@ -144,15 +155,44 @@ async def test_keys_are_in_the_command_palette():
 def test_watch_headless_server_line():
     from rampwatch.tui.headless import server_line
 
-    src = ReplaySource(Recording(header=header(), events=[
-        ev.MetricsSample(t=0.0, source="m", engine="vllm", values={"kv_usage": 0.25, "running": 2, "waiting": 1,
-                                                                    "prefix_queries": 100, "prefix_hits": 0, "generation_tokens": 0}),
-        ev.MetricsSample(t=10.0, source="m", engine="vllm", values={"kv_usage": 0.5, "running": 2, "waiting": 0,
-                                                                     "prefix_queries": 1100, "prefix_hits": 900, "generation_tokens": 500}),
-    ]))
+    src = ReplaySource(
+        Recording(
+            header=header(),
+            events=[
+                ev.MetricsSample(
+                    t=0.0,
+                    source="m",
+                    engine="vllm",
+                    values={
+                        "kv_usage": 0.25,
+                        "running": 2,
+                        "waiting": 1,
+                        "prefix_queries": 100,
+                        "prefix_hits": 0,
+                        "generation_tokens": 0,
+                    },
+                ),
+                ev.MetricsSample(
+                    t=10.0,
+                    source="m",
+                    engine="vllm",
+                    values={
+                        "kv_usage": 0.5,
+                        "running": 2,
+                        "waiting": 0,
+                        "prefix_queries": 1100,
+                        "prefix_hits": 900,
+                        "generation_tokens": 500,
+                    },
+                ),
+            ],
+        )
+    )
     assert server_line(src.state) == "server: no metrics yet"
     src.seek(10.0)
-    assert server_line(src.state) == ("server: KV 50% · running 2 · waiting 0 · hit 90% · prefill - tok/s · decode 50 tok/s")
+    assert server_line(src.state) == (
+        "server: KV 50% · running 2 · waiting 0 · hit 90% · prefill - tok/s · decode 50 tok/s"
+    )
 
 
 async def test_stall_column_shows_a_stall_in_progress_then_the_turns_longest_gap():
@@ -165,7 +205,7 @@ async def test_stall_column_shows_a_stall_in_progress_then_the_turns_longest_gap
         assert "3.50s" in s1
         table = app.query_one(SessionsTable)
         stall = table.row_text([s.id for s in table.rows].index("s1"))
-        assert any(span.style == "bold red" and "3.50s" in stall.plain[span.start:span.end] for span in stall.spans)
+        assert any(span.style == "bold red" and "3.50s" in stall.plain[span.start : span.end] for span in stall.spans)
         src.seek(22.5)  # s1's turn is done: its longest gap (4 s, during s2's prefill)
         app.refresh_panels()
         await pilot.pause()

@@ -14,13 +14,13 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from rampwatch.drivers.client.ramp import SEED_SCHEDULE, scale_schedule
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.telemetry.metrics import SAMPLE_LINE, normalize, parse_labels
-from rampwatch.drivers.client.ramp import SEED_SCHEDULE, scale_schedule
-from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.proxy import PdProxy
+from rampwatch.drivers.telemetry.metrics import SAMPLE_LINE, normalize, parse_labels
 from tests.conftest import drive, rampwatch_cmd
 from tests.simhost import ThreadedServer
 
@@ -140,8 +140,17 @@ def test_two_session_ramp_against_vllm(vllm_server, tmp_path):
 def test_lockstep_one_shot_strict_needle_against_vllm(vllm_server, tmp_path):
     schedule = scale_schedule(SEED_SCHEDULE, 24_576)
     rec = tmp_path / "experiments.jsonl"
-    run = drive(vllm_server, sessions=2, schedule=schedule, output_tokens=32, ignore_eos=True, lockstep=True,
-                one_shot=True, strict_needle=True, record=rec)
+    run = drive(
+        vllm_server,
+        sessions=2,
+        schedule=schedule,
+        output_tokens=32,
+        ignore_eos=True,
+        lockstep=True,
+        one_shot=True,
+        strict_needle=True,
+        record=rec,
+    )
     assert run.exit_code == 0
     rep = build_report(run.state)
     assert rep.run.status == "done" and rep.run.lockstep and rep.run.needle_mode == "strict" and rep.run.one_shot
@@ -170,8 +179,12 @@ def test_lockstep_one_shot_strict_needle_against_vllm(vllm_server, tmp_path):
             assert r.gap_max_s == pytest.approx(max(waits)) and r.gap_max_s >= r.gap_p99_s >= r.gap_p50_s > 0, r.turn
     assert measured >= 10, measured  # of 20 turns (20 of 20 on an idle machine)
     for turn in range(2, 11):  # lockstep: no turn left before every session had finished the one before
-        sent = min(e.t for e in events if type(e).__name__ == "RequestSent" and e.turn == turn and e.session != "one-shot")
-        done = max(e.t for e in events if type(e).__name__ == "TurnDone" and e.turn == turn - 1 and e.session != "one-shot")
+        sent = min(
+            e.t for e in events if type(e).__name__ == "RequestSent" and e.turn == turn and e.session != "one-shot"
+        )
+        done = max(
+            e.t for e in events if type(e).__name__ == "TurnDone" and e.turn == turn - 1 and e.session != "one-shot"
+        )
         assert sent >= done
     assert len(rep.turn_spread) == 10
 
@@ -179,12 +192,35 @@ def test_lockstep_one_shot_strict_needle_against_vllm(vllm_server, tmp_path):
 def test_two_vllm_replicas_behind_rampwatchs_own_spreading(vllm_server, vllm_replica, tmp_path):
     """`rampwatch run URL1 URL2 --sessions 4`: two sessions on each real server, each server its own row."""
     rec = tmp_path / "replicas.jsonl"
-    p = subprocess.run([*rampwatch_cmd(), "run", vllm_server, vllm_replica, "--sessions", "4", "--scale-to", "8k",
-                        "--output-tokens", "16", "--ignore-eos", "--gpu", "none", "--headless", "--record", str(rec)],
-                       capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [
+            *rampwatch_cmd(),
+            "run",
+            vllm_server,
+            vllm_replica,
+            "--sessions",
+            "4",
+            "--scale-to",
+            "8k",
+            "--output-tokens",
+            "16",
+            "--ignore-eos",
+            "--gpu",
+            "none",
+            "--headless",
+            "--record",
+            str(rec),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    rep = json.loads(subprocess.run([*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True,
-                                    text=True, check=True).stdout)
+    rep = json.loads(
+        subprocess.run(
+            [*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     assert [s["summary"]["reached_turn"] for s in rep["sessions"]] == [10] * 4
     names = [urlsplit(u).netloc for u in (vllm_server, vllm_replica)]
     assert sorted(s["name"] for s in rep["servers"]) == sorted(names)  # in the order they first answered
@@ -204,13 +240,38 @@ def test_a_real_prefill_decode_pair_behind_rampwatchs_proxy(vllm_pd, tmp_path):
     prefill, decode = vllm_pd
     rec = tmp_path / "pd.jsonl"
     with ThreadedServer(PdProxy(prefill, decode).app) as proxy:
-        p = subprocess.run([*rampwatch_cmd(), "run", proxy.url, "--metrics-url", f"prefill:p={prefill}/metrics",
-                            "--metrics-url", f"decode:d={decode}/metrics", "--sessions", "1", "--scale-to", "12k",
-                            "--output-tokens", "16", "--ignore-eos", "--gpu", "none", "--headless", "--record", str(rec)],
-                           capture_output=True, text=True, timeout=900)
+        p = subprocess.run(
+            [
+                *rampwatch_cmd(),
+                "run",
+                proxy.url,
+                "--metrics-url",
+                f"prefill:p={prefill}/metrics",
+                "--metrics-url",
+                f"decode:d={decode}/metrics",
+                "--sessions",
+                "1",
+                "--scale-to",
+                "12k",
+                "--output-tokens",
+                "16",
+                "--ignore-eos",
+                "--gpu",
+                "none",
+                "--headless",
+                "--record",
+                str(rec),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    rep = json.loads(subprocess.run([*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True,
-                                    text=True, check=True).stdout)
+    rep = json.loads(
+        subprocess.run(
+            [*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     turns = rep["sessions"][0]["turns"]
     assert [t["turn"] for t in turns] == list(range(1, 11)) and not any(t["error"] for t in turns)
     by_role = {s["role"]: s for s in rep["servers"]}

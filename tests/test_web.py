@@ -54,10 +54,21 @@ class Browser:
 
     def __init__(self, tmp: Path):
         self.port = free_port()
-        self.proc = subprocess.Popen([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                                      f"--user-data-dir={tmp / 'profile'}", f"--remote-debugging-port={self.port}",
-                                      "--window-size=1400,900", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                chromium(),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--user-data-dir={tmp / 'profile'}",
+                f"--remote-debugging-port={self.port}",
+                "--window-size=1400,900",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self._id = 0
 
     async def __aenter__(self) -> Browser:
@@ -119,8 +130,12 @@ class Browser:
 
 def serve(args: list[str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([*rampwatch_cmd(), *args, "--web", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*rampwatch_cmd(), *args, "--web", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -146,6 +161,7 @@ def test_a_replay_in_the_browser_renders_the_panels_and_advances(tmp_path):
     chromium()
     proc, url = serve(["replay", str(GLM)])
     try:
+
         async def look() -> tuple[str, set[str], set[str], bytes, bytes]:
             async with Browser(tmp_path) as b:
                 await b.open(url)
@@ -171,16 +187,37 @@ def test_a_live_run_in_the_browser_follows_its_recording_without_the_key(tmp_pat
     key = "sk-web-test-secret-4242"
     with ThreadedSim(make_profile("tiny", time_scale=0.3), api_key=key) as sim:
         monkeypatch.setenv("RW_TEST_KEY", key)
-        proc, url = serve(["run", sim.url, "--sessions", "2", "--scale-to", "8k", "--output-tokens", "32",
-                           "--ignore-eos", "--gpu", "none", "--api-key-env", "RW_TEST_KEY", "--record", str(rec)])
+        proc, url = serve(
+            [
+                "run",
+                sim.url,
+                "--sessions",
+                "2",
+                "--scale-to",
+                "8k",
+                "--output-tokens",
+                "32",
+                "--ignore-eos",
+                "--gpu",
+                "none",
+                "--api-key-env",
+                "RW_TEST_KEY",
+                "--record",
+                str(rec),
+            ]
+        )
         try:
+
             async def look() -> str:
                 async with Browser(tmp_path) as b:
                     await b.open(url)
                     await b.wait_for_text(r"live \(web\)|run · done", timeout=90)
                     text = await b.wait_for_text(r"run · done", timeout=120)
-                    html = (await b.call("Runtime.evaluate", expression="document.documentElement.outerHTML",
-                                         returnByValue=True))["result"]["value"]
+                    html = (
+                        await b.call(
+                            "Runtime.evaluate", expression="document.documentElement.outerHTML", returnByValue=True
+                        )
+                    )["result"]["value"]
                     return text + html
 
             seen = asyncio.run(look())

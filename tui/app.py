@@ -29,8 +29,16 @@ from rampwatch.tui.cli.spec import REFRESH_S as DEFAULT_REFRESH_S
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.sources import FollowSource, LiveSource, ReplaySource
 from rampwatch.tui.widgets.focus import SessionScreen
+from rampwatch.tui.widgets.panels import (
+    ChangingStatic,
+    EventsPanel,
+    GpuPanel,
+    HeaderBar,
+    PrefillPanel,
+    ServerPanel,
+    TimelinePanel,
+)
 from rampwatch.tui.widgets.report import ReportScreen
-from rampwatch.tui.widgets.panels import ChangingStatic, EventsPanel, GpuPanel, HeaderBar, PrefillPanel, ServerPanel, TimelinePanel
 from rampwatch.tui.widgets.sessions import SessionsTable
 
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
@@ -64,7 +72,7 @@ class PositionBar(ChangingStatic):
         t = Text(f" {'⏸' if src.paused else '▶'} {clock(src.position)} / {clock(src.end_t)} ", style="bold")
         t.append("".join(cells[:head]), style="green")
         t.append("●", style="bold yellow")
-        t.append("".join(cells[head + 1:]), style="dim")
+        t.append("".join(cells[head + 1 :]), style="dim")
         t.append(f"  {src.speed:g}x", style="bold")
         self.show_content(t)
 
@@ -111,8 +119,11 @@ class FilterScreen(ModalScreen[str]):
         self.current = current
 
     def compose(self) -> ComposeResult:
-        yield Input(value=self.current, placeholder="filter sessions: prefilling, decoding, queued, s12 … (empty: all)",
-                    id="filter-input")
+        yield Input(
+            value=self.current,
+            placeholder="filter sessions: prefilling, decoding, queued, s12 … (empty: all)",
+            id="filter-input",
+        )
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip())
@@ -238,7 +249,9 @@ class RampwatchApp(App[int]):
             return
         self._sessions_laid_out = (n, len(state.gpus), endpoints, note)
         compact = self.screen.has_class("-compact")
-        if not compact:  # one endpoint: 8 lines (and the note); more: KV, history, capacity, hit, a head, a row each, the total
+        if (
+            not compact
+        ):  # one endpoint: 8 lines (and the note); more: KV, history, capacity, hit, a head, a row each, the total
             lines = 8 + note if endpoints <= 1 else 4 + note + endpoints + 2
             self.query_one(ServerPanel).styles.height = lines + 2
         frame = 1 if compact else 2  # compact panels have a top rule only

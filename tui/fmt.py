@@ -53,8 +53,14 @@ def bar(fraction: float | None, width: int, style: str = "green") -> Text:
     return t
 
 
-def sparkline(values: list[float], top: float, marks: list[bool] | None = None, rows: int = 1,
-              style: str = "cyan", mark_style: str = "on #5f0000") -> list[Text]:
+def sparkline(
+    values: list[float],
+    top: float,
+    marks: list[bool] | None = None,
+    rows: int = 1,
+    style: str = "cyan",
+    mark_style: str = "on #5f0000",
+) -> list[Text]:
     """A bar chart `rows` lines tall, one column per value, scaled to `top`;
     columns flagged in `marks` get `mark_style` as background."""
     levels = [0 if top <= 0 or v <= 0 else max(1, min(rows * 8, int(round(v / top * rows * 8)))) for v in values]

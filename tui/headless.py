@@ -35,8 +35,12 @@ class HeadlessPrinter:
             return
         self._last_progress = now
         for rec in self.state.prefilling():
-            print(f"[{clock(now)}] {rec.session} turn {rec.turn}: prefill in flight {now - rec.sent_t:.0f}s "
-                  f"(~{rec.new_tokens_est:,} new tokens)", file=self.out, flush=True)
+            print(
+                f"[{clock(now)}] {rec.session} turn {rec.turn}: prefill in flight {now - rec.sent_t:.0f}s "
+                f"(~{rec.new_tokens_est:,} new tokens)",
+                file=self.out,
+                flush=True,
+            )
         if self.state.header is not None and self.state.header.mode == "watch":
             print(f"[{clock(now)}] {server_line(self.state)}", file=self.out, flush=True)
 
@@ -48,6 +52,9 @@ def server_line(state: RunState) -> str:
         errors = "; ".join(state.metrics_errors().values())
         return f"server: no metrics yet{' (' + errors + ')' if errors else ''}"
     v = srv.values
-    return (f"server: KV {pct(v.get('kv_usage'))} · running {whole(v.get('running'))} · waiting {whole(v.get('waiting'))} · "
-            f"hit {pct(state.hit_rate_since_start())} · prefill {rate(srv.prefill_rate)} tok/s · "
-            f"decode {rate(srv.decode_rate)} tok/s")
+    return (
+        f"server: KV {pct(v.get('kv_usage'))} · running "
+        f"{whole(v.get('running'))} · waiting {whole(v.get('waiting'))} · "
+        f"hit {pct(state.hit_rate_since_start())} · prefill {rate(srv.prefill_rate)} tok/s · "
+        f"decode {rate(srv.decode_rate)} tok/s"
+    )

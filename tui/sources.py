@@ -63,7 +63,12 @@ class LiveSource:
         """Stop the driver (cancelled turns recorded, file closed) and return the
         exit code. `sig`: the signal that ended the UI, None when the user quit."""
         code = self.driver.stop(sig)
-        if sig is None and self.driver.cfg.mode == "watch" and self.state.ended and self.state.ended.status == "interrupted":
+        if (
+            sig is None
+            and self.driver.cfg.mode == "watch"
+            and self.state.ended
+            and self.state.ended.status == "interrupted"
+        ):
             return 0  # quitting is how watching ends
         return code
 

@@ -46,11 +46,29 @@ class WebServer:
         """`secret`: the run's API key; no variable holding it reaches the page processes."""
         self.url = f"http://{host}:{port}"
         env = {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES and (secret is None or v != secret)}
-        self.proc = lifetime.adopt(subprocess.Popen(
-            [sys.executable, "-m", "rampwatch.tui.web", "serve", "--host", host, "--port", str(port), "--title", title,
-             "--command", command],
-            env=lifetime.child_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            start_new_session=True))  # a process group of its own, with its pages: close() ends them together
+        self.proc = lifetime.adopt(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "rampwatch.tui.web",
+                    "serve",
+                    "--host",
+                    host,
+                    "--port",
+                    str(port),
+                    "--title",
+                    title,
+                    "--command",
+                    command,
+                ],
+                env=lifetime.child_env(env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        )  # a process group of its own, with its pages: close() ends them together
 
     def wait_ready(self, timeout: float = 20.0) -> str | None:
         """None once the page answers; else why it does not."""
@@ -81,8 +99,9 @@ class WebServer:
 
 def serve(argv: list[str]) -> int:
     """The web server: textual-serve, until SIGTERM, or its parent dies."""
-    p = argparse.ArgumentParser(prog="python -m rampwatch.tui.web serve",
-                                description="serve rampwatch's UI with textual-serve")
+    p = argparse.ArgumentParser(
+        prog="python -m rampwatch.tui.web serve", description="serve rampwatch's UI with textual-serve"
+    )
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--title", default="rampwatch")

@@ -122,7 +122,9 @@ class ChatStreamParser:
     `on_first(t)` fires at the first text chunk; `on_times(batch)` gets the
     arrival times of text chunks every `flush_every` seconds and at the end."""
 
-    def __init__(self, on_first: Callable[[float], None], on_times: Callable[[list[float]], None], flush_every: float = 0.25):
+    def __init__(
+        self, on_first: Callable[[float], None], on_times: Callable[[list[float]], None], flush_every: float = 0.25
+    ):
         self.on_first, self.on_times, self.flush_every = on_first, on_times, flush_every
         self.res = StreamResult()
         self.done = False  # saw data: [DONE]
@@ -191,7 +193,9 @@ class ChatStreamParser:
             self.on_times(self._batch)
             self._batch = []
         if not self.done:
-            raise StreamError("stream ended before any token" if self.res.first_t is None else "connection closed mid-stream")
+            raise StreamError(
+                "stream ended before any token" if self.res.first_t is None else "connection closed mid-stream"
+            )
         self.res.text = "".join(self._text)
         self.res.reasoning = "".join(self._reasoning)
         return self.res

@@ -72,7 +72,31 @@ def vocabulary(size: int = 4096) -> list[str]:
     rng = random.Random(0)
     # Pronounceable pseudo-words: tokenizers split them like rare English words,
     # and a salted draw from a large vocabulary never repeats a block.
-    onsets = ["b", "br", "c", "ch", "d", "f", "g", "gr", "h", "k", "l", "m", "n", "p", "pl", "r", "s", "st", "t", "tr", "v", "w", "z"]
+    onsets = [
+        "b",
+        "br",
+        "c",
+        "ch",
+        "d",
+        "f",
+        "g",
+        "gr",
+        "h",
+        "k",
+        "l",
+        "m",
+        "n",
+        "p",
+        "pl",
+        "r",
+        "s",
+        "st",
+        "t",
+        "tr",
+        "v",
+        "w",
+        "z",
+    ]
     vowels = ["a", "e", "i", "o", "u", "ai", "ea", "ou"]
     codas = ["", "", "n", "r", "s", "t", "l", "m", "nd", "st"]
     words: set[str] = set()
@@ -131,7 +155,9 @@ class Calibration:
 
     chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
     template_tokens: int = DEFAULT_TEMPLATE_TOKENS  # chat-template tokens around one user message
-    fixed_tokens: tuple[int, int] | None = None  # tokens of (turn 1's, later turns') fixed text, for the probe's session
+    fixed_tokens: tuple[int, int] | None = (
+        None  # tokens of (turn 1's, later turns') fixed text, for the probe's session
+    )
     tokenize_field: str | None = None  # the text field /tokenize takes (prompt; llama.cpp: content); None: no /tokenize
     special_tokens: int = 0  # what /tokenize adds to any text (a BOS): not part of the text's own count
 

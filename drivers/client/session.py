@@ -13,11 +13,11 @@ from urllib.parse import urlsplit
 import httpx
 import msgspec
 
-from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message, stream_chat
 from rampwatch.drivers.client.ramp import FIT_FIRST_TURN_MAX_CHARS, Conversation
 from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
+from rampwatch.drivers.model import events as ev
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,20 @@ class SessionRunner:
     """One session's conversation, turn after turn: builds each request, streams
     it over the session's own connection, and emits what it saw as events."""
 
-    def __init__(self, sid: str, conv: Conversation, client: httpx.AsyncClient, base_url: str,
-                 headers: dict[str, str], opts: TurnOptions,
-                 emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 gate: Gate | None = None, role: ev.SessionRole = "ramp", tls: ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        sid: str,
+        conv: Conversation,
+        client: httpx.AsyncClient,
+        base_url: str,
+        headers: dict[str, str],
+        opts: TurnOptions,
+        emit: Callable[[ev.AnyEvent], None],
+        clock: Callable[[], float],
+        gate: Gate | None = None,
+        role: ev.SessionRole = "ramp",
+        tls: ssl.SSLContext | None = None,
+    ):
         self.sid, self.conv, self.client, self.headers = sid, conv, client, headers
         self.base_url = base_url.rstrip("/")
         # The streaming turns go over a connection of their own (drivers/client/wire.py); httpx does the rest.
@@ -61,14 +71,24 @@ class SessionRunner:
         self.failed = False
         self.gate, self.role = gate, role
         # The server's own counts, where calibration found a /tokenize (None: usage alone corrects the budget).
-        self.tokenizer = (ServerTokenizer(client, self.base_url, opts.model, headers, conv.tokenize_field, conv.special_tokens)
-                          if conv.tokenize_field else None)
+        self.tokenizer = (
+            ServerTokenizer(client, self.base_url, opts.model, headers, conv.tokenize_field, conv.special_tokens)
+            if conv.tokenize_field
+            else None
+        )
 
     def plan_event(self) -> ev.SessionPlanned:
         c = self.conv
-        return ev.SessionPlanned(t=self.clock(), session=self.sid, schedule=c.schedule, salt=c.salt,
-                                 needle_key=c.needle.key, needle_sha=c.needle.sha256, role=self.role,
-                                 endpoint=ev.endpoint_name(self.base_url))
+        return ev.SessionPlanned(
+            t=self.clock(),
+            session=self.sid,
+            schedule=c.schedule,
+            salt=c.salt,
+            needle_key=c.needle.key,
+            needle_sha=c.needle.sha256,
+            role=self.role,
+            endpoint=ev.endpoint_name(self.base_url),
+        )
 
     async def run(self) -> bool:
         """All turns in order. A turn that fails after its retries is recorded
@@ -79,8 +99,14 @@ class SessionRunner:
             await self._measure_fixed_text()
             for turn in range(1, len(self.conv.schedule) + 1):
                 if gate is not None and not await gate.before(turn):
-                    self.emit(ev.Notice(t=self.clock(), level="info", session=self.sid,
-                                        message=f"{self.sid}: time limit; stopped before turn {turn}"))
+                    self.emit(
+                        ev.Notice(
+                            t=self.clock(),
+                            level="info",
+                            session=self.sid,
+                            message=f"{self.sid}: time limit; stopped before turn {turn}",
+                        )
+                    )
                     break
                 outcome = await self.run_turn(turn)
                 if gate is not None:
@@ -88,8 +114,14 @@ class SessionRunner:
                 if outcome != "ok":
                     self.failed = True
                 if outcome == "gone":
-                    self.emit(ev.Notice(t=self.clock(), level="error", session=self.sid,
-                                        message=f"{self.sid}: stopped at turn {turn}; the server did not come back"))
+                    self.emit(
+                        ev.Notice(
+                            t=self.clock(),
+                            level="error",
+                            session=self.sid,
+                            message=f"{self.sid}: stopped at turn {turn}; the server did not come back",
+                        )
+                    )
                     return False
             return not self.failed
         finally:
@@ -119,16 +151,42 @@ class SessionRunner:
         attempt = 0
         while True:
             attempt += 1
-            self.emit(ev.RequestSent(t=self.clock(), session=self.sid, turn=turn, target_tokens=target,
-                                     new_tokens_est=new_est, body_bytes=sum(map(len, body)), attempt=attempt, text=user_text))
+            self.emit(
+                ev.RequestSent(
+                    t=self.clock(),
+                    session=self.sid,
+                    turn=turn,
+                    target_tokens=target,
+                    new_tokens_est=new_est,
+                    body_bytes=sum(map(len, body)),
+                    attempt=attempt,
+                    text=user_text,
+                )
+            )
             try:
-                res = await stream_chat(self.conn, self.path, body, self.headers,
-                                        self._on_first(turn), self._on_times(turn), self.opts.request_timeout)
+                res = await stream_chat(
+                    self.conn,
+                    self.path,
+                    body,
+                    self.headers,
+                    self._on_first(turn),
+                    self._on_times(turn),
+                    self.opts.request_timeout,
+                )
             except asyncio.CancelledError:
-                self.emit(ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="cancelled", error="cancelled"))
+                self.emit(
+                    ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="cancelled", error="cancelled")
+                )
                 raise
-            except (StreamError, ConnectionFailed, ConnectionDropped, asyncio.TimeoutError, msgspec.DecodeError,
-                    UnicodeDecodeError, ValueError) as e:
+            except (
+                StreamError,
+                ConnectionFailed,
+                ConnectionDropped,
+                asyncio.TimeoutError,
+                msgspec.DecodeError,
+                UnicodeDecodeError,
+                ValueError,
+            ) as e:
                 reason = _describe(e)
                 self.emit(ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="failed", error=reason))
                 if isinstance(e, (ConnectionFailed, ConnectionDropped)):
@@ -139,20 +197,35 @@ class SessionRunner:
                     if back is None:
                         return "gone"
                 if attempt <= self.opts.retries:
-                    self.emit(ev.Notice(t=self.clock(), level="warn", session=self.sid,
-                                        message=f"{self.sid} turn {turn}: retry {attempt}/{self.opts.retries} after: {reason}"))
-                    await asyncio.sleep(min(30.0, 2.0 ** attempt))
+                    self.emit(
+                        ev.Notice(
+                            t=self.clock(),
+                            level="warn",
+                            session=self.sid,
+                            message=f"{self.sid} turn {turn}: retry {attempt}/{self.opts.retries} after: {reason}",
+                        )
+                    )
+                    await asyncio.sleep(min(30.0, 2.0**attempt))
                     continue
                 return "failed"
             needle = self.conv.needle.found_in(res.text)
             completion = res.completion_tokens if res.completion_tokens is not None else res.chunks
-            self.emit(ev.TurnDone(
-                t=self.clock(), session=self.sid, turn=turn, status="ok", prompt_tokens=res.prompt_tokens,
-                cached_tokens=res.cached_tokens if res.cached_tokens is not None else res.server_cached,
-                completion_tokens=completion, chunks=res.chunks,
-                needle=needle, reply_chars=len(res.text), text=res.text if self.opts.record_text else None,
-                server_prefill_s=res.server_prefill_s,
-            ))
+            self.emit(
+                ev.TurnDone(
+                    t=self.clock(),
+                    session=self.sid,
+                    turn=turn,
+                    status="ok",
+                    prompt_tokens=res.prompt_tokens,
+                    cached_tokens=res.cached_tokens if res.cached_tokens is not None else res.server_cached,
+                    completion_tokens=completion,
+                    chunks=res.chunks,
+                    needle=needle,
+                    reply_chars=len(res.text),
+                    text=res.text if self.opts.record_text else None,
+                    server_prefill_s=res.server_prefill_s,
+                )
+            )
             kept = self._kept_reply(res.text)
             self.conv.add_reply(res.prompt_tokens, completion, await self._resent_tokens(kept))
             self.history += [user, encode_message("assistant", [kept])]
@@ -189,18 +262,38 @@ class SessionRunner:
             pass
         if self.opts.reconnect_timeout <= 0:
             return None
-        self.emit(ev.Notice(t=start, level="warn", session=self.sid, message=f"{self.sid}: server unreachable, waiting up to {self.opts.reconnect_timeout:.0f}s"))
+        self.emit(
+            ev.Notice(
+                t=start,
+                level="warn",
+                session=self.sid,
+                message=f"{self.sid}: server unreachable, waiting up to {self.opts.reconnect_timeout:.0f}s",
+            )
+        )
         while self.clock() - start < self.opts.reconnect_timeout:
             await asyncio.sleep(2.0)
             try:
                 r = await self.client.get(self.base_url + "/health", headers=self.headers, timeout=5.0)
                 if r.status_code == 200:
-                    self.emit(ev.Notice(t=self.clock(), level="info", session=self.sid,
-                                        message=f"{self.sid}: server back after {self.clock() - start:.0f}s outage"))
+                    self.emit(
+                        ev.Notice(
+                            t=self.clock(),
+                            level="info",
+                            session=self.sid,
+                            message=f"{self.sid}: server back after {self.clock() - start:.0f}s outage",
+                        )
+                    )
                     return True
             except httpx.HTTPError:
                 pass
-        self.emit(ev.Notice(t=self.clock(), level="error", session=self.sid, message=f"{self.sid}: server still gone after {self.opts.reconnect_timeout:.0f}s"))
+        self.emit(
+            ev.Notice(
+                t=self.clock(),
+                level="error",
+                session=self.sid,
+                message=f"{self.sid}: server still gone after {self.opts.reconnect_timeout:.0f}s",
+            )
+        )
         return None
 
     def _on_first(self, turn: int) -> Callable[[float], None]:

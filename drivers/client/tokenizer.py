@@ -25,8 +25,15 @@ class ServerTokenizer:
     """Counts by the server's /tokenize. `field` is the text field it takes (found by the first
     count when None); `special_tokens` what it adds to any text (a BOS), not part of a text's own count."""
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, model: str, headers: dict[str, str],
-                 field: str | None = None, special_tokens: int = 0):
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        model: str,
+        headers: dict[str, str],
+        field: str | None = None,
+        special_tokens: int = 0,
+    ):
         self.client, self.base_url, self.model, self.headers = client, base_url.rstrip("/"), model, headers
         self.field, self.special_tokens = field, special_tokens
 
@@ -52,8 +59,9 @@ class ServerTokenizer:
         if n:
             return n
         try:
-            r = await self.client.post(self.base_url + "/apply-template", json={"messages": messages},
-                                       headers=self.headers, timeout=30.0)
+            r = await self.client.post(
+                self.base_url + "/apply-template", json={"messages": messages}, headers=self.headers, timeout=30.0
+            )
             templated = r.json().get("prompt") if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             templated = None
@@ -61,8 +69,9 @@ class ServerTokenizer:
 
     async def _ask(self, form: dict[str, object]) -> int | None:
         try:
-            r = await self.client.post(self.base_url + "/tokenize", json={"model": self.model, **form},
-                                       headers=self.headers, timeout=30.0)
+            r = await self.client.post(
+                self.base_url + "/tokenize", json={"model": self.model, **form}, headers=self.headers, timeout=30.0
+            )
             return tokenize_count(r.json()) if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError, TypeError):
             return None

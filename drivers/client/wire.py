@@ -62,7 +62,7 @@ class ResponseParser:
             end = self._buf.find(b"\r\n\r\n")
             if end < 0:
                 return
-            head, data = self._buf[:end].decode("latin-1"), self._buf[end + 4:]
+            head, data = self._buf[:end].decode("latin-1"), self._buf[end + 4 :]
             self._buf = b""
             lines = head.split("\r\n")
             parts = lines[0].split(" ", 2)
@@ -103,7 +103,7 @@ class ResponseParser:
             state = self._state
             if state == "data":
                 take = min(self._remaining or 0, n - pos)
-                out.append(buf[pos:pos + take])
+                out.append(buf[pos : pos + take])
                 pos += take
                 self._remaining = (self._remaining or 0) - take
                 if self._remaining == 0:
@@ -174,7 +174,7 @@ class _Protocol(asyncio.Protocol):
                 small = bytearray()
             view = memoryview(part)
             for start in range(0, len(view), WRITE_SLICE):
-                if not await self._write(view[start:start + WRITE_SLICE]):
+                if not await self._write(view[start : start + WRITE_SLICE]):
                     return
         if small:
             await self._write(small)
@@ -217,8 +217,13 @@ class _Protocol(asyncio.Protocol):
 class Connection:
     """One keep-alive HTTP/1.1 connection to `base_url`, reopened when needed."""
 
-    def __init__(self, base_url: str, clock: Callable[[], float], connect_timeout: float = 10.0,
-                 tls: ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        clock: Callable[[], float],
+        connect_timeout: float = 10.0,
+        tls: ssl.SSLContext | None = None,
+    ):
         u = urlsplit(base_url)
         self.https = u.scheme == "https"
         self.host = u.hostname or "127.0.0.1"
@@ -235,19 +240,31 @@ class Connection:
         try:
             _, proto = await asyncio.wait_for(
                 loop.create_connection(lambda: _Protocol(self.clock), self.host, self.port, ssl=ctx),
-                self.connect_timeout)
+                self.connect_timeout,
+            )
         except (OSError, asyncio.TimeoutError) as e:
             raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {e.__class__.__name__}") from None
         return proto
 
-    async def post(self, path: str, body: bytes | Sequence[bytes], headers: dict[str, str],
-                   on_body: Callable[[int, bytes, float], None], timeout: float | None = None) -> ResponseParser:
+    async def post(
+        self,
+        path: str,
+        body: bytes | Sequence[bytes],
+        headers: dict[str, str],
+        on_body: Callable[[int, bytes, float], None],
+        timeout: float | None = None,
+    ) -> ResponseParser:
         """Send a POST and feed the response body to `on_body` as it arrives.
         Returns the parser (status, headers) once the response is complete.
         `body` may come in parts (a history's messages), sent without joining them."""
         parts = [body] if isinstance(body, bytes) else body
-        head = [f"POST {path} HTTP/1.1", f"Host: {self.host_header}", f"Content-Length: {sum(map(len, parts))}",
-                "Accept: text/event-stream, application/json", "User-Agent: rampwatch"]
+        head = [
+            f"POST {path} HTTP/1.1",
+            f"Host: {self.host_header}",
+            f"Content-Length: {sum(map(len, parts))}",
+            "Accept: text/event-stream, application/json",
+            "User-Agent: rampwatch",
+        ]
         head += [f"{k}: {v}" for k, v in headers.items()]
         request_head = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
         reused = self._proto is not None and not self._proto.closed

@@ -13,7 +13,6 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
 
-
 REPORT_SCHEMA = 3  # the JSON report's schema (README: "The JSON schema"); bump on any change
 
 
@@ -149,7 +148,11 @@ def turn_spread(state: RunState, ramp: list[str]) -> list[TurnSpread]:
     out = []
     for turn, ttfts in sorted(by_turn.items()):
         if len(ttfts) >= 2 and len(ttfts) == len(ramp) and min(ttfts) > 0:
-            out.append(TurnSpread(turn=turn, slowest_ttft_s=max(ttfts), fastest_ttft_s=min(ttfts), ratio=max(ttfts) / min(ttfts)))
+            out.append(
+                TurnSpread(
+                    turn=turn, slowest_ttft_s=max(ttfts), fastest_ttft_s=min(ttfts), ratio=max(ttfts) / min(ttfts)
+                )
+            )
     return out
 
 
@@ -169,10 +172,19 @@ def build_report(state: RunState) -> Report:
     one_shot = None
     shot = next((r for r in state.turns if r.session in baseline and r.status == "ok"), None)
     if shot is not None and shot.ttft:
-        one_shot = OneShot(turn=turn_row(shot), ramps=[
-            RampVsOneShot(session=s.id, ramp_ttft_sum_s=s.summary.ttft_sum_s, ramp_ttft_max_s=s.summary.ttft_max_s,
-                          sum_ratio=s.summary.ttft_sum_s / shot.ttft, longest_ratio=s.summary.ttft_max_s / shot.ttft)
-            for s in sessions])
+        one_shot = OneShot(
+            turn=turn_row(shot),
+            ramps=[
+                RampVsOneShot(
+                    session=s.id,
+                    ramp_ttft_sum_s=s.summary.ttft_sum_s,
+                    ramp_ttft_max_s=s.summary.ttft_max_s,
+                    sum_ratio=s.summary.ttft_sum_s / shot.ttft,
+                    longest_ratio=s.summary.ttft_max_s / shot.ttft,
+                )
+                for s in sessions
+            ],
+        )
     return Report(
         run=RunInfo(
             schema=REPORT_SCHEMA,
@@ -202,26 +214,42 @@ def build_report(state: RunState) -> Report:
         one_shot=one_shot,
         servers=servers,
         servers_total=sum_figures("total", "all", servers, state.server.kv_peak) if servers else None,
-        roles=[sum_figures(role, role, [f for f in servers if f.role == role])
-               for role in ("prefill", "decode", "both") if any(f.role == role for f in servers)],
+        roles=[
+            sum_figures(role, role, [f for f in servers if f.role == role])
+            for role in ("prefill", "decode", "both")
+            if any(f.role == role for f in servers)
+        ],
     )
 
 
 def endpoint_figures(ep: EndpointView) -> ServerFigures:
     grown, v = ep.since_start(), ep.values
-    span = ep.last_sample_t - ep.first_sample_t if ep.first_sample_t is not None and ep.last_sample_t is not None else None
+    span = (
+        ep.last_sample_t - ep.first_sample_t if ep.first_sample_t is not None and ep.last_sample_t is not None else None
+    )
     computed = grown.get("prompt_computed", grown.get("prompt_tokens"))
 
     def per_s(n: float | None) -> float | None:
         return n / span if n is not None and span else None
 
     return ServerFigures(
-        name=ep.name, role=ep.role, engine=ep.engine, answered_s=span, prompt_tokens=grown.get("prompt_tokens"),
-        prompt_computed_tokens=grown.get("prompt_computed"), prefix_query_tokens=grown.get("prefix_queries"),
+        name=ep.name,
+        role=ep.role,
+        engine=ep.engine,
+        answered_s=span,
+        prompt_tokens=grown.get("prompt_tokens"),
+        prompt_computed_tokens=grown.get("prompt_computed"),
+        prefix_query_tokens=grown.get("prefix_queries"),
         prefix_hit_tokens=grown.get("prefix_hits"),
-        generation_tokens=grown.get("generation_tokens"), preemptions=grown.get("preemptions"),
-        hit_rate=ep.hit_rate_since_start(), prefill_tok_s=per_s(computed), decode_tok_s=per_s(grown.get("generation_tokens")),
-        kv_peak=ep.kv_peak, kv_capacity_tokens=v.get("kv_capacity_tokens"), last_error=ep.error)
+        generation_tokens=grown.get("generation_tokens"),
+        preemptions=grown.get("preemptions"),
+        hit_rate=ep.hit_rate_since_start(),
+        prefill_tok_s=per_s(computed),
+        decode_tok_s=per_s(grown.get("generation_tokens")),
+        kv_peak=ep.kv_peak,
+        kv_capacity_tokens=v.get("kv_capacity_tokens"),
+        last_error=ep.error,
+    )
 
 
 def sum_figures(name: str, role: str, figs: list[ServerFigures], kv_peak: float | None = None) -> ServerFigures:
@@ -233,12 +261,22 @@ def sum_figures(name: str, role: str, figs: list[ServerFigures], kv_peak: float 
 
     queries, hits = total("prefix_query_tokens"), total("prefix_hit_tokens")
     return ServerFigures(
-        name=name, role=role, engine="/".join(sorted({f.engine or "?" for f in figs})) or None,
+        name=name,
+        role=role,
+        engine="/".join(sorted({f.engine or "?" for f in figs})) or None,
         answered_s=max((f.answered_s for f in figs if f.answered_s is not None), default=None),
-        prompt_tokens=total("prompt_tokens"), prompt_computed_tokens=total("prompt_computed_tokens"),
-        prefix_query_tokens=queries, prefix_hit_tokens=hits,
-        generation_tokens=total("generation_tokens"), preemptions=total("preemptions"),
+        prompt_tokens=total("prompt_tokens"),
+        prompt_computed_tokens=total("prompt_computed_tokens"),
+        prefix_query_tokens=queries,
+        prefix_hit_tokens=hits,
+        generation_tokens=total("generation_tokens"),
+        preemptions=total("preemptions"),
         hit_rate=hits / queries if queries and hits is not None else None,
-        prefill_tok_s=total("prefill_tok_s"), decode_tok_s=total("decode_tok_s"),
-        kv_peak=kv_peak if kv_peak is not None else max((f.kv_peak for f in figs if f.kv_peak is not None), default=None),
-        kv_capacity_tokens=total("kv_capacity_tokens"), last_error=None)
+        prefill_tok_s=total("prefill_tok_s"),
+        decode_tok_s=total("decode_tok_s"),
+        kv_peak=kv_peak
+        if kv_peak is not None
+        else max((f.kv_peak for f in figs if f.kv_peak is not None), default=None),
+        kv_capacity_tokens=total("kv_capacity_tokens"),
+        last_error=None,
+    )

@@ -8,7 +8,7 @@ JSON object per line and decodes back into the same types.
 
 from __future__ import annotations
 
-from typing import Literal, Union, get_args
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
@@ -196,17 +196,17 @@ class RunEnded(Event):
     error: str | None = None
 
 
-AnyEvent = Union[
-    SessionPlanned,
-    RequestSent,
-    FirstToken,
-    TokenTimes,
-    TurnDone,
-    MetricsSample,
-    MetricsError,
-    GpuSample,
-    GpuUnavailable,
-    Mark,
-    Notice,
-    RunEnded,
-]
+AnyEvent = (
+    SessionPlanned
+    | RequestSent
+    | FirstToken
+    | TokenTimes
+    | TurnDone
+    | MetricsSample
+    | MetricsError
+    | GpuSample
+    | GpuUnavailable
+    | Mark
+    | Notice
+    | RunEnded
+)

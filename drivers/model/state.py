@@ -58,7 +58,9 @@ class RunState:
             handler(self, e)
 
     def _on_planned(self, e: ev.SessionPlanned) -> None:
-        self.sessions[e.session] = SessionView(id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint)
+        self.sessions[e.session] = SessionView(
+            id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint
+        )
 
     def _session(self, sid: str) -> SessionView:
         s = self.sessions.get(sid)
@@ -69,9 +71,15 @@ class RunState:
     def _on_sent(self, e: ev.RequestSent) -> None:
         s = self._session(e.session)
         rec = TurnRecord(
-            session=e.session, turn=e.turn, target=e.target_tokens, new_tokens_est=e.new_tokens_est,
-            sent_t=e.t, attempt=e.attempt, prev_prompt_tokens=s.last_prompt_tokens,
-            cache_at_sent=self._cache_counters(), kv_peak=self.server.values.get("kv_usage"),
+            session=e.session,
+            turn=e.turn,
+            target=e.target_tokens,
+            new_tokens_est=e.new_tokens_est,
+            sent_t=e.t,
+            attempt=e.attempt,
+            prev_prompt_tokens=s.last_prompt_tokens,
+            cache_at_sent=self._cache_counters(),
+            kv_peak=self.server.values.get("kv_usage"),
         )
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
         s.recent.clear()
@@ -154,8 +162,13 @@ class RunState:
         else:
             s.state = "failed" if e.status == "failed" else "cancelled"
             s.failed_turns += e.status == "failed"
-            self._log(LogEntry(e.t, "error" if e.status == "failed" else "warn",
-                               f"{e.session} turn {e.turn} {e.status}: {e.error or ''}".rstrip(": ")))
+            self._log(
+                LogEntry(
+                    e.t,
+                    "error" if e.status == "failed" else "warn",
+                    f"{e.session} turn {e.turn} {e.status}: {e.error or ''}".rstrip(": "),
+                )
+            )
 
     def _endpoint(self, name: str) -> EndpointView:
         ep = self.endpoints.get(name)
@@ -181,15 +194,20 @@ class RunState:
                 rec = s.current
                 if rec is not None:
                     own = self.endpoints.get(s.endpoint)
-                    here = own.values.get("kv_usage", kv) if own is not None else kv  # the session's own server where known
+                    here = (
+                        own.values.get("kv_usage", kv) if own is not None else kv
+                    )  # the session's own server where known
                     rec.kv_peak = here if rec.kv_peak is None else max(rec.kv_peak, here)
         srv.last_sample_t = e.t
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
         ep = self._endpoint(e.source)
         if ep.error != (e.error or None):
-            self._log(LogEntry(e.t, "warn", f"metrics {e.source}: {e.error}") if e.error
-                      else LogEntry(e.t, "info", f"metrics {e.source}: answering again"))
+            self._log(
+                LogEntry(e.t, "warn", f"metrics {e.source}: {e.error}")
+                if e.error
+                else LogEntry(e.t, "info", f"metrics {e.source}: answering again")
+            )
         ep.error = e.error or None
 
     def _on_gpu(self, e: ev.GpuSample) -> None:
@@ -237,7 +255,7 @@ class RunState:
     def new_log_entries(self, seen: int) -> list[LogEntry]:
         """Entries logged after the first `seen` (those still kept)."""
         n = min(self.log_total - seen, len(self.log))
-        return list(self.log)[len(self.log) - n:] if n > 0 else []
+        return list(self.log)[len(self.log) - n :] if n > 0 else []
 
     # -- reading -------------------------------------------------------------
 
@@ -268,9 +286,13 @@ class RunState:
             if s.state == "decoding" and (r := s.decode_rate_now()) is not None:
                 rates.append(r)
         return SessionsAggregate(
-            total=len(self.sessions), by_state=by_state,
-            ttft_p50=median(ttfts), ttft_max=max(ttfts, default=None),
-            decode_p50=median(rates), decode_min=min(rates, default=None))
+            total=len(self.sessions),
+            by_state=by_state,
+            ttft_p50=median(ttfts),
+            ttft_max=max(ttfts, default=None),
+            decode_p50=median(rates),
+            decode_min=min(rates, default=None),
+        )
 
     def timeline_aggregate(self, first_bucket: int, n: int) -> tuple[list[float], list[float]]:
         """Per bucket, across the sessions that decoded in it: decode tok/s p50 and min."""
@@ -288,8 +310,15 @@ class RunState:
         for rec in self._prefilling.values():
             rate = self._last_prefill_rate.get(rec.session) or self._last_prefill_rate.get("")
             expected = rec.new_tokens_est / rate if rate else None
-            out.append(PrefillProgress(session=rec.session, turn=rec.turn, new_tokens=rec.new_tokens_est,
-                                       elapsed=max(0.0, now - rec.sent_t), expected=expected))
+            out.append(
+                PrefillProgress(
+                    session=rec.session,
+                    turn=rec.turn,
+                    new_tokens=rec.new_tokens_est,
+                    elapsed=max(0.0, now - rec.sent_t),
+                    expected=expected,
+                )
+            )
         return out
 
     def kv_fits_sequences(self) -> int | None:

@@ -9,8 +9,8 @@ through these functions, so the events panel, the headless lines and
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
@@ -146,8 +146,14 @@ def gap_stats(gaps: Iterable[float]) -> GapStats | None:
     ordered = sorted(g for g in gaps if is_delivery_gap(g))
     if not ordered:
         return None
-    return GapStats(count=len(ordered), p50_s=quantile(ordered, 0.5), p99_s=quantile(ordered, 0.99), max_s=ordered[-1],
-                    over_100ms=sum(1 for g in ordered if g > STALL_S), over_1s=sum(1 for g in ordered if g > LONG_STALL_S))
+    return GapStats(
+        count=len(ordered),
+        p50_s=quantile(ordered, 0.5),
+        p99_s=quantile(ordered, 0.99),
+        max_s=ordered[-1],
+        over_100ms=sum(1 for g in ordered if g > STALL_S),
+        over_1s=sum(1 for g in ordered if g > LONG_STALL_S),
+    )
 
 
 class TurnRow(msgspec.Struct):

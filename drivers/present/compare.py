@@ -81,19 +81,28 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         hit = NO_HIT_COUNTERS
     gaps = rep.interference.gaps_during_foreign_prefill
     return RunRow(
-        label=label, path=path, engine=rep.run.engine, engine_version=engine_version, model=rep.run.model,
-        sessions=rep.run.sessions, lockstep=rep.run.lockstep,
-        turns_completed=len(ok), turns_planned=len(planned_schedule) * len(sessions),
+        label=label,
+        path=path,
+        engine=rep.run.engine,
+        engine_version=engine_version,
+        model=rep.run.model,
+        sessions=rep.run.sessions,
+        lockstep=rep.run.lockstep,
+        turns_completed=len(ok),
+        turns_planned=len(planned_schedule) * len(sessions),
         context_reached=max((t.context_tokens for t in ok), default=None),
         slowest_session_ttft_sum_s=worst.summary.ttft_sum_s if worst else None,
         session_ttft_sums_s=[s.summary.ttft_sum_s for s in sessions],
         ttft_max_s=max((s.summary.ttft_max_s for s in sessions), default=None),
         last_turn_ttft_s=by_turn.get(last_turn),
         one_shot_ttft_s=rep.one_shot.turn.ttft_s if rep.one_shot else None,
-        prefill_tok_s_first_turn=median(first_rates), prefill_tok_s_last_turn=median(last_rates),
+        prefill_tok_s_first_turn=median(first_rates),
+        prefill_tok_s_last_turn=median(last_rates),
         decode_tok_s_median=median([t.decode_tok_s for t in ok if t.decode_tok_s is not None]),
-        hit_rate_last_turn=hit, kv_peak=rep.server.kv_peak,
-        needle_found=sum(s.summary.needle_found for s in sessions), needle_asked=len(ok),
+        hit_rate_last_turn=hit,
+        kv_peak=rep.server.kv_peak,
+        needle_found=sum(s.summary.needle_found for s in sessions),
+        needle_asked=len(ok),
         worst_gap_during_foreign_prefill_s=gaps.max_s if gaps else None,
         failed_turns=sum(1 for t in rows if t.error is not None and t.error != "cancelled"),
     )
@@ -109,8 +118,9 @@ def compare(runs: list[tuple[str, str, Report, str, list[int]]], baseline: int =
     for k in turns:
         ttfts = [d.get(k) for d in per_run]
         b = base.get(k)
-        columns.append(TurnColumn(turn=k, ttft_s=ttfts,
-                                  ratio_to_baseline=[t / b if t is not None and b else None for t in ttfts]))
+        columns.append(
+            TurnColumn(turn=k, ttft_s=ttfts, ratio_to_baseline=[t / b if t is not None and b else None for t in ttfts])
+        )
     notes = []
     schedules = {tuple(r[4]) for r in runs}
     if len(schedules) > 1:

@@ -26,7 +26,8 @@ LABEL_W, LANE_H, LANE_GAP, STRIP_H = 118, 16, 4, 56
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.05em; margin-top: 1.6em; }
-table { border-collapse: collapse; font-size: 0.85em; } td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+table { border-collapse: collapse; font-size: 0.85em; }
+td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 pre { font-size: 0.85em; background: #f7f7f7; padding: 0.6em; }
 svg text { font-family: system-ui, sans-serif; font-size: 11px; }
@@ -52,8 +53,12 @@ def fold(header: ev.Header, events: list[ev.AnyEvent]) -> Series:
         state.apply(e)
         if isinstance(e, ev.MetricsSample):
             v = state.server.values
-            for line, value in ((out.kv, v.get("kv_usage")), (out.hit, state.hit_rate_since_start()),
-                                (out.running, v.get("running")), (out.waiting, v.get("waiting"))):
+            for line, value in (
+                (out.kv, v.get("kv_usage")),
+                (out.hit, state.hit_rate_since_start()),
+                (out.running, v.get("running")),
+                (out.waiting, v.get("waiting")),
+            ):
                 if value is not None:
                     line.append((e.t, value))
         elif isinstance(e, ev.GpuSample):
@@ -98,7 +103,9 @@ def nice_step(top: float, ticks: int = 6) -> float:
     if top <= 0:
         return 1.0
     magnitude = 10.0 ** math.floor(math.log10(top / ticks))
-    return next(m * magnitude * k for k in (1, 10) for m in NICE if math.ceil(top / (m * magnitude * k) - 1e-9) <= ticks)
+    return next(
+        m * magnitude * k for k in (1, 10) for m in NICE if math.ceil(top / (m * magnitude * k) - 1e-9) <= ticks
+    )
 
 
 def nice_ticks(top: float, ticks: int = 6) -> tuple[list[float], float]:
@@ -110,23 +117,34 @@ def nice_ticks(top: float, ticks: int = 6) -> tuple[list[float], float]:
 
 def clock_ticks(end: float, ticks: int = 6) -> list[float]:
     """Round run times (10 s, 1 min, 5 min, 1 h ...) from 0 up to `end`, at most `ticks` + 1 of them."""
-    step = next((s for s in CLOCK_STEPS_S if end / s <= ticks), CLOCK_STEPS_S[-1] * math.ceil(end / CLOCK_STEPS_S[-1] / ticks))
+    step = next(
+        (s for s in CLOCK_STEPS_S if end / s <= ticks), CLOCK_STEPS_S[-1] * math.ceil(end / CLOCK_STEPS_S[-1] / ticks)
+    )
     return [step * k for k in range(int(end // step) + 1)]
 
 
-LEGEND = (("#f2b134", 1.0, "prefill"), ("hsl(0,65%,42%)", 1.0, "decode, slow"), ("hsl(120,65%,42%)", 1.0, "decode, fast"),
-          ("#e53935", 0.4, "another session prefilling"), ("#c62828", 1.0, "failed turn"))
+LEGEND = (
+    ("#f2b134", 1.0, "prefill"),
+    ("hsl(0,65%,42%)", 1.0, "decode, slow"),
+    ("hsl(120,65%,42%)", 1.0, "decode, fast"),
+    ("#e53935", 0.4, "another session prefilling"),
+    ("#c62828", 1.0, "failed turn"),
+)
 
 
 def legend_svg(y: int = 12) -> str:
     """One swatch and its own label per key, spaced apart, then the needle marks."""
     parts, x = [], 4
     for colour, opacity, label in LEGEND:
-        parts.append(f'<g class="key"><rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colour}" '
-                     f'fill-opacity="{opacity}"/><text x="{x + 14}" y="{y}" fill="#555">{_esc(label)}</text></g>')
+        parts.append(
+            f'<g class="key"><rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colour}" '
+            f'fill-opacity="{opacity}"/><text x="{x + 14}" y="{y}" fill="#555">{_esc(label)}</text></g>'
+        )
         x += 14 + 6 * len(label) + 18  # ~6 px a character at 11 px, then a gap
-    parts.append(f'<g class="key"><text x="{x}" y="{y}" fill="#555"><tspan fill="#2e7d32">✓</tspan> / '
-                 f'<tspan fill="#c62828">✗</tspan> needle found / missed</text></g>')
+    parts.append(
+        f'<g class="key"><text x="{x}" y="{y}" fill="#555"><tspan fill="#2e7d32">✓</tspan> / '
+        f'<tspan fill="#c62828">✗</tspan> needle found / missed</text></g>'
+    )
     return f'<g class="legend">{"".join(parts)}</g>'
 
 
@@ -139,8 +157,10 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
     by_session: dict[str, list[TurnRecord]] = {}
     for r in state.turns:
         by_session.setdefault(r.session, []).append(r)
-    prefill = {sid: [(r.sent_t, r.first_t if r.first_t is not None else (r.done_t or end)) for r in recs]
-               for sid, recs in by_session.items()}
+    prefill = {
+        sid: [(r.sent_t, r.first_t if r.first_t is not None else (r.done_t or end)) for r in recs]
+        for sid, recs in by_session.items()
+    }
     rates = [turn_row(r).decode_tok_s for r in state.turns]
     top = max((r for r in rates if r is not None), default=0.0)
     parts = []
@@ -152,33 +172,52 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
         parts.append(f'<text x="4" y="{y + LANE_H - 4}" class="lane-label">{_esc(label)}</text>')
         others = _union([span for sid, spans in prefill.items() if sid != s.id for span in spans])
         for a, b in others:
-            parts.append(f'<rect class="foreign" x="{x(a):.1f}" y="{y - 2}" width="{max(0.5, x(b) - x(a)):.1f}" '
-                         f'height="{LANE_H + 4}" fill="#e53935" fill-opacity="0.13"/>')
+            parts.append(
+                f'<rect class="foreign" x="{x(a):.1f}" y="{y - 2}" width="{max(0.5, x(b) - x(a)):.1f}" '
+                f'height="{LANE_H + 4}" fill="#e53935" fill-opacity="0.13"/>'
+            )
         first_sent = min((r.sent_t for r in recs), default=end)
-        parts.append(f'<rect class="queued" x="{x(0):.1f}" y="{y + 5}" width="{max(0.0, x(first_sent) - x(0)):.1f}" '
-                     f'height="{LANE_H - 10}" fill="#cfd8dc"><title>queued</title></rect>')
+        parts.append(
+            f'<rect class="queued" x="{x(0):.1f}" y="{y + 5}" width="{max(0.0, x(first_sent) - x(0)):.1f}" '
+            f'height="{LANE_H - 10}" fill="#cfd8dc"><title>queued</title></rect>'
+        )
         for r in recs:
             row = turn_row(r)
-            tip = (f"{label} turn {r.turn}: {r.status}, TTFT {row.ttft_s or 0:.2f}s, decode "
-                   f"{row.decode_tok_s or 0:.1f} tok/s, context {row.context_tokens:,}")
-            parts.append(f'<line class="turn" x1="{x(r.sent_t):.1f}" x2="{x(r.sent_t):.1f}" y1="{y - 2}" y2="{y + LANE_H + 2}" '
-                         f'stroke="#455a64" stroke-width="0.6"/>')
+            tip = (
+                f"{label} turn {r.turn}: {r.status}, TTFT {row.ttft_s or 0:.2f}s, decode "
+                f"{row.decode_tok_s or 0:.1f} tok/s, context {row.context_tokens:,}"
+            )
+            parts.append(
+                f'<line class="turn" x1="{x(r.sent_t):.1f}" x2="{x(r.sent_t):.1f}" y1="{y - 2}" y2="{y + LANE_H + 2}" '
+                f'stroke="#455a64" stroke-width="0.6"/>'
+            )
             stop = r.first_t if r.first_t is not None else (r.done_t or end)
             failed = r.status in ("failed", "cancelled")
-            parts.append(f'<rect class="prefill" x="{x(r.sent_t):.1f}" y="{y}" width="{max(0.5, x(stop) - x(r.sent_t)):.1f}" '
-                         f'height="{LANE_H}" fill="{"#c62828" if failed else "#f2b134"}"><title>{_esc(tip)}</title></rect>')
+            parts.append(
+                f'<rect class="prefill" x="{x(r.sent_t):.1f}" y="{y}" width="{max(0.5, x(stop) - x(r.sent_t)):.1f}" '
+                f'height="{LANE_H}" fill="{"#c62828" if failed else "#f2b134"}"><title>{_esc(tip)}</title></rect>'
+            )
             if r.first_t is not None and r.done_t is not None:
-                parts.append(f'<rect class="decode" x="{x(r.first_t):.1f}" y="{y}" width="{max(0.5, x(r.done_t) - x(r.first_t)):.1f}" '
-                             f'height="{LANE_H}" fill="{"#c62828" if failed else _rate_colour(row.decode_tok_s, top)}">'
-                             f'<title>{_esc(tip)}</title></rect>')
+                parts.append(
+                    f'<rect class="decode" x="{x(r.first_t):.1f}" y="{y}" '
+                    f'width="{max(0.5, x(r.done_t) - x(r.first_t)):.1f}" '
+                    f'height="{LANE_H}" fill="{"#c62828" if failed else _rate_colour(row.decode_tok_s, top)}">'
+                    f"<title>{_esc(tip)}</title></rect>"
+                )
             if r.needle is not None and r.done_t is not None:
-                parts.append(f'<text class="needle" x="{x(r.done_t):.1f}" y="{y - 1}" fill="{"#2e7d32" if r.needle else "#c62828"}">'
-                             f'{"✓" if r.needle else "✗"}</text>')
+                parts.append(
+                    f'<text class="needle" x="{x(r.done_t):.1f}" y="{y - 1}" '
+                    f'fill="{"#2e7d32" if r.needle else "#c62828"}">'
+                    f"{'✓' if r.needle else '✗'}</text>"
+                )
         parts.append("</g>")
         y += LANE_H + LANE_GAP
-    for title, line, top_value, unit in (("KV cache", series.kv, 1.0, "%"), ("prefix hit rate", series.hit, 1.0, "%"),
-                                         ("running / waiting", series.running, None, "requests"),
-                                         ("GPU load", series.gpu, 100.0, "%")):
+    for title, line, top_value, unit in (
+        ("KV cache", series.kv, 1.0, "%"),
+        ("prefix hit rate", series.hit, 1.0, "%"),
+        ("running / waiting", series.running, None, "requests"),
+        ("GPU load", series.gpu, 100.0, "%"),
+    ):
         y += 12
         parts.append(f'<g class="strip"><text x="4" y="{y + 12}">{_esc(title)}</text>')
         parts.append(f'<rect x="{LABEL_W}" y="{y}" width="{plot_w}" height="{STRIP_H}" fill="#fafafa" stroke="#ddd"/>')
@@ -195,12 +234,18 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
         y += STRIP_H
     y += 10
     for t in clock_ticks(end):  # the time axis, at round times
-        parts.append(f'<text class="tick" x="{x(t):.1f}" y="{y + 12}" text-anchor="middle" fill="#555">{_clock(t)}</text>')
-    parts.append(f'<text x="{LABEL_W + plot_w / 2}" y="{y + 28}" text-anchor="middle" fill="#333">run time (h:mm:ss)</text>')
+        parts.append(
+            f'<text class="tick" x="{x(t):.1f}" y="{y + 12}" text-anchor="middle" fill="#555">{_clock(t)}</text>'
+        )
+    parts.append(
+        f'<text x="{LABEL_W + plot_w / 2}" y="{y + 28}" text-anchor="middle" fill="#333">run time (h:mm:ss)</text>'
+    )
     height = y + 36
     legend = legend_svg()
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}">{legend}{"".join(parts)}</svg>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}">{legend}{"".join(parts)}</svg>'
+    )
 
 
 def _clock(t: float) -> str:
@@ -209,8 +254,15 @@ def _clock(t: float) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
-def _chart(lines: list[tuple[str, list[tuple[float, float]]]], x_label: str, y_label: str, width: int = 900,
-           height: int = 360, baseline: tuple[str, float] | None = None, css: str = "chart") -> str:
+def _chart(
+    lines: list[tuple[str, list[tuple[float, float]]]],
+    x_label: str,
+    y_label: str,
+    width: int = 900,
+    height: int = 360,
+    baseline: tuple[str, float] | None = None,
+    css: str = "chart",
+) -> str:
     """Lines of (x, y) points with axes, one colour per line, and an optional horizontal baseline."""
     xs = [px for _, pts in lines for px, _ in pts] or [1.0]
     ys = [py for _, pts in lines for _, py in pts] + ([baseline[1]] if baseline else []) or [1.0]
@@ -219,30 +271,46 @@ def _chart(lines: list[tuple[str, list[tuple[float, float]]]], x_label: str, y_l
     left, bottom = 60, height - 40
     px = lambda v: left + v / x_top * (width - left - 150)  # noqa: E731
     py = lambda v: bottom - v / y_top * (bottom - 16)  # noqa: E731
-    parts = [f'<line x1="{left}" y1="{bottom}" x2="{width - 150}" y2="{bottom}" stroke="#555"/>',
-             f'<line x1="{left}" y1="16" x2="{left}" y2="{bottom}" stroke="#555"/>',
-             f'<text x="{(left + width - 150) / 2}" y="{height - 6}" text-anchor="middle">{_esc(x_label)}</text>',
-             f'<text x="12" y="{(bottom + 16) / 2}" transform="rotate(-90 12 {(bottom + 16) / 2})" text-anchor="middle">'
-             f'{_esc(y_label)}</text>']
+    parts = [
+        f'<line x1="{left}" y1="{bottom}" x2="{width - 150}" y2="{bottom}" stroke="#555"/>',
+        f'<line x1="{left}" y1="16" x2="{left}" y2="{bottom}" stroke="#555"/>',
+        f'<text x="{(left + width - 150) / 2}" y="{height - 6}" text-anchor="middle">{_esc(x_label)}</text>',
+        f'<text x="12" y="{(bottom + 16) / 2}" transform="rotate(-90 12 {(bottom + 16) / 2})" text-anchor="middle">'
+        f"{_esc(y_label)}</text>",
+    ]
     for vx in x_ticks:
-        parts.append(f'<text class="tick x" x="{px(vx):.1f}" y="{bottom + 14}" text-anchor="middle" fill="#555">{_num(vx)}</text>')
+        parts.append(
+            f'<text class="tick x" x="{px(vx):.1f}" y="{bottom + 14}" '
+            f'text-anchor="middle" fill="#555">{_num(vx)}</text>'
+        )
     for vy in y_ticks:
-        parts.append(f'<text class="tick y" x="{left - 4}" y="{py(vy) + 4:.1f}" text-anchor="end" fill="#555">{_num(vy)}</text>')
+        parts.append(
+            f'<text class="tick y" x="{left - 4}" y="{py(vy) + 4:.1f}" text-anchor="end" fill="#555">{_num(vy)}</text>'
+        )
     for k, (name, pts) in enumerate(lines):
         colour = PALETTE[k % len(PALETTE)]
         path = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in pts)
-        parts.append(f'<g class="series" data-name="{_esc(name)}"><polyline points="{path}" fill="none" stroke="{colour}" '
-                     f'stroke-width="1.6"/>')
-        parts += [f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="2.6" fill="{colour}"><title>{_esc(name)}: {b:.2f}</title></circle>'
-                  for a, b in pts]
+        parts.append(
+            f'<g class="series" data-name="{_esc(name)}"><polyline points="{path}" fill="none" stroke="{colour}" '
+            f'stroke-width="1.6"/>'
+        )
+        parts += [
+            f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="2.6" '
+            f'fill="{colour}"><title>{_esc(name)}: {b:.2f}</title></circle>'
+            for a, b in pts
+        ]
         parts.append(f'<text x="{width - 140}" y="{24 + 16 * k}" fill="{colour}">{_esc(name)}</text></g>')
     if baseline is not None:
         name, value = baseline
-        parts.append(f'<g class="baseline"><line x1="{left}" x2="{width - 150}" y1="{py(value):.1f}" y2="{py(value):.1f}" '
-                     f'stroke="#333" stroke-dasharray="5,4"/><text x="{width - 140}" y="{py(value) + 4:.1f}">'
-                     f'{_esc(name)} {value:.2f}s</text></g>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="{css}" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}">{"".join(parts)}</svg>')
+        parts.append(
+            f'<g class="baseline"><line x1="{left}" x2="{width - 150}" y1="{py(value):.1f}" y2="{py(value):.1f}" '
+            f'stroke="#333" stroke-dasharray="5,4"/><text x="{width - 140}" y="{py(value) + 4:.1f}">'
+            f"{_esc(name)} {value:.2f}s</text></g>"
+        )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="{css}" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}">{"".join(parts)}</svg>'
+    )
 
 
 def _num(v: float) -> str:
@@ -267,8 +335,11 @@ def run_svg(series: Series) -> str:
     top, chart = timeline_svg(series), ttft_chart_svg(series.state)
     h1, h2 = _height(top), _height(chart)
     width = 1400
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h1 + h2 + 20}" viewBox="0 0 {width} {h1 + h2 + 20}">'
-            f'<rect width="100%" height="100%" fill="white"/>{top}<g transform="translate(0,{h1 + 20})">{chart}</g></svg>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{h1 + h2 + 20}" viewBox="0 0 {width} {h1 + h2 + 20}">'
+        f'<rect width="100%" height="100%" fill="white"/>{top}<g transform="translate(0,{h1 + 20})">{chart}</g></svg>'
+    )
 
 
 def _height(svg: str) -> int:
@@ -277,29 +348,45 @@ def _height(svg: str) -> int:
 
 
 def _page(title: str, body: str) -> str:
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>'
-            f"<style>{STYLE}</style></head><body>{body}</body></html>\n")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>'
+        f"<style>{STYLE}</style></head><body>{body}</body></html>\n"
+    )
 
 
 def run_html(series: Series, summary: list[str]) -> str:
     h = series.state.header
     title = f"rampwatch: {h.model if h else '?'} on {h.engine if h else '?'}"
-    info = (f"{_esc(h.server)} · started {_esc(h.started_at)} · {h.sessions} session(s)"
-            f"{' · lockstep' if h.lockstep else ''} · rampwatch {_esc(h.rampwatch_version)}") if h else ""
-    body = (f"<h1>{_esc(title)}</h1><p>{info}</p><h2>Timeline</h2>{timeline_svg(series)}"
-            f"<h2>TTFT against context</h2>{ttft_chart_svg(series.state)}<h2>Summary</h2>"
-            f"<pre>{_esc(chr(10).join(summary))}</pre>")
+    info = (
+        (
+            f"{_esc(h.server)} · started {_esc(h.started_at)} · {h.sessions} session(s)"
+            f"{' · lockstep' if h.lockstep else ''} · rampwatch {_esc(h.rampwatch_version)}"
+        )
+        if h
+        else ""
+    )
+    body = (
+        f"<h1>{_esc(title)}</h1><p>{info}</p><h2>Timeline</h2>{timeline_svg(series)}"
+        f"<h2>TTFT against context</h2>{ttft_chart_svg(series.state)}<h2>Summary</h2>"
+        f"<pre>{_esc(chr(10).join(summary))}</pre>"
+    )
     return _page(title, body)
 
 
 def compare_html(cmp: Comparison, table_fields: list[tuple[str, list[str]]]) -> str:
     """The comparison table and every run's TTFT per turn on one chart."""
     heads = "".join(f"<th>{_esc(name)}</th>" for name, _ in table_fields)
-    rows = "".join("<tr>" + "".join(f"<td>{_esc(cells[k])}</td>" for _, cells in table_fields) + "</tr>"
-                   for k in range(len(cmp.runs)))
-    lines = [(run.label, [(float(c.turn), c.ttft_s[k]) for c in cmp.turns if c.ttft_s[k] is not None])
-             for k, run in enumerate(cmp.runs)]
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_esc(cells[k])}</td>" for _, cells in table_fields) + "</tr>"
+        for k in range(len(cmp.runs))
+    )
+    lines = [
+        (run.label, [(float(c.turn), c.ttft_s[k]) for c in cmp.turns if c.ttft_s[k] is not None])
+        for k, run in enumerate(cmp.runs)
+    ]
     notes = "".join(f"<p>note: {_esc(n)}</p>" for n in cmp.notes)
-    body = (f"<h1>rampwatch: {len(cmp.runs)} runs compared</h1><table class=\"runs\"><tr>{heads}</tr>{rows}</table>{notes}"
-            f"<h2>TTFT per turn (slowest session)</h2>{_chart(lines, 'turn (number)', 'TTFT (s)', css='chart turns')}")
+    body = (
+        f'<h1>rampwatch: {len(cmp.runs)} runs compared</h1><table class="runs"><tr>{heads}</tr>{rows}</table>{notes}'
+        f"<h2>TTFT per turn (slowest session)</h2>{_chart(lines, 'turn (number)', 'TTFT (s)', css='chart turns')}"
+    )
     return _page("rampwatch comparison", body)

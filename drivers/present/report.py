@@ -36,8 +36,10 @@ def summary_lines(rep: Report) -> list[str]:
             f"({i.overlapping_turns} overlapping turns); worst gap during a foreign prefill {fmt_num(worst, '.2f')}s"
         )
     if i.gaps_alone or i.gaps_during_foreign_prefill:
-        lines.append(f"inter-token gaps: alone {_gaps(i.gaps_alone)}; during another session's prefill "
-                     f"{_gaps(i.gaps_during_foreign_prefill)}")
+        lines.append(
+            f"inter-token gaps: alone {_gaps(i.gaps_alone)}; during another session's prefill "
+            f"{_gaps(i.gaps_during_foreign_prefill)}"
+        )
     if rep.turn_spread:
         ratios = ", ".join(f"{x.ratio:.2f}" for x in rep.turn_spread)
         lines.append(f"slowest/fastest TTFT per turn: median {fmt_num(rep.ttft_ratio_median, '.2f')} ({ratios})")
@@ -47,11 +49,19 @@ def summary_lines(rep: Report) -> list[str]:
             lines.append(
                 f"ramp {r.session}: summed TTFT {r.ramp_ttft_sum_s:.2f}s, longest {r.ramp_ttft_max_s:.2f}s; "
                 f"one-shot ({format_tokens(shot.context_tokens)}, {format_tokens(shot.cached_tokens)} cached): "
-                f"{fmt_num(shot.ttft_s, '.2f')}s; sum/one-shot {r.sum_ratio:.2f}, longest/one-shot {r.longest_ratio:.2f}"
+                f"{fmt_num(shot.ttft_s, '.2f')}s; sum/one-shot "
+                f"{r.sum_ratio:.2f}, longest/one-shot {r.longest_ratio:.2f}"
             )
     run = rep.run
-    modes = [m for m in ("lockstep" if run.lockstep else "", "strict needle" if run.needle_mode == "strict" else "",
-                         f"time limit {run.time_limit_s:g}s" if run.time_limit_s else "") if m]
+    modes = [
+        m
+        for m in (
+            "lockstep" if run.lockstep else "",
+            "strict needle" if run.needle_mode == "strict" else "",
+            f"time limit {run.time_limit_s:g}s" if run.time_limit_s else "",
+        )
+        if m
+    ]
     lines.append(f"run: {run.status or 'running'}" + (f" ({', '.join(modes)})" if modes else ""))
     lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
     return lines
@@ -107,25 +117,40 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
 
 
 COMPARE_COLUMNS = (
-    ("run", lambda r: r.label), ("engine", lambda r: f"{r.engine} {r.engine_version}".strip()),
+    ("run", lambda r: r.label),
+    ("engine", lambda r: f"{r.engine} {r.engine_version}".strip()),
     ("sessions", lambda r: f"{r.sessions}{' lockstep' if r.lockstep else ''}"),
-    ("turns", lambda r: f"{r.turns_completed}/{r.turns_planned}"), ("context", lambda r: format_tokens(r.context_reached)),
+    ("turns", lambda r: f"{r.turns_completed}/{r.turns_planned}"),
+    ("context", lambda r: format_tokens(r.context_reached)),
     ("slowest TTFT sum s", lambda r: fmt_num(r.slowest_session_ttft_sum_s, ".2f")),
     ("longest s", lambda r: fmt_num(r.ttft_max_s, ".2f")),
-    ("last turn s", lambda r: fmt_num(r.last_turn_ttft_s, ".2f")), ("one-shot s", lambda r: fmt_num(r.one_shot_ttft_s, ".2f")),
+    ("last turn s", lambda r: fmt_num(r.last_turn_ttft_s, ".2f")),
+    ("one-shot s", lambda r: fmt_num(r.one_shot_ttft_s, ".2f")),
     ("prefill tok/s first", lambda r: fmt_num(r.prefill_tok_s_first_turn, ",.0f")),
     ("prefill tok/s last", lambda r: fmt_num(r.prefill_tok_s_last_turn, ",.0f")),
     ("decode tok/s", lambda r: fmt_num(r.decode_tok_s_median, ".1f")),
     ("hit last", lambda r: "n/a" if isinstance(r.hit_rate_last_turn, str) else pct(r.hit_rate_last_turn)),
-    ("KV peak", lambda r: pct(r.kv_peak)), ("needle", lambda r: f"{r.needle_found}/{r.needle_asked}"),
-    ("worst stall s", lambda r: fmt_num(r.worst_gap_during_foreign_prefill_s, ".2f")), ("failed", lambda r: str(r.failed_turns)),
+    ("KV peak", lambda r: pct(r.kv_peak)),
+    ("needle", lambda r: f"{r.needle_found}/{r.needle_asked}"),
+    ("worst stall s", lambda r: fmt_num(r.worst_gap_during_foreign_prefill_s, ".2f")),
+    ("failed", lambda r: str(r.failed_turns)),
 )
 
 
 # Where a terminal is too narrow for every column, these are left out, first to last (the rest are the
 # campaign's comparison: run, turns, context, TTFT sum, longest, needle, failed).
-COMPARE_DROP_ORDER = ("one-shot s", "worst stall s", "prefill tok/s first", "KV peak", "engine", "hit last",
-                      "last turn s", "prefill tok/s last", "sessions", "decode tok/s")
+COMPARE_DROP_ORDER = (
+    "one-shot s",
+    "worst stall s",
+    "prefill tok/s first",
+    "KV peak",
+    "engine",
+    "hit last",
+    "last turn s",
+    "prefill tok/s last",
+    "sessions",
+    "decode tok/s",
+)
 
 
 def two_line_head(head: str) -> str:
@@ -138,8 +163,14 @@ def two_line_head(head: str) -> str:
     return " ".join(words[:k]) + "\n" + " ".join(words[k:])
 
 
-def fitted_table(title: str, heads: list[str], rows: list[list[str]], left: set[str], width: int | None,
-                 drop_order: tuple[str, ...] = ()) -> tuple[Table, list[str], bool]:
+def fitted_table(
+    title: str,
+    heads: list[str],
+    rows: list[list[str]],
+    left: set[str],
+    width: int | None,
+    drop_order: tuple[str, ...] = (),
+) -> tuple[Table, list[str], bool]:
     """A table whose cells never wrap: at `width`, columns of `drop_order` are left out in that order until it
     fits (None: every column, for a file or a pipe); returns the table, what it left out and whether it fits."""
     console = Console(file=io.StringIO(), width=10_000, color_system=None)
@@ -169,9 +200,13 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
         return msgspec.json.format(msgspec.json.encode(cmp).decode(), indent=2)
     heads = [name for name, _ in COMPARE_COLUMNS]
     rows = [[cell(r) for _, cell in COMPARE_COLUMNS] for r in cmp.runs]
-    turn_heads = ["turn"] + [f"{r.label} TTFT s" for r in cmp.runs] + [f"{r.label} / {cmp.baseline}" for r in cmp.runs[1:]]
-    turn_rows = [[str(c.turn)] + [fmt_num(x, ".2f") for x in c.ttft_s] + [fmt_num(x, ".2f") for x in c.ratio_to_baseline[1:]]
-                 for c in cmp.turns]
+    turn_heads = (
+        ["turn"] + [f"{r.label} TTFT s" for r in cmp.runs] + [f"{r.label} / {cmp.baseline}" for r in cmp.runs[1:]]
+    )
+    turn_rows = [
+        [str(c.turn)] + [fmt_num(x, ".2f") for x in c.ttft_s] + [fmt_num(x, ".2f") for x in c.ratio_to_baseline[1:]]
+        for c in cmp.turns
+    ]
     notes = list(cmp.notes)
     if any(isinstance(r.hit_rate_last_turn, str) for r in cmp.runs):
         notes.append(f"hit last n/a: {NO_HIT_COUNTERS.removeprefix('n/a: ')}")
@@ -191,22 +226,26 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
         return "\n".join(parts) + "\n"
     console = Console(file=io.StringIO(), width=width or 10_000, force_terminal=False, color_system=None)
     left = {"run", "engine", "hit last"}
-    runs_table, left_out, _ = fitted_table("runs (several sessions: the slowest session's figures)", heads, rows, left,
-                                           width, COMPARE_DROP_ORDER)
+    runs_table, left_out, _ = fitted_table(
+        "runs (several sessions: the slowest session's figures)", heads, rows, left, width, COMPARE_DROP_ORDER
+    )
     console.print(runs_table)
     turn_title = f"TTFT per turn (slowest session), ratio to {cmp.baseline}"
-    turns_table, dropped, fits = fitted_table(turn_title, turn_heads, turn_rows, left, width,
-                                              tuple(turn_heads[1 + len(cmp.runs):]))
+    turns_table, dropped, fits = fitted_table(
+        turn_title, turn_heads, turn_rows, left, width, tuple(turn_heads[1 + len(cmp.runs) :])
+    )
     if not fits:  # the runs' labels are too long for the width: number them, and say which is which
         short = ["turn"] + [f"#{k + 1} TTFT s" for k in range(len(cmp.runs))]
-        turns_table, _, _ = fitted_table(turn_title, short, [row[:len(short)] for row in turn_rows], left, width)
+        turns_table, _, _ = fitted_table(turn_title, short, [row[: len(short)] for row in turn_rows], left, width)
         notes.append("; ".join(f"#{k + 1}: {r.label}" for k, r in enumerate(cmp.runs)))
     console.print(turns_table)
     if dropped:
         left_out.append("the ratios to the baseline")
     if left_out:
-        notes.append(f"left out to fit {width} columns: {', '.join(left_out)} (every column: a wider terminal, "
-                     "or pipe it, or --format md/csv/json)")
+        notes.append(
+            f"left out to fit {width} columns: {', '.join(left_out)} (every column: a wider terminal, "
+            "or pipe it, or --format md/csv/json)"
+        )
     for n in notes:
         console.print(f"note: {n}")
     return console.file.getvalue()  # type: ignore[attr-defined]
@@ -216,8 +255,17 @@ def render_curve(points: list[tuple[int, Report, float | None]]) -> str:
     """A sweep's curve, one row per (session count, its report, preemptions): last-turn TTFT
     slowest/fastest, decode alone/during a foreign prefill, worst stall, KV peak, how it ended."""
     table = Table(title="sweep: one point per session count (lockstep)", title_justify="left")
-    for c in ("sessions", "last turn TTFT slowest s", "fastest s", "decode alone tok/s", "decode during prefill tok/s",
-              "worst stall s", "KV peak", "preemptions", "status"):
+    for c in (
+        "sessions",
+        "last turn TTFT slowest s",
+        "fastest s",
+        "decode alone tok/s",
+        "decode during prefill tok/s",
+        "worst stall s",
+        "KV peak",
+        "preemptions",
+        "status",
+    ):
         table.add_column(c, justify="right")
     for n, rep, preempted in points:
         rows = [t for s in rep.sessions for t in s.turns]
@@ -225,9 +273,17 @@ def render_curve(points: list[tuple[int, Report, float | None]]) -> str:
         ttfts = [t.ttft_s for t in rows if t.turn == last and t.ttft_s is not None]
         worst = max((t.gap_max_s for t in rows if t.gap_max_s is not None), default=None)
         i = rep.interference
-        table.add_row(str(n), fmt_num(max(ttfts, default=None), ".2f"), fmt_num(min(ttfts, default=None), ".2f"),
-                      fmt_num(i.decode_tok_s_alone_median, ".1f"), fmt_num(i.decode_tok_s_during_foreign_prefill_median, ".1f"),
-                      fmt_num(worst, ".2f"), pct(rep.server.kv_peak), fmt_num(preempted, ".0f"), rep.run.status or "-")
+        table.add_row(
+            str(n),
+            fmt_num(max(ttfts, default=None), ".2f"),
+            fmt_num(min(ttfts, default=None), ".2f"),
+            fmt_num(i.decode_tok_s_alone_median, ".1f"),
+            fmt_num(i.decode_tok_s_during_foreign_prefill_median, ".1f"),
+            fmt_num(worst, ".2f"),
+            pct(rep.server.kv_peak),
+            fmt_num(preempted, ".0f"),
+            rep.run.status or "-",
+        )
     console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
     console.print(table)
     return console.file.getvalue()  # type: ignore[attr-defined]

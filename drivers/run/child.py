@@ -32,8 +32,13 @@ async def serve(start: pipe.DriverStart, out_fd: int, pending: bytes = b"") -> i
         writer.send(pipe.DriverFailed(message=str(e)))
         await writer.close()
         return 2
-    writer.send(pipe.DriverReady(header=run.header(), clock_origin=run.clock.origin,
-                                 recording=str(run.recording_path) if run.recording_path else None))
+    writer.send(
+        pipe.DriverReady(
+            header=run.header(),
+            clock_origin=run.clock.origin,
+            recording=str(run.recording_path) if run.recording_path else None,
+        )
+    )
     run.hub.pipe = writer
     drive = asyncio.ensure_future(run.drive())
 

@@ -96,8 +96,11 @@ class RunConfig:
         for url in self.base_urls:
             name = endpoint_name(url)
             src = sources.pop(name, None)
-            out.append(Endpoint(name=name, role=src.role if src else "both", url=url,
-                                metrics=redact_url(src.url) if src else ""))
+            out.append(
+                Endpoint(
+                    name=name, role=src.role if src else "both", url=url, metrics=redact_url(src.url) if src else ""
+                )
+            )
         out += [Endpoint(name=s.name, role=s.role, metrics=redact_url(s.url)) for s in sources.values()]  # type: ignore[arg-type]
         return out
 
@@ -153,7 +156,9 @@ def parse_metrics_spec(spec: str) -> MetricsSource:
     if not eq or "://" in name:
         name, url = "", rest
     if "://" not in url:
-        raise BadInput(f"--metrics-url {spec!r}: not a URL (use [prefill:|decode:|both:][NAME=]http://HOST:PORT/metrics)")
+        raise BadInput(
+            f"--metrics-url {spec!r}: not a URL (use [prefill:|decode:|both:][NAME=]http://HOST:PORT/metrics)"
+        )
     return MetricsSource(name.strip() or endpoint_name(url), role, url)
 
 
@@ -212,14 +217,20 @@ def check_direct(cfg: RunConfig) -> None:
     """rampwatch connects directly (its streaming client has no proxy support, and
     its probes must take the same route), so a URL the proxy variables would
     route elsewhere is bad input, said in one line with the fix."""
-    urls = [*cfg.base_urls, *(s.url for s in cfg.metrics_sources()), *(g for g in cfg.gpu_sources() if "://" in g),
-            *([cfg.prometheus] if cfg.prometheus else [])]
+    urls = [
+        *cfg.base_urls,
+        *(s.url for s in cfg.metrics_sources()),
+        *(g for g in cfg.gpu_sources() if "://" in g),
+        *([cfg.prometheus] if cfg.prometheus else []),
+    ]
     for url in urls:
         proxy = proxy_for(url)
         if proxy is not None:
             host = urlsplit(url).hostname
-            raise BadInput(f"{redact_url(url)} would go through the proxy {proxy} (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY); "
-                           f"rampwatch connects directly: add {host} to NO_PROXY, or unset the proxy variables")
+            raise BadInput(
+                f"{redact_url(url)} would go through the proxy {proxy} (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY); "
+                f"rampwatch connects directly: add {host} to NO_PROXY, or unset the proxy variables"
+            )
 
 
 def default_record_path(model: str, folder: Path = Path("recordings")) -> Path:

@@ -30,8 +30,11 @@ def start_exporter(cfg: RunConfig, clock: Callable[[], float], run: str) -> RunE
 def linger_for_last_scrape(seconds: float = EXPORTER_LINGER_S) -> None:
     """Keep the final figures up (the caller closes the exporter after): Prometheus scrapes on its own
     interval, and a run's last turns should not vanish between two scrapes."""
-    print(f"rampwatch: its metrics stay up {seconds:.0f} s for a last scrape (Ctrl-C to leave now)",
-          file=sys.stderr, flush=True)
+    print(
+        f"rampwatch: its metrics stay up {seconds:.0f} s for a last scrape (Ctrl-C to leave now)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         time.sleep(seconds)
     except KeyboardInterrupt:

@@ -44,9 +44,13 @@ class Serving:
             self.exporter.close()
 
 
-def run_headless(cfg: RunConfig, record: bool, printer_for: Callable[[RunState], LinePrinter],
-                 final_report: Callable[[RunState], str],
-                 open_web: Callable[[Run], Closable | None] | None = None) -> tuple[Run, Serving]:
+def run_headless(
+    cfg: RunConfig,
+    record: bool,
+    printer_for: Callable[[RunState], LinePrinter],
+    final_report: Callable[[RunState], str],
+    open_web: Callable[[Run], Closable | None] | None = None,
+) -> tuple[Run, Serving]:
     """The whole run; `open_web(run)`, once the run is prepared (its recording exists), starts the browser UI;
     `final_report(state)` is the table printed at the end of a run that drove sessions (presentation is the
     caller's). The caller closes what is served (after letting it linger, if it likes)."""
@@ -88,13 +92,22 @@ def announcement(cfg: RunConfig, run: Run) -> str:
     path = run.recording_path
     where = f", recording to {path}" if path else ""
     info = run.info
-    modes = [m for m in ("TLS NOT VERIFIED (--insecure)" if cfg.insecure else "",
-                         "lockstep" if cfg.lockstep else "", "one-shot baseline" if cfg.one_shot else "",
-                         "strict needle" if cfg.strict_needle else "",
-                         f"time limit {cfg.time_limit:g}s" if cfg.time_limit else "") if m]
-    return (f"rampwatch {cfg.mode}: {cfg.base_url} model {info.model if info else '?'} "
-            f"({(info.engine if info else None) or 'engine from /metrics'}){where}"
-            + (f"; {', '.join(modes)}" if modes else ""))
+    modes = [
+        m
+        for m in (
+            "TLS NOT VERIFIED (--insecure)" if cfg.insecure else "",
+            "lockstep" if cfg.lockstep else "",
+            "one-shot baseline" if cfg.one_shot else "",
+            "strict needle" if cfg.strict_needle else "",
+            f"time limit {cfg.time_limit:g}s" if cfg.time_limit else "",
+        )
+        if m
+    ]
+    return (
+        f"rampwatch {cfg.mode}: {cfg.base_url} model {info.model if info else '?'} "
+        f"({(info.engine if info else None) or 'engine from /metrics'}){where}"
+        + (f"; {', '.join(modes)}" if modes else "")
+    )
 
 
 async def drive_headless(run: Run, printer: LinePrinter) -> int:

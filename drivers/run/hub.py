@@ -76,8 +76,18 @@ class EventHub:
         assert rec is not None
         if rec.error is not None and self._recording_error is None:
             self._recording_error = rec.error
-            self.emit(ev.Notice(t=t, level="error", topic="recording",
-                                message=f"{rec.error}; events are kept in memory until it can write"))
+            self.emit(
+                ev.Notice(
+                    t=t,
+                    level="error",
+                    topic="recording",
+                    message=f"{rec.error}; events are kept in memory until it can write",
+                )
+            )
         elif rec.error is None and self._recording_error is not None:
             self._recording_error = None
-            self.emit(ev.Notice(t=t, level="info", topic="recording", message=f"recording resumed; nothing was lost ({rec.path})"))
+            self.emit(
+                ev.Notice(
+                    t=t, level="info", topic="recording", message=f"recording resumed; nothing was lost ({rec.path})"
+                )
+            )

@@ -18,7 +18,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path, PurePath
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -57,9 +57,8 @@ class Stop(msgspec.Struct, tag="stop"):
     signal: int | None = None  # the signal that ended the UI; None: the user quit
 
 
-Command = Union[DriverStart, Mark, Stop]
-Handshake = Union[DriverReady, DriverFailed]
-
+Command = DriverStart | Mark | Stop
+Handshake = DriverReady | DriverFailed
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -77,7 +76,7 @@ def _dec_hook(kind: type, obj: Any) -> Any:
 encode = msgspec.json.Encoder(enc_hook=_enc_hook).encode
 decode_command = msgspec.json.Decoder(Command, dec_hook=_dec_hook).decode
 decode_handshake = msgspec.json.Decoder(Handshake).decode
-decode_stream = msgspec.json.Decoder(Union[ev.AnyEvent, DriverAlive]).decode
+decode_stream = msgspec.json.Decoder(ev.AnyEvent | DriverAlive).decode
 
 
 class PipeWriter:

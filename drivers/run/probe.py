@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import httpx
 
 from rampwatch.drivers.client.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler
-from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.tls import is_untrusted
+from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.run.config import BadInput, RunConfig
 
 
@@ -30,8 +30,10 @@ async def probe(client: httpx.AsyncClient, cfg: RunConfig, base: str | None = No
         r = await client.get(base + "/v1/models", headers=cfg.headers(), timeout=10.0)
     except httpx.HTTPError as e:
         if is_untrusted(e):
-            raise BadInput(f"{where}: its TLS certificate is not trusted (give its CA with --ca-bundle PATH, "
-                           "or skip verification with --insecure)") from None
+            raise BadInput(
+                f"{where}: its TLS certificate is not trusted (give its CA with --ca-bundle PATH, "
+                "or skip verification with --insecure)"
+            ) from None
         raise BadInput(f"cannot reach {where}: {type(e).__name__} (is the server up?)") from None
     if r.status_code in (401, 403):
         raise BadInput(f"{where} refused the request (HTTP {r.status_code}): check --api-key-env / --api-key-file")
@@ -39,7 +41,9 @@ async def probe(client: httpx.AsyncClient, cfg: RunConfig, base: str | None = No
         data = r.json()["data"]
         models = [m["id"] for m in data]
     except (ValueError, KeyError, TypeError):
-        raise BadInput(f"{where} is not an OpenAI-compatible server (GET /v1/models gave HTTP {r.status_code})") from None
+        raise BadInput(
+            f"{where} is not an OpenAI-compatible server (GET /v1/models gave HTTP {r.status_code})"
+        ) from None
     if not models:
         raise BadInput(f"{where} serves no models")
     model = cfg.model or models[0]
@@ -91,7 +95,10 @@ async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str, probe
     for turn in (1, 2):
         n = await tok.text(probe_conv.fixed_text(turn))
         fixed.append(n if n is not None else round(len(probe_conv.fixed_text(turn)) / chars_per_token))
-    return Calibration(chars_per_token=chars_per_token, template_tokens=max(0, template), fixed_tokens=(fixed[0], fixed[1]),
-                       tokenize_field=tok.field, special_tokens=specials)
-
-
+    return Calibration(
+        chars_per_token=chars_per_token,
+        template_tokens=max(0, template),
+        fixed_tokens=(fixed[0], fixed[1]),
+        tokenize_field=tok.field,
+        special_tokens=specials,
+    )

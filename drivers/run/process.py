@@ -83,11 +83,16 @@ class DriverProcess:
     def start(self) -> None:
         """Start the driver and wait until its run is prepared. Raises BadInput
         (exit 2) or DriverCrashed (exit 3) before any UI opens."""
-        self.proc = lifetime.adopt(subprocess.Popen(
-            [sys.executable, "-m", "rampwatch.drivers.run.child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, start_new_session=True,  # terminal signals reach the UI, which decides
-            env=lifetime.child_env(),  # it ends with the UI process, however that ends
-        ))
+        self.proc = lifetime.adopt(
+            subprocess.Popen(
+                [sys.executable, "-m", "rampwatch.drivers.run.child"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                start_new_session=True,  # terminal signals reach the UI, which decides
+                env=lifetime.child_env(),  # it ends with the UI process, however that ends
+            )
+        )
         try:
             self._send(pipe.DriverStart(config=self.cfg, record=self.record))
             line, rest = self._handshake_line()
@@ -170,9 +175,16 @@ class DriverProcess:
         self._unread += 1
         if self._unread in (1, 10, 100, 1000, 10000):
             what = "a line" if self._unread == 1 else f"{self._unread} lines"
-            self.state.apply(ev.Notice(t=self.state.t, level="error", message=(
-                f"the UI could not read {what} of the driver's stream ({str(error)[:120]}); the recording has "
-                f"them: replay it with a rampwatch of the driver's version")))
+            self.state.apply(
+                ev.Notice(
+                    t=self.state.t,
+                    level="error",
+                    message=(
+                        f"the UI could not read {what} of the driver's stream ({str(error)[:120]}); the recording has "
+                        f"them: replay it with a rampwatch of the driver's version"
+                    ),
+                )
+            )
 
     def _events_on_disk(self) -> int:
         """Event lines the recording holds now, counted from the bytes appended since the last look."""

@@ -63,7 +63,7 @@ class Recorder:
         try:
             while view:
                 n = self._file.write(view)
-                view = view[n or 0:]
+                view = view[n or 0 :]
         except OSError:
             try:
                 self._file.truncate(self._size)
@@ -181,5 +181,7 @@ def read_recording(path: str | Path, skip_bad_lines: bool = False) -> Recording:
             elif skip_bad_lines:
                 skipped.append(number)
             else:
-                raise RecordingError(f"{path}:{number}: corrupt line ({e}); use --skip-bad-lines to read past it") from None
+                raise RecordingError(
+                    f"{path}:{number}: corrupt line ({e}); use --skip-bad-lines to read past it"
+                ) from None
     return Recording(header=header, events=events, truncated_tail=truncated, skipped_lines=skipped)

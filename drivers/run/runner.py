@@ -22,8 +22,8 @@ from rampwatch.drivers.client.tls import TlsError, tls_context
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, check_topology, default_record_path
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, probe
@@ -116,8 +116,10 @@ class Run:
             for base in cfg.base_urls[1:]:  # every server must serve the model, and fit the ramp
                 other = await probe(client, cfg, base)
                 if other.model != info.model:
-                    raise BadInput(f"{base} serves {other.model!r}, not {info.model!r} like {cfg.base_url}: "
-                                   "pass --model to choose one they all serve")
+                    raise BadInput(
+                        f"{base} serves {other.model!r}, not {info.model!r} like {cfg.base_url}: "
+                        "pass --model to choose one they all serve"
+                    )
                 check_schedule(cfg, other)
             check_schedule(cfg, info)
             self.calibration = await calibrate(client, cfg, info.model, self.conversation(1))
@@ -181,16 +183,28 @@ class Run:
         RunEnded(crashed) with its one-line summary)."""
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
         samplers: list[MetricsScraper | PrometheusReader] = [
-            MetricsScraper(s.url, cfg.scrape_interval, emit, clock, headers=cfg.metrics_headers(), verify=self.tls,
-                           source=s.name)
-            for s in cfg.metrics_sources()]
+            MetricsScraper(
+                s.url, cfg.scrape_interval, emit, clock, headers=cfg.metrics_headers(), verify=self.tls, source=s.name
+            )
+            for s in cfg.metrics_sources()
+        ]
         if cfg.prometheus:
-            samplers.append(PrometheusReader(cfg.prometheus, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls,
-                                             matches=cfg.prometheus_engines(), gpu_matchers=cfg.prometheus_gpus()))
+            samplers.append(
+                PrometheusReader(
+                    cfg.prometheus,
+                    max(cfg.scrape_interval, 1.0),
+                    emit,
+                    clock,
+                    verify=self.tls,
+                    matches=cfg.prometheus_engines(),
+                    gpu_matchers=cfg.prometheus_gpus(),
+                )
+            )
         background = [asyncio.create_task(s.run()) for s in samplers]
         for source in cfg.gpu_sources():
-            gpus = GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls,
-                              headers=cfg.metrics_headers())
+            gpus = GpuSampler(
+                source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls, headers=cfg.metrics_headers()
+            )
             background.append(asyncio.create_task(gpus.run()))
         if cfg.insecure:
             emit(ev.Notice(t=clock(), level="warn", message="TLS certificates are NOT verified (--insecure)"))
@@ -202,21 +216,49 @@ class Run:
             if cfg.mode == "watch":
                 await asyncio.Event().wait()  # until interrupted
             assert self.info is not None
-            opts = TurnOptions(model=self.info.model, output_tokens=cfg.output_tokens, ignore_eos=cfg.ignore_eos,
-                               retries=cfg.retries, reconnect_timeout=cfg.reconnect_timeout, record_text=cfg.record_text,
-                               request_timeout=cfg.request_timeout, strict_needle=cfg.strict_needle)
+            opts = TurnOptions(
+                model=self.info.model,
+                output_tokens=cfg.output_tokens,
+                ignore_eos=cfg.ignore_eos,
+                retries=cfg.retries,
+                reconnect_timeout=cfg.reconnect_timeout,
+                record_text=cfg.record_text,
+                request_timeout=cfg.request_timeout,
+                strict_needle=cfg.strict_needle,
+            )
             gate = TurnGate(self.ramp_sessions, lockstep=cfg.lockstep)
             for k in range(self.ramp_sessions):
                 sid = f"s{k + 1}"
-                r = SessionRunner(sid, self.conversation(k + 1), self._client_for(), cfg.target_for(sid, k + 1),
-                                  cfg.headers(), opts, emit, clock, gate=gate, tls=self.tls)
+                r = SessionRunner(
+                    sid,
+                    self.conversation(k + 1),
+                    self._client_for(),
+                    cfg.target_for(sid, k + 1),
+                    cfg.headers(),
+                    opts,
+                    emit,
+                    clock,
+                    gate=gate,
+                    tls=self.tls,
+                )
                 runners.append(r)
                 emit(r.plan_event())
             baseline = None
             if cfg.one_shot:
                 conv = Conversation(f"{self.salt}-one-shot-{secrets.token_hex(4)}", cfg.schedule[-1:], self.calibration)
-                baseline = SessionRunner("one-shot", conv, self._client_for(), cfg.target_for("one-shot", 1), cfg.headers(),
-                                         opts, emit, clock, gate=gate, role="one-shot", tls=self.tls)
+                baseline = SessionRunner(
+                    "one-shot",
+                    conv,
+                    self._client_for(),
+                    cfg.target_for("one-shot", 1),
+                    cfg.headers(),
+                    opts,
+                    emit,
+                    clock,
+                    gate=gate,
+                    role="one-shot",
+                    tls=self.tls,
+                )
                 emit(baseline.plan_event())
             slots = asyncio.Semaphore(cfg.concurrency or len(runners) or 1)
             tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
@@ -280,7 +322,11 @@ class Run:
         await asyncio.sleep(max(0.0, cfg.time_limit - self.clock()))
         gate.expire()
         waits = f"; turns in flight get {cfg.grace:g}s more" if cfg.grace > 0 else "; turns in flight finish"
-        self.hub.emit(ev.Notice(t=self.clock(), level="warn", message=f"time limit {cfg.time_limit:g}s reached: no new turns{waits}"))
+        self.hub.emit(
+            ev.Notice(
+                t=self.clock(), level="warn", message=f"time limit {cfg.time_limit:g}s reached: no new turns{waits}"
+            )
+        )
         if cfg.grace > 0:
             await asyncio.sleep(cfg.grace)
             for t in tasks:
@@ -302,8 +348,12 @@ class Run:
         rec.flush(force=True)
         if rec.error is None:
             return
-        print(f"rampwatch: {rec.error}; waiting up to {self.FINAL_WAIT_S:.0f} s for room to write the run's last "
-              f"{len(rec.pending)} events", file=sys.stderr, flush=True)
+        print(
+            f"rampwatch: {rec.error}; waiting up to {self.FINAL_WAIT_S:.0f} s for room to write the run's last "
+            f"{len(rec.pending)} events",
+            file=sys.stderr,
+            flush=True,
+        )
         deadline = time.monotonic() + self.FINAL_WAIT_S
         while rec.error is not None and time.monotonic() < deadline:
             await asyncio.sleep(1.0)

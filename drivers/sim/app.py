@@ -51,15 +51,23 @@ class ChatBody(msgspec.Struct):
     kv_transfer_params: dict[str, Any] | None = None  # from a prefill/decode proxy: the KV is on the prefill node
 
 
-
 _enc = msgspec.json.encode
 
 
 class SimServer:
     """One simulated vLLM server: engine, metrics and routes."""
 
-    def __init__(self, profile: SimProfile, model: str = MODEL, faults: SimFaults | None = None, api_key: str | None = None,
-                 gpus: int = 0, node: str = "sim-node", flavor: str = "vllm", cache_report: bool = False):
+    def __init__(
+        self,
+        profile: SimProfile,
+        model: str = MODEL,
+        faults: SimFaults | None = None,
+        api_key: str | None = None,
+        gpus: int = 0,
+        node: str = "sim-node",
+        flavor: str = "vllm",
+        cache_report: bool = False,
+    ):
         """`gpus` > 0: also serve a simulated dcgm-exporter for that many GPUs of node `node` at /dcgm/metrics.
         `flavor` sglang: SGLang's metric names, /get_model_info and /get_server_info, and cached tokens in
         usage only with `cache_report` (SGLang's --enable-cache-report)."""
@@ -81,8 +89,12 @@ class SimServer:
                 Route("/version", self.version),
                 Route("/metrics", self.metrics_endpoint),
                 Route("/sim/faults", self.set_faults, methods=["POST", "GET"]),
-                *([Route(p, self.model_info) for p in ("/get_model_info", "/model_info")]
-                  + [Route(p, self.server_info) for p in ("/get_server_info", "/server_info")] if flavor == "sglang" else []),
+                *(
+                    [Route(p, self.model_info) for p in ("/get_model_info", "/model_info")]
+                    + [Route(p, self.server_info) for p in ("/get_server_info", "/server_info")]
+                    if flavor == "sglang"
+                    else []
+                ),
             ],
             lifespan=self._lifespan,
             middleware=[Middleware(RequireKey, key=api_key)] if api_key else [],
@@ -99,24 +111,51 @@ class SimServer:
     # -- endpoints -----------------------------------------------------------
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{
-            "id": self.model, "object": "model", "created": self.created,
-            "owned_by": "sglang" if self.flavor == "sglang" else OWNED_BY, "root": self.model,
-            "parent": None, "max_model_len": self.profile.max_model_len, "permission": [],
-        }]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "sglang" if self.flavor == "sglang" else OWNED_BY,
+                        "root": self.model,
+                        "parent": None,
+                        "max_model_len": self.profile.max_model_len,
+                        "permission": [],
+                    }
+                ],
+            }
+        )
 
     async def health(self, request: Request) -> Response:
         return Response(status_code=200)
 
     async def model_info(self, request: Request) -> Response:
-        return JSONResponse({"model_path": self.model, "tokenizer_path": self.model, "is_generation": True,
-                             "preferred_sampling_params": None, "simulated": True})
+        return JSONResponse(
+            {
+                "model_path": self.model,
+                "tokenizer_path": self.model,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "simulated": True,
+            }
+        )
 
     async def server_info(self, request: Request) -> Response:
-        return JSONResponse({"version": f"{SGLANG_VERSION}-simulated", "simulated": True, "model_path": self.model,
-                             "context_length": self.profile.max_model_len, "max_total_num_tokens": self.profile.kv_tokens,
-                             "enable_metrics": True, "enable_cache_report": self.cache_report,
-                             "chunked_prefill_size": self.profile.max_num_batched_tokens})
+        return JSONResponse(
+            {
+                "version": f"{SGLANG_VERSION}-simulated",
+                "simulated": True,
+                "model_path": self.model,
+                "context_length": self.profile.max_model_len,
+                "max_total_num_tokens": self.profile.kv_tokens,
+                "enable_metrics": True,
+                "enable_cache_report": self.cache_report,
+                "chunked_prefill_size": self.profile.max_num_batched_tokens,
+            }
+        )
 
     async def version(self, request: Request) -> Response:
         version = SGLANG_VERSION if self.flavor == "sglang" else __version__
@@ -127,7 +166,7 @@ class SimServer:
         if mode == "404":
             return Response("Not Found", status_code=404)
         if mode == "malformed":
-            return Response("vllm:num_requests_running{engine=\"0\" 1 2 3\n<html>oops</html>\n", media_type="text/plain")
+            return Response('vllm:num_requests_running{engine="0" 1 2 3\n<html>oops</html>\n', media_type="text/plain")
         if mode == "slow":
             await asyncio.sleep(10.0)
         return Response(self.metrics.render(self.engine), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -169,7 +208,11 @@ class SimServer:
         if f.take("stall_requests"):
             await asyncio.sleep(f.stall_s)
         if f.take("fail_requests"):
-            return error_response(f.fail_status, "simulated server error", "InternalServerError" if f.fail_status >= 500 else "BadRequestError")
+            return error_response(
+                f.fail_status,
+                "simulated server error",
+                "InternalServerError" if f.fail_status >= 500 else "BadRequestError",
+            )
         try:
             body = msgspec.json.decode(await request.body(), type=ChatBody)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -190,9 +233,12 @@ class SimServer:
         n = count_tokens(prompt, self.profile.chars_per_token)
         limit = self.profile.max_model_len
         if n + max_tokens > limit:
-            return error_response(400, f"This model's maximum context length is {limit} tokens. However, you requested "
-                               f"{n + max_tokens} tokens ({n} in the messages, {max_tokens} in the completion). "
-                               "Please reduce the length of the messages or completion.")
+            return error_response(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{n + max_tokens} tokens ({n} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion.",
+            )
         req = self.engine.make_request(prompt, max_tokens, body.ignore_eos or body.min_tokens >= max_tokens)
         if (body.kv_transfer_params or {}).get("do_remote_prefill"):
             # Only what this node's prefix cache lacks crosses the link; the request waits for it.
@@ -211,28 +257,44 @@ class SimServer:
             self.engine.abort(req)
             raise
         text = "".join(req.out)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": req.finish_reason}
-                  if chat else {"index": 0, "text": text, "finish_reason": req.finish_reason})
-        return JSONResponse({
-            "id": f"{'chatcmpl' if chat else 'cmpl'}-sim{req.id}", "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": self.model, "choices": [choice], "usage": self._usage(req),
-        })
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": req.finish_reason}
+            if chat
+            else {"index": 0, "text": text, "finish_reason": req.finish_reason}
+        )
+        return JSONResponse(
+            {
+                "id": f"{'chatcmpl' if chat else 'cmpl'}-sim{req.id}",
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": self.model,
+                "choices": [choice],
+                "usage": self._usage(req),
+            }
+        )
 
     def _usage(self, req: SimRequest) -> dict[str, Any]:
-        usage: dict[str, Any] = {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.generated,
-                                 "completion_tokens": req.generated}
+        usage: dict[str, Any] = {
+            "prompt_tokens": req.prompt_tokens,
+            "total_tokens": req.prompt_tokens + req.generated,
+            "completion_tokens": req.generated,
+        }
         if self.cache_report:
             usage["prompt_tokens_details"] = {"cached_tokens": req.cached_tokens}
         return usage
 
-    async def _stream(self, req: SimRequest, chat: bool, include_usage: bool):  # type: ignore[no-untyped-def]
+    async def _stream(self, req: SimRequest, chat: bool, include_usage: bool) -> AsyncIterator[bytes]:
         f = self.faults
         drop_after = f.drop_after_tokens if f.take("drop_requests") else 0
         error_after = f.error_after_tokens if f.take("error_requests") else 0
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
-        head = (b'data: {"id":"chatcmpl-sim%d","object":"%s","created":%d,"model":%s,"choices":['
-                % (req.id, kind.encode(), created, _enc(self.model)))
+        head = b'data: {"id":"chatcmpl-sim%d","object":"%s","created":%d,"model":%s,"choices":[' % (
+            req.id,
+            kind.encode(),
+            created,
+            _enc(self.model),
+        )
         if chat:
             pre, post = b'{"index":0,"delta":{"content":', b'},"logprobs":null,"finish_reason":null}]}\n\n'
         else:
@@ -240,7 +302,11 @@ class SimServer:
         sent = 0
         try:
             if chat:
-                yield head + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+                yield (
+                    head
+                    + b'{"index":0,"delta":{"role":"assistant","content":""},'
+                    + b'"logprobs":null,"finish_reason":null}]}\n\n'
+                )
             while True:
                 await req.wake.wait()
                 req.wake.clear()
@@ -250,7 +316,14 @@ class SimServer:
                     for w in words:
                         sent += 1
                         if error_after and sent > error_after:
-                            err = {"error": {"message": "simulated error inside the stream", "type": "InternalServerError", "param": None, "code": 500}}
+                            err = {
+                                "error": {
+                                    "message": "simulated error inside the stream",
+                                    "type": "InternalServerError",
+                                    "param": None,
+                                    "code": 500,
+                                }
+                            }
                             yield b"".join(out) + b"data: " + _enc(err) + b"\n\ndata: [DONE]\n\n"
                             self.engine.abort(req)
                             return
@@ -263,7 +336,11 @@ class SimServer:
                     yield b"".join(out)
                 if req.finished:
                     break
-            final = b'{"index":0,"delta":{},"logprobs":null,"finish_reason":%s}]}\n\n' if chat else b'{"index":0,"text":"","logprobs":null,"finish_reason":%s}]}\n\n'
+            final = (
+                b'{"index":0,"delta":{},"logprobs":null,"finish_reason":%s}]}\n\n'
+                if chat
+                else b'{"index":0,"text":"","logprobs":null,"finish_reason":%s}]}\n\n'
+            )
             tail = [head + final % _enc(req.finish_reason)]
             if include_usage:
                 tail.append(head + b'],"usage":' + _enc(self._usage(req)) + b"}\n\n")

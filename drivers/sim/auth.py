@@ -6,7 +6,6 @@ from typing import Any
 
 from rampwatch.drivers.sim.errors import error_response
 
-
 GUARDED_PREFIX = "/v1"  # as vLLM: /metrics, /health and /tokenize answer without the key
 
 

@@ -53,7 +53,7 @@ def reply_words(prompt: bytes, seed: int) -> tuple[list[str], bool]:
     at = tail.rfind(_ASK)
     end = tail.find(b"?", at)
     if at >= 0 and 0 < end - at - len(_ASK) <= 80:
-        who = tail[at + len(_ASK):end]
+        who = tail[at + len(_ASK) : end]
         m = re.search(rb"access code of " + re.escape(who) + rb" is ([A-Za-z0-9-]+)", prompt)
         if m:
             answer = f"The access code of {who.decode(errors='replace')} is {m.group(1).decode()}."
@@ -139,11 +139,19 @@ class SimEngine:
         h = hashlib.blake2b(digest_size=16)
         hashes = []
         for i in range(n // p.block_size):
-            h.update(prompt[i * block_bytes:(i + 1) * block_bytes])
+            h.update(prompt[i * block_bytes : (i + 1) * block_bytes])
             hashes.append(h.copy().digest())
         words, ends = reply_words(prompt, seed=len(prompt))
-        return SimRequest(prompt=prompt, prompt_tokens=n, max_tokens=max_tokens, ignore_eos=ignore_eos,
-                          hashes=hashes, words=words, ends_itself=ends, arrival=self.clock.now())
+        return SimRequest(
+            prompt=prompt,
+            prompt_tokens=n,
+            max_tokens=max_tokens,
+            ignore_eos=ignore_eos,
+            hashes=hashes,
+            words=words,
+            ends_itself=ends,
+            arrival=self.clock.now(),
+        )
 
     def submit(self, req: SimRequest) -> None:
         self.waiting.append(req)

@@ -8,4 +8,6 @@ from starlette.responses import JSONResponse
 
 def error_response(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
     """An OpenAI-style error body."""
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status
+    )

@@ -43,17 +43,24 @@ class SimGpus:
             "DCGM_FI_DEV_GPU_UTIL": ("GPU utilization (in %).", lambda k: round(100 * util * _spread(k), 1)),
             "DCGM_FI_DEV_FB_USED": ("Framebuffer memory used (in MiB).", lambda k: used_mib),
             "DCGM_FI_DEV_FB_FREE": ("Framebuffer memory free (in MiB).", lambda k: FB_TOTAL_MIB - used_mib),
-            "DCGM_FI_DEV_POWER_USAGE": ("Power draw (in W).",
-                                        lambda k: round(POWER_IDLE_W + (POWER_MAX_W - POWER_IDLE_W) * util * _spread(k), 1)),
-            "DCGM_FI_DEV_SM_CLOCK": ("SM clock frequency (in MHz).", lambda k: SM_BUSY_MHZ if util > 0.05 else SM_IDLE_MHZ),
+            "DCGM_FI_DEV_POWER_USAGE": (
+                "Power draw (in W).",
+                lambda k: round(POWER_IDLE_W + (POWER_MAX_W - POWER_IDLE_W) * util * _spread(k), 1),
+            ),
+            "DCGM_FI_DEV_SM_CLOCK": (
+                "SM clock frequency (in MHz).",
+                lambda k: SM_BUSY_MHZ if util > 0.05 else SM_IDLE_MHZ,
+            ),
             "DCGM_FI_DEV_GPU_TEMP": ("GPU temperature (in C).", lambda k: round(34 + 40 * util + k % 3)),
         }
         lines = []
         for name, (doc, value) in series.items():
             lines += [f"# HELP {name} {doc}", f"# TYPE {name} gauge"]
             for k in range(self.count):
-                labels = (f'gpu="{k}",UUID="GPU-sim-{self.node}-{k}",device="nvidia{k}",modelName="{GPU_MODEL}",'
-                          f'Hostname="{self.node}",simulated="true"')
+                labels = (
+                    f'gpu="{k}",UUID="GPU-sim-{self.node}-{k}",device="nvidia{k}",modelName="{GPU_MODEL}",'
+                    f'Hostname="{self.node}",simulated="true"'
+                )
                 lines.append(f"{name}{{{labels}}} {value(k)}")
         return "\n".join(lines) + "\n"
 

@@ -27,9 +27,16 @@ logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
 def uvicorn_server(app: Any, tls: tuple[str, str] | None = None) -> uvicorn.Server:
     """`tls`: (certificate, key) PEM files to serve https."""
     # Shutdown drops open streams after a second instead of waiting for them (like a crashed server).
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=3600,
-                            timeout_graceful_shutdown=1, ssl_certfile=tls[0] if tls else None,
-                            ssl_keyfile=tls[1] if tls else None)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_keep_alive=3600,
+        timeout_graceful_shutdown=1,
+        ssl_certfile=tls[0] if tls else None,
+        ssl_keyfile=tls[1] if tls else None,
+    )
     return uvicorn.Server(config)
 
 

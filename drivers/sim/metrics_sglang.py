@@ -33,14 +33,33 @@ class SglangMetrics:
         self.capacity.set(profile.kv_tokens)
         self.hit_ratio = g("sglang:cache_hit_rate", "The prefix cache hit rate (of the last report).")
         self.gen_throughput = g("sglang:gen_throughput", "The generation throughput (token/s).")
-        self.prompt = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.", list(tok), registry=r).labels(**tok)
-        self.generation = Counter("sglang:generation_tokens", "Number of generation tokens processed.", list(tok), registry=r).labels(**tok)
-        self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              list(tok), buckets=TTFT_BUCKETS, registry=r).labels(**tok)
-        self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             list(tok), buckets=ITL_BUCKETS, registry=r).labels(**tok)
-        self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
-                             list(tok), buckets=REQ_BUCKETS, registry=r).labels(**tok)
+        self.prompt = Counter(
+            "sglang:prompt_tokens", "Number of prefill tokens processed.", list(tok), registry=r
+        ).labels(**tok)
+        self.generation = Counter(
+            "sglang:generation_tokens", "Number of generation tokens processed.", list(tok), registry=r
+        ).labels(**tok)
+        self.ttft = Histogram(
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            list(tok),
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        ).labels(**tok)
+        self.itl = Histogram(
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            list(tok),
+            buckets=ITL_BUCKETS,
+            registry=r,
+        ).labels(**tok)
+        self.e2e = Histogram(
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            list(tok),
+            buckets=REQ_BUCKETS,
+            registry=r,
+        ).labels(**tok)
         self._generated = 0  # tokens generated so far, for gen_throughput
         self._last_gen = (time.monotonic(), 0)
 

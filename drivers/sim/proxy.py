@@ -29,16 +29,21 @@ class PdProxy:
 
     def __init__(self, prefill_url: str, decode_url: str):
         self.prefill, self.decode = prefill_url.rstrip("/"), decode_url.rstrip("/")
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), trust_env=False,
-                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
-        self.app = Starlette(routes=[
-            Route("/v1/chat/completions", self.generate, methods=["POST"]),
-            Route("/v1/completions", self.generate, methods=["POST"]),
-            Route("/tokenize", self.forward_prefill, methods=["POST"]),
-            Route("/v1/models", self.forward_decode),
-            Route("/version", self.forward_decode),
-            Route("/health", self.health),
-        ])
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=10.0),
+            trust_env=False,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.generate, methods=["POST"]),
+                Route("/v1/completions", self.generate, methods=["POST"]),
+                Route("/tokenize", self.forward_prefill, methods=["POST"]),
+                Route("/v1/models", self.forward_decode),
+                Route("/version", self.forward_decode),
+                Route("/health", self.health),
+            ]
+        )
 
     @staticmethod
     def _headers(request: Request) -> dict[str, str]:
@@ -46,8 +51,9 @@ class PdProxy:
 
     async def _forward(self, base: str, request: Request) -> Response:
         try:
-            r = await self.client.request(request.method, base + request.url.path, content=await request.body(),
-                                          headers=self._headers(request))
+            r = await self.client.request(
+                request.method, base + request.url.path, content=await request.body(), headers=self._headers(request)
+            )
         except httpx.HTTPError as e:
             return error_response(502, f"upstream {base} unreachable: {type(e).__name__}", "ProxyError")
         return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
@@ -60,7 +66,9 @@ class PdProxy:
 
     async def health(self, request: Request) -> Response:
         try:
-            codes = await asyncio.gather(*(self.client.get(u + "/health", timeout=5.0) for u in (self.prefill, self.decode)))
+            codes = await asyncio.gather(
+                *(self.client.get(u + "/health", timeout=5.0) for u in (self.prefill, self.decode))
+            )
         except httpx.HTTPError:
             return Response(status_code=503)
         return Response(status_code=200 if all(c.status_code == 200 for c in codes) else 503)
@@ -83,9 +91,14 @@ class PdProxy:
             return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
         body["kv_transfer_params"] = {"do_remote_prefill": True, "remote_engine": "prefill"}
         try:
-            up = await self.client.send(self.client.build_request("POST", self.decode + path, json=body, headers=headers),
-                                        stream=True)
+            up = await self.client.send(
+                self.client.build_request("POST", self.decode + path, json=body, headers=headers), stream=True
+            )
         except httpx.HTTPError as e:
             return error_response(502, f"decode server unreachable: {type(e).__name__}", "ProxyError")
-        return StreamingResponse(up.aiter_raw(), status_code=up.status_code, media_type=up.headers.get("content-type"),
-                                 background=BackgroundTask(up.aclose))
+        return StreamingResponse(
+            up.aiter_raw(),
+            status_code=up.status_code,
+            media_type=up.headers.get("content-type"),
+            background=BackgroundTask(up.aclose),
+        )

@@ -26,53 +26,109 @@ from rampwatch.drivers.sim.topology import Topology
 
 
 def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> None:
-    p.add_argument("--profile", choices=sorted(PROFILES), default=default_profile,
-                   help=f"engine profile (default {default_profile})")
-    p.add_argument("--time-scale", type=float, default=None, metavar="X",
-                   help="run the modelled engine X times faster than real time")
+    p.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default=default_profile,
+        help=f"engine profile (default {default_profile})",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        metavar="X",
+        help="run the modelled engine X times faster than real time",
+    )
     p.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N", help="token budget per step")
     p.add_argument("--kv-tokens", type=int, default=None, metavar="N", help="KV pool size in tokens")
     p.add_argument("--block-size", type=int, default=None, metavar="N", help="KV block size in tokens")
     p.add_argument("--max-model-len", type=int, default=None, metavar="N", help="longest prompt + output accepted")
-    p.add_argument("--step-ms", type=float, default=None, metavar="MS",
-                   help="fixed time of every engine step, in modelled ms (paces the 'fast' profile)")
-    p.add_argument("--flavor", choices=FLAVORS, default="vllm",
-                   help="whose HTTP and metrics surface to serve: vllm (default) or sglang (SGLang 0.5's metric names, "
-                        "/get_model_info, /get_server_info; labelled simulated)")
-    p.add_argument("--enable-cache-report", action="store_true",
-                   help="sglang flavour: put cached tokens in usage, as SGLang's --enable-cache-report does")
-    p.add_argument("--gpus", type=int, default=None, metavar="N",
-                   help="also serve a simulated dcgm-exporter at /dcgm/metrics: N GPUs per engine whose load follows "
-                        "its steps (labelled simulated)")
-    p.add_argument("--node", default="sim-node", metavar="NAME",
-                   help="the simulated GPUs' Hostname (replicas and splits add -1, -2 or -prefill, -decode)")
+    p.add_argument(
+        "--step-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="fixed time of every engine step, in modelled ms (paces the 'fast' profile)",
+    )
+    p.add_argument(
+        "--flavor",
+        choices=FLAVORS,
+        default="vllm",
+        help="whose HTTP and metrics surface to serve: vllm (default) or sglang (SGLang 0.5's metric names, "
+        "/get_model_info, /get_server_info; labelled simulated)",
+    )
+    p.add_argument(
+        "--enable-cache-report",
+        action="store_true",
+        help="sglang flavour: put cached tokens in usage, as SGLang's --enable-cache-report does",
+    )
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also serve a simulated dcgm-exporter at /dcgm/metrics: N GPUs per engine whose load follows "
+        "its steps (labelled simulated)",
+    )
+    p.add_argument(
+        "--node",
+        default="sim-node",
+        metavar="NAME",
+        help="the simulated GPUs' Hostname (replicas and splits add -1, -2 or -prefill, -decode)",
+    )
 
 
 def add_fault_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fault knobs (for reliability tests; also settable at run time with POST /sim/faults)")
-    g.add_argument("--fail-status", type=int, default=500, metavar="CODE", help="status for --fail-requests (500 or 503)")
-    g.add_argument("--fail-requests", type=int, default=0, metavar="N", help="answer the next N requests with --fail-status (-1: all)")
-    g.add_argument("--drop-after-tokens", type=int, default=0, metavar="N", help="drop the connection after N tokens ...")
+    g.add_argument(
+        "--fail-status", type=int, default=500, metavar="CODE", help="status for --fail-requests (500 or 503)"
+    )
+    g.add_argument(
+        "--fail-requests",
+        type=int,
+        default=0,
+        metavar="N",
+        help="answer the next N requests with --fail-status (-1: all)",
+    )
+    g.add_argument(
+        "--drop-after-tokens", type=int, default=0, metavar="N", help="drop the connection after N tokens ..."
+    )
     g.add_argument("--drop-requests", type=int, default=0, metavar="N", help="... on the next N streams (-1: all)")
-    g.add_argument("--error-after-tokens", type=int, default=0, metavar="N", help="send an error chunk after N tokens ...")
+    g.add_argument(
+        "--error-after-tokens", type=int, default=0, metavar="N", help="send an error chunk after N tokens ..."
+    )
     g.add_argument("--error-requests", type=int, default=0, metavar="N", help="... on the next N streams (-1: all)")
     g.add_argument("--stall", type=float, default=0.0, metavar="S", help="stall S seconds before the first byte ...")
     g.add_argument("--stall-requests", type=int, default=0, metavar="N", help="... of the next N requests (-1: all)")
-    g.add_argument("--metrics-fault", choices=("ok", "404", "malformed", "slow"), default="ok", help="how /metrics misbehaves")
+    g.add_argument(
+        "--metrics-fault", choices=("ok", "404", "malformed", "slow"), default="ok", help="how /metrics misbehaves"
+    )
 
 
 def profile_from(args: argparse.Namespace) -> Any:
     step = getattr(args, "step_ms", None)
-    return make_profile(args.profile, time_scale=args.time_scale, max_num_batched_tokens=args.max_num_batched_tokens,
-                        kv_tokens=args.kv_tokens, block_size=args.block_size, max_model_len=args.max_model_len,
-                        step_overhead_s=None if step is None else step / 1000)
+    return make_profile(
+        args.profile,
+        time_scale=args.time_scale,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        kv_tokens=args.kv_tokens,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        step_overhead_s=None if step is None else step / 1000,
+    )
 
 
 def faults_from(args: argparse.Namespace) -> SimFaults:
     return SimFaults(
-        fail_status=args.fail_status, fail_requests=args.fail_requests, drop_after_tokens=args.drop_after_tokens,
-        drop_requests=args.drop_requests, error_after_tokens=args.error_after_tokens, error_requests=args.error_requests,
-        stall_s=args.stall, stall_requests=args.stall_requests, metrics=args.metrics_fault,
+        fail_status=args.fail_status,
+        fail_requests=args.fail_requests,
+        drop_after_tokens=args.drop_after_tokens,
+        drop_requests=args.drop_requests,
+        error_after_tokens=args.error_after_tokens,
+        error_requests=args.error_requests,
+        stall_s=args.stall,
+        stall_requests=args.stall_requests,
+        metrics=args.metrics_fault,
     )
 
 
@@ -86,11 +142,14 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
     topology = topology_of(args)
     key_var = getattr(args, "api_key_env", None)
     key = os.environ.get(key_var) if key_var else None
-    urls = ["http://%s:%d" % sock.getsockname()[:2] for sock in socks]
+    urls = ["http://{}:{}".format(*sock.getsockname()[:2]) for sock in socks]
     gpus = args.gpus or 0
     if announce:
-        print(f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g}), "
-              f"{'SGLang' if args.flavor == 'sglang' else 'vLLM'}'s HTTP and metrics surface", flush=True)
+        print(
+            f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g}), "
+            f"{'SGLang' if args.flavor == 'sglang' else 'vLLM'}'s HTTP and metrics surface",
+            flush=True,
+        )
         for line in topology.describe(urls, gpus):
             print(f"  {line}", flush=True)
         print(f"  try: rampwatch run {' '.join(topology.run_args(urls, gpus))}   (Ctrl-C to stop)", flush=True)
@@ -110,12 +169,28 @@ def hang_up_as_terminate() -> None:
 
 
 def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
-    argv = [sys.executable, "-m", "rampwatch.drivers.sim", "--profile", args.profile,
-            "--topology", getattr(args, "topology", None) or "single"]
+    argv = [
+        sys.executable,
+        "-m",
+        "rampwatch.drivers.sim",
+        "--profile",
+        args.profile,
+        "--topology",
+        getattr(args, "topology", None) or "single",
+    ]
     for fd in fds:
         argv += ["--fd", str(fd)]
-    for name in ("time_scale", "max_num_batched_tokens", "kv_tokens", "block_size", "max_model_len", "step_ms", "gpus",
-                 "node", "flavor"):
+    for name in (
+        "time_scale",
+        "max_num_batched_tokens",
+        "kv_tokens",
+        "block_size",
+        "max_model_len",
+        "step_ms",
+        "gpus",
+        "node",
+        "flavor",
+    ):
         v = getattr(args, name, None)
         if v is not None:
             argv += ["--" + name.replace("_", "-"), str(v)]
@@ -135,11 +210,12 @@ class ChildSim:
 
     def __init__(self, args: argparse.Namespace):
         self.socks = [loopback_socket() for _ in range(topology_of(args).sockets)]
-        self.urls = ["http://127.0.0.1:%d" % s.getsockname()[1] for s in self.socks]
+        self.urls = [f"http://127.0.0.1:{s.getsockname()[1]}" for s in self.socks]
         self.url = self.urls[0]
         fds = [s.fileno() for s in self.socks]
-        self.proc = subprocess.Popen(child_argv(args, fds), pass_fds=fds, stdin=subprocess.PIPE,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            child_argv(args, fds), pass_fds=fds, stdin=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         try:

@@ -39,8 +39,11 @@ class Topology:
     def describe(self, urls: list[str], gpus: int = 0) -> list[str]:
         extra = f", {DCGM_PATH} for {gpus} simulated GPUs" if gpus else ""
         if self.kind == "pd":
-            return [f"proxy (send turns here) {urls[0]}", f"prefill engine {urls[1]}  (/metrics{extra})",
-                    f"decode engine {urls[2]}  (/metrics{extra})"]
+            return [
+                f"proxy (send turns here) {urls[0]}",
+                f"prefill engine {urls[1]}  (/metrics{extra})",
+                f"decode engine {urls[2]}  (/metrics{extra})",
+            ]
         return [f"engine {k + 1} {u}  (/metrics{extra})" for k, u in enumerate(urls)]
 
     def targets(self, urls: list[str]) -> tuple[list[str], list[str]]:

@@ -22,9 +22,18 @@ from rampwatch.drivers.model.turns import decode_tok_s, is_delivery_gap
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560)
 GAP_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
 # Every series the exporter serves (the Grafana dashboard test checks its queries against these).
-SERIES = ("rampwatch_ttft_seconds", "rampwatch_inter_token_gap_seconds", "rampwatch_decode_tokens_per_second",
-          "rampwatch_prefill_in_flight_seconds", "rampwatch_turn", "rampwatch_context_tokens", "rampwatch_turns",
-          "rampwatch_failed_turns", "rampwatch_needle_found", "rampwatch_needle_asked")
+SERIES = (
+    "rampwatch_ttft_seconds",
+    "rampwatch_inter_token_gap_seconds",
+    "rampwatch_decode_tokens_per_second",
+    "rampwatch_prefill_in_flight_seconds",
+    "rampwatch_turn",
+    "rampwatch_context_tokens",
+    "rampwatch_turns",
+    "rampwatch_failed_turns",
+    "rampwatch_needle_found",
+    "rampwatch_needle_asked",
+)
 
 
 @dataclass
@@ -42,16 +51,34 @@ class RunExporter:
         self.clock, self.run = clock, run
         self.registry = r = CollectorRegistry()
         lab = ("session", "run")
-        self.ttft = Histogram("rampwatch_ttft_seconds", "Client time to first token per turn.", lab, buckets=TTFT_BUCKETS, registry=r)
-        self.gap = Histogram("rampwatch_inter_token_gap_seconds", "Time between streamed text chunks, as the client read them.",
-                             lab, buckets=GAP_BUCKETS, registry=r)
-        self.decode = Gauge("rampwatch_decode_tokens_per_second", "Decode tokens/s of the session's last finished turn.", lab, registry=r)
+        self.ttft = Histogram(
+            "rampwatch_ttft_seconds", "Client time to first token per turn.", lab, buckets=TTFT_BUCKETS, registry=r
+        )
+        self.gap = Histogram(
+            "rampwatch_inter_token_gap_seconds",
+            "Time between streamed text chunks, as the client read them.",
+            lab,
+            buckets=GAP_BUCKETS,
+            registry=r,
+        )
+        self.decode = Gauge(
+            "rampwatch_decode_tokens_per_second",
+            "Decode tokens/s of the session's last finished turn.",
+            lab,
+            registry=r,
+        )
         self.turn = Gauge("rampwatch_turn", "The session's current turn (1-based).", lab, registry=r)
-        self.context = Gauge("rampwatch_context_tokens", "Prompt tokens of the session's last finished turn.", lab, registry=r)
-        self.turns = Counter("rampwatch_turns", "Finished turns, by status (ok, failed, cancelled).", (*lab, "status"), registry=r)
+        self.context = Gauge(
+            "rampwatch_context_tokens", "Prompt tokens of the session's last finished turn.", lab, registry=r
+        )
+        self.turns = Counter(
+            "rampwatch_turns", "Finished turns, by status (ok, failed, cancelled).", (*lab, "status"), registry=r
+        )
         self.failed = Counter("rampwatch_failed_turns", "Turns that failed.", lab, registry=r)
         self.found = Counter("rampwatch_needle_found", "Turns whose reply found the needle.", lab, registry=r)
-        self.asked = Counter("rampwatch_needle_asked", "Turns that asked for the needle (finished ok).", lab, registry=r)
+        self.asked = Counter(
+            "rampwatch_needle_asked", "Turns that asked for the needle (finished ok).", lab, registry=r
+        )
         self._flight: dict[str, _InFlight] = {}
         r.register(_PrefillInFlight(self))
         self._server: WSGIServer | None = None
@@ -127,9 +154,11 @@ class _PrefillInFlight:
         self.exporter = exporter
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        g = GaugeMetricFamily("rampwatch_prefill_in_flight_seconds",
-                              "Seconds the session's current prefill has waited for its first token (absent: none).",
-                              labels=["session", "run"])
+        g = GaugeMetricFamily(
+            "rampwatch_prefill_in_flight_seconds",
+            "Seconds the session's current prefill has waited for its first token (absent: none).",
+            labels=["session", "run"],
+        )
         for sid, seconds in self.exporter.prefills():
             g.add_metric([sid, self.exporter.run], seconds)
         yield g

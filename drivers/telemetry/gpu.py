@@ -48,17 +48,19 @@ class NvmlReader:
             mem = self._call(n.nvmlDeviceGetMemoryInfo, h)
             power = self._call(n.nvmlDeviceGetPowerUsage, h)
             limit = self._call(n.nvmlDeviceGetEnforcedPowerLimit, h)
-            out.append(ev.GpuReading(
-                index=i,
-                name=self.names[i],
-                util=float(util.gpu) if util is not None else None,
-                mem_used=float(mem.used) if mem is not None else None,
-                mem_total=float(mem.total) if mem is not None else None,
-                power=power / 1000 if power is not None else None,  # mW -> W
-                power_limit=limit / 1000 if limit is not None else None,
-                sm_clock=_float(self._call(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM)),
-                temp=_float(self._call(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)),
-            ))
+            out.append(
+                ev.GpuReading(
+                    index=i,
+                    name=self.names[i],
+                    util=float(util.gpu) if util is not None else None,
+                    mem_used=float(mem.used) if mem is not None else None,
+                    mem_total=float(mem.total) if mem is not None else None,
+                    power=power / 1000 if power is not None else None,  # mW -> W
+                    power_limit=limit / 1000 if limit is not None else None,
+                    sm_clock=_float(self._call(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM)),
+                    temp=_float(self._call(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)),
+                )
+            )
         return out
 
     def close(self) -> None:
@@ -113,8 +115,16 @@ def parse_dcgm(text: str, node: str = "") -> list[ev.GpuReading]:
 class GpuSampler:
     """Samples one source on an interval: 'auto' (NVML if present), 'none' or a dcgm-exporter URL."""
 
-    def __init__(self, source: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 nvml: Any = None, verify: ssl.SSLContext | bool = True, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        source: str,
+        interval: float,
+        emit: Callable[[ev.AnyEvent], None],
+        clock: Callable[[], float],
+        nvml: Any = None,
+        verify: ssl.SSLContext | bool = True,
+        headers: dict[str, str] | None = None,
+    ):
         """`headers`: the metrics sources' authorization (--metrics-auth-env), never the inference API key."""
         self.source, self.interval, self.emit, self.clock = source, interval, emit, clock
         self.verify, self.headers = verify, headers or {}
@@ -159,7 +169,13 @@ class GpuSampler:
                     if gpus:
                         self.emit(ev.GpuSample(t=self.clock(), source=source, gpus=gpus))
                     else:
-                        self.emit(ev.GpuUnavailable(t=self.clock(), source=source, reason="no DCGM_FI_* series at this URL"))
+                        self.emit(
+                            ev.GpuUnavailable(t=self.clock(), source=source, reason="no DCGM_FI_* series at this URL")
+                        )
                 except httpx.HTTPError as e:
-                    self.emit(ev.GpuUnavailable(t=self.clock(), source=source, reason=f"DCGM exporter: {e or type(e).__name__}"))
+                    self.emit(
+                        ev.GpuUnavailable(
+                            t=self.clock(), source=source, reason=f"DCGM exporter: {e or type(e).__name__}"
+                        )
+                    )
                 await asyncio.sleep(self.interval)

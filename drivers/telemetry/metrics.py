@@ -122,8 +122,18 @@ LLAMACPP = Profile(
 
 PROFILES = (VLLM, SGLANG, LLAMACPP)
 FIELDS = (
-    "kv_usage", "running", "waiting", "prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed",
-    "generation_tokens", "preemptions", "kv_capacity_tokens", "ttft_sum", "ttft_count",
+    "kv_usage",
+    "running",
+    "waiting",
+    "prefix_queries",
+    "prefix_hits",
+    "prompt_tokens",
+    "prompt_computed",
+    "generation_tokens",
+    "preemptions",
+    "kv_capacity_tokens",
+    "ttft_sum",
+    "ttft_count",
 )
 
 
@@ -172,7 +182,11 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
             lab = parse_labels(m.group(2))
             size = lab.get("kv_cache_size_tokens")
             try:
-                one = float(size) if size not in (None, "", "None") else float(lab["num_gpu_blocks"]) * float(lab["block_size"])
+                one = (
+                    float(size)
+                    if size not in (None, "", "None")
+                    else float(lab["num_gpu_blocks"]) * float(lab["block_size"])
+                )
             except (KeyError, ValueError):
                 continue
             config_capacity += one
@@ -197,7 +211,9 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
             else:
                 found[key] = found.get(key, 0.0) + value
     if parsed < _sample_lines(text):
-        bad = next(line for line in text.splitlines() if line.strip() and line[0] != "#" and not SAMPLE_LINE.match(line))
+        bad = next(
+            line for line in text.splitlines() if line.strip() and line[0] != "#" and not SAMPLE_LINE.match(line)
+        )
         raise MetricsFormatError(f"malformed exposition, e.g. {bad.strip()[:80]!r}")
     values: dict[str, float] = {}
     for fname, aliases in profile.fields.items():
@@ -214,8 +230,7 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
         # llama.cpp's prompt counter excludes cache hits; queries are both together.
         values["prefix_queries"] = values["prompt_tokens"] = values["prompt_computed"] + values["prefix_hits"]
     missing = {
-        f: profile.why_missing.get(f, f"not exposed by this {profile.engine} server")
-        for f in FIELDS if f not in values
+        f: profile.why_missing.get(f, f"not exposed by this {profile.engine} server") for f in FIELDS if f not in values
     }
     return profile.engine, values, missing
 
@@ -235,13 +250,22 @@ class MetricsScraper:
     MAX_BACKOFF = 30.0
     FINAL_WAIT_S = 2.0  # the run's last read: a server slower than this says nothing after the run's last event
 
-    def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 headers: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True, source: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        interval: float,
+        emit: Callable[[ev.AnyEvent], None],
+        clock: Callable[[], float],
+        headers: dict[str, str] | None = None,
+        verify: ssl.SSLContext | bool = True,
+        source: str | None = None,
+    ):
         self.url, self.interval, self.emit, self.clock = url, interval, emit, clock
         self.source = source or redact_url(url)  # the endpoint's name in events
         # A scrape slower than a few intervals is stale by the time it lands.
-        self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), headers=headers or {}, trust_env=False,
-                                         verify=verify)
+        self._client = httpx.AsyncClient(
+            timeout=max(2.0, 5 * interval), headers=headers or {}, trust_env=False, verify=verify
+        )
         self._profile: Profile | None = None
         self._llama_ctx: float | None = None  # llama.cpp's context (all slots), from /props: its KV size in tokens
         self._llama_asked = False  # /props is asked once (a server without it is not asked every scrape)

@@ -25,9 +25,18 @@ import httpx
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.telemetry.gpu import DCGM_FIELDS, parse_dcgm
-from rampwatch.drivers.telemetry.metrics import PROFILES, MetricsFormatError, describe_error, detect, normalize, redact_url
+from rampwatch.drivers.telemetry.metrics import (
+    PROFILES,
+    MetricsFormatError,
+    describe_error,
+    detect,
+    normalize,
+    redact_url,
+)
 
-ENGINE_SERIES = sorted({s.name for p in PROFILES for aliases in p.fields.values() for s in aliases} | {"vllm:cache_config_info"})
+ENGINE_SERIES = sorted(
+    {s.name for p in PROFILES for aliases in p.fields.values() for s in aliases} | {"vllm:cache_config_info"}
+)
 # One counter per engine kind, to see when Prometheus last scraped an engine (timestamp() drops the names,
 # so series of several names with the same labels cannot be asked at once).
 SCRAPE_CLOCK_SERIES = sorted({s.name for p in PROFILES for s in p.fields.get("generation_tokens", ())})
@@ -53,8 +62,10 @@ def parse_matchers(text: str) -> str:
     while rest.strip():
         m = _MATCHER.match(rest)
         if m is None or (m.end() < len(rest) and rest[m.end()] != ","):
-            raise ValueError(f'not PromQL label matchers: {text!r} (e.g. job="vllm" or job="vllm",instance=~"10.0.0.*")')
-        rest = rest[m.end() + 1:]
+            raise ValueError(
+                f'not PromQL label matchers: {text!r} (e.g. job="vllm" or job="vllm",instance=~"10.0.0.*")'
+            )
+        rest = rest[m.end() + 1 :]
     return body.strip().rstrip(",")
 
 
@@ -112,8 +123,9 @@ async def instant_query(client: httpx.AsyncClient, url: str, promql: str) -> lis
         raise MetricsFormatError(f"not a Prometheus API answer ({type(e).__name__})") from None
 
 
-async def check_prometheus(client: httpx.AsyncClient, url: str, matches: list[Match] | None,
-                           gpu_matchers: str | None) -> str | None:
+async def check_prometheus(
+    client: httpx.AsyncClient, url: str, matches: list[Match] | None, gpu_matchers: str | None
+) -> str | None:
     """Before the run: whether `url` is a Prometheus server that takes every query the run will ask
     (a regex it cannot parse is refused here, not every second). None when it does, else why not."""
     base, shown = url.rstrip("/"), redact_url(url.rstrip("/"))
@@ -126,7 +138,9 @@ async def check_prometheus(client: httpx.AsyncClient, url: str, matches: list[Ma
     except httpx.HTTPError as e:
         return f"cannot reach Prometheus at {shown}: {type(e).__name__} (is it up?)"
     except MetricsFormatError as e:
-        hint = " (give its user:password@ in the --prometheus URL)" if "HTTP 401" in str(e) or "HTTP 403" in str(e) else ""
+        hint = (
+            " (give its user:password@ in the --prometheus URL)" if "HTTP 401" in str(e) or "HTTP 403" in str(e) else ""
+        )
         return f"Prometheus at {shown}: {e}{hint}"
     return None
 
@@ -141,8 +155,17 @@ class PrometheusReader:
 
     FINAL_WAIT_S = 30.0  # the longest wait for Prometheus's next scrape of the engines (15 s is a common interval)
 
-    def __init__(self, url: str, interval: float, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float],
-                 *, matches: list[Match] | None, gpu_matchers: str | None, verify: ssl.SSLContext | bool = True):
+    def __init__(
+        self,
+        url: str,
+        interval: float,
+        emit: Callable[[ev.AnyEvent], None],
+        clock: Callable[[], float],
+        *,
+        matches: list[Match] | None,
+        gpu_matchers: str | None,
+        verify: ssl.SSLContext | bool = True,
+    ):
         self.url, self.interval, self.emit, self.clock = url.rstrip("/"), interval, emit, clock
         self.matches = matches  # None: engines are not read from Prometheus
         self.gpu_matchers = gpu_matchers  # None: GPUs are not read from Prometheus
@@ -176,12 +199,16 @@ class PrometheusReader:
                     seen.add(instance)
                     text = exposition(series)
                     engine, values, missing = normalize(text, detect(text))
-                    self.emit(ev.MetricsSample(t=t, source=instance, engine=engine, values=values, missing=missing,
-                                               role=match.role))
+                    self.emit(
+                        ev.MetricsSample(
+                            t=t, source=instance, engine=engine, values=values, missing=missing, role=match.role
+                        )
+                    )
             empty = [m.matchers for m, engines in found if not engines]
             if empty:
                 error = "no vllm:, sglang: or llamacpp: series in Prometheus" + (
-                    f" matching {'; '.join(empty)}" if any(empty) else "")
+                    f" matching {'; '.join(empty)}" if any(empty) else ""
+                )
         if error is not None or self._failing:
             self.emit(ev.MetricsError(t=self.clock(), source=self.source, error=error or ""))
         self._failing = error is not None
@@ -194,11 +221,18 @@ class PrometheusReader:
             return
         t = self.clock()
         if not gpus:
-            self.emit(ev.GpuUnavailable(t=t, source=self.source, reason="no DCGM_FI_DEV_* series in Prometheus"
-                                        + (f" matching {matchers}" if matchers else "")))
+            self.emit(
+                ev.GpuUnavailable(
+                    t=t,
+                    source=self.source,
+                    reason="no DCGM_FI_DEV_* series in Prometheus" + (f" matching {matchers}" if matchers else ""),
+                )
+            )
         for instance, series in sorted(by_instance(gpus).items()):
             host = urlsplit("//" + instance).hostname or instance
-            self.emit(ev.GpuSample(t=t, source=f"prometheus {instance}", gpus=parse_dcgm(exposition(series), node=host)))
+            self.emit(
+                ev.GpuSample(t=t, source=f"prometheus {instance}", gpus=parse_dcgm(exposition(series), node=host))
+            )
 
     async def final_read(self) -> None:
         """The run's last read, once Prometheus has scraped every engine after the run's last turn:
@@ -208,16 +242,25 @@ class PrometheusReader:
         said = False
         while self.matches is not None and time.monotonic() < deadline:
             try:
-                stamps = [float(s["value"][1]) for m in self.matches
-                          for s in await self.query(f"timestamp({selector(SCRAPE_CLOCK_SERIES, m.matchers)})")]
+                stamps = [
+                    float(s["value"][1])
+                    for m in self.matches
+                    for s in await self.query(f"timestamp({selector(SCRAPE_CLOCK_SERIES, m.matchers)})")
+                ]
             except (httpx.HTTPError, MetricsFormatError, KeyError, IndexError, TypeError, ValueError):
                 break
             if not stamps or min(stamps) >= since:
                 break
             if not said:
                 said = True
-                self.emit(ev.Notice(t=self.clock(), level="info", message=f"waiting up to {self.FINAL_WAIT_S:.0f} s "
-                                    "for Prometheus's next scrape, so the server totals cover the last turns"))
+                self.emit(
+                    ev.Notice(
+                        t=self.clock(),
+                        level="info",
+                        message=f"waiting up to {self.FINAL_WAIT_S:.0f} s "
+                        "for Prometheus's next scrape, so the server totals cover the last turns",
+                    )
+                )
             await asyncio.sleep(0.25)
         await self.scrape_once()
 
@@ -229,4 +272,3 @@ class PrometheusReader:
 
     async def aclose(self) -> None:
         await self._client.aclose()
-

@@ -7,8 +7,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from rampwatch.drivers.present import picture
 from rampwatch.drivers.model.analysis import Report, build_report
+from rampwatch.drivers.present import picture
 from rampwatch.drivers.present.compare import compare
 from rampwatch.drivers.present.report import COMPARE_COLUMNS, render_comparison
 from rampwatch.drivers.run.sweep import read_sweep
@@ -25,7 +25,9 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
         paths += read_sweep(path) or [path]
     if args.label and len(args.label) != len(paths):
         return fail(f"{len(args.label)} --label for {len(paths)} runs: give one per run, in order")
-    runs = labelled([load(path, args.label[k] if args.label else None, args.skip_bad_lines) for k, path in enumerate(paths)])
+    runs = labelled(
+        [load(path, args.label[k] if args.label else None, args.skip_bad_lines) for k, path in enumerate(paths)]
+    )
     baseline = 0
     if args.baseline:
         found = baseline_index(runs, args.baseline)
@@ -48,8 +50,13 @@ def load(path: Path, label: str | None, skip_bad_lines: bool) -> Compared:
     rep = build_report(state)
     h = state.header
     ramp = [s for s in state.sessions.values() if s.role == "ramp"]
-    return (label or f"{rep.run.model or '?'}@{rep.run.engine or '?'}", str(path), rep,
-            (h.engine_version or "") if h else "", ramp[0].schedule if ramp else [])
+    return (
+        label or f"{rep.run.model or '?'}@{rep.run.engine or '?'}",
+        str(path),
+        rep,
+        (h.engine_version or "") if h else "",
+        ramp[0].schedule if ramp else [],
+    )
 
 
 def labelled(runs: list[Compared]) -> list[Compared]:

@@ -25,7 +25,6 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
         targets, metrics_urls = topology.targets(child.urls)
         gpu = [engine + DCGM_PATH for engine in topology.engines(child.urls)] if args.gpus else cfg.gpu
         cfg = replace(cfg, url=targets[0], more_urls=targets[1:], metrics_urls=metrics_urls, gpu=gpu)
-        return execute_run(cfg, record=not args.no_record, headless=args.headless, web=args.web,
-                           refresh_s=args.refresh)
+        return execute_run(cfg, record=not args.no_record, headless=args.headless, web=args.web, refresh_s=args.refresh)
     finally:
         child.__exit__()

@@ -15,7 +15,10 @@ def read_noting(path: Path, skip_bad_lines: bool) -> Recording:
     """Read a recording; what had to be skipped is said on stderr."""
     rec = read_recording(path, skip_bad_lines=skip_bad_lines)
     if rec.truncated_tail:
-        print("rampwatch: note: the last line was cut off (a killed run); read up to the last complete event", file=sys.stderr)
+        print(
+            "rampwatch: note: the last line was cut off (a killed run); read up to the last complete event",
+            file=sys.stderr,
+        )
     if rec.skipped_lines:
         print(f"rampwatch: note: skipped corrupt lines: {', '.join(map(str, rec.skipped_lines[:10]))}", file=sys.stderr)
     return rec

@@ -10,10 +10,10 @@ from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.present.report import render
 from rampwatch.drivers.run.config import BadInput, RunConfig
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.exporting import linger_for_last_scrape, start_exporter
 from rampwatch.drivers.run.headless import run_headless
 from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
-from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.telemetry.exporter import RunExporter
 from rampwatch.tui.cli.spec import REFRESH_S
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from rampwatch.tui.web import WebServer
 
 
-def execute_run(cfg: RunConfig, record: bool, headless: bool, web: str | None = None,
-                refresh_s: float = REFRESH_S) -> int:
+def execute_run(
+    cfg: RunConfig, record: bool, headless: bool, web: str | None = None, refresh_s: float = REFRESH_S
+) -> int:
     """Headless: the run in this process, line output. With the UI: the run in
     a driver process of its own, the UI folding its event stream (redrawn every
     refresh_s). With --web: headless here, and the UI in browsers, each page
@@ -82,13 +83,16 @@ def execute_headless(cfg: RunConfig, record: bool, web: str | None = None) -> in
             return None
         from rampwatch.tui.web import page_command
 
-        servers.append(serve_web(web, page_command(run.recording_path, follow=True), f"rampwatch {cfg.mode}",
-                                 cfg.api_key))
+        servers.append(
+            serve_web(web, page_command(run.recording_path, follow=True), f"rampwatch {cfg.mode}", cfg.api_key)
+        )
         return servers[0]
 
     run, serving = run_headless(cfg, record, HeadlessPrinter, report_table, open_web if web else None)
     if servers:
-        serve_until_interrupted(servers[0], f"the run {run.state.ended.status if run.state and run.state.ended else 'ended'}")
+        serve_until_interrupted(
+            servers[0], f"the run {run.state.ended.status if run.state and run.state.ended else 'ended'}"
+        )
     if serving.exporter is not None and cfg.mode != "watch":
         linger_for_last_scrape()
     serving.close()

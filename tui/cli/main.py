@@ -19,8 +19,17 @@ from rampwatch.tui.cli.errors import EXIT_BAD_INPUT, BadArguments, fail
 from rampwatch.tui.cli.spec import build_parser
 
 # Command -> the module under rampwatch.tui.cli whose execute(args, argv) runs it.
-MODULES = {"run": "run", "watch": "run", "demo": "demo", "sim": "sim", "replay": "replay", "report": "report",
-           "compare": "compare", "export": "export", "sweep": "sweep"}
+MODULES = {
+    "run": "run",
+    "watch": "run",
+    "demo": "demo",
+    "sim": "sim",
+    "replay": "replay",
+    "report": "report",
+    "compare": "compare",
+    "export": "export",
+    "sweep": "sweep",
+}
 
 
 def main(argv: list[str] | None = None) -> int:

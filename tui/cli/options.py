@@ -25,8 +25,15 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         if "://" not in url:
             raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
     watched = watch_settings(args)
-    cfg = RunConfig(url=urls[0], more_urls=urls[1:], pins=dict(parse_pin(p) for p in getattr(args, "pin", None) or []),
-                    mode=mode, record=args.record, command=recorded_command(argv), **watched)
+    cfg = RunConfig(
+        url=urls[0],
+        more_urls=urls[1:],
+        pins=dict(parse_pin(p) for p in getattr(args, "pin", None) or []),
+        mode=mode,
+        record=args.record,
+        command=recorded_command(argv),
+        **watched,
+    )
     return cfg if mode == "watch" else replace(cfg, **ramp_settings(args))
 
 
@@ -34,9 +41,16 @@ def demo_config(args: argparse.Namespace, argv: list[str]) -> RunConfig:
     """demo: the ramp and --serve-metrics; the servers, their /metrics and GPUs are the simulator's, filled in
     once it listens (the URL here is a placeholder). OPENAI_API_KEY, when set, is still the key (it also
     guards --web's page), as for run."""
-    return RunConfig(url="http://127.0.0.1", mode="demo", record=args.record, command=recorded_command(argv),
-                     api_key=load_api_key(None, None), serve_metrics=serve_metrics_setting(args.serve_metrics),
-                     gpu=["auto"], **ramp_settings(args))
+    return RunConfig(
+        url="http://127.0.0.1",
+        mode="demo",
+        record=args.record,
+        command=recorded_command(argv),
+        api_key=load_api_key(None, None),
+        serve_metrics=serve_metrics_setting(args.serve_metrics),
+        gpu=["auto"],
+        **ramp_settings(args),
+    )
 
 
 def recorded_command(argv: list[str]) -> list[str]:
@@ -54,11 +68,23 @@ def schedule_from(args: argparse.Namespace) -> list[int]:
 def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The RunConfig fields add_ramp_args sets (for a sweep, `sessions` is its first point)."""
     sessions = args.sessions if isinstance(args.sessions, int) else args.sessions[0]
-    return dict(model=args.model, sessions=sessions, stagger=args.stagger, schedule=schedule_from(args),
-                output_tokens=args.output_tokens, ignore_eos=args.ignore_eos, retries=max(0, args.retries),
-                request_timeout=args.request_timeout, reconnect_timeout=args.reconnect_timeout,
-                record_text=args.record_text, lockstep=args.lockstep, one_shot=args.one_shot,
-                strict_needle=args.strict_needle, time_limit=args.time_limit, grace=args.grace)
+    return dict(
+        model=args.model,
+        sessions=sessions,
+        stagger=args.stagger,
+        schedule=schedule_from(args),
+        output_tokens=args.output_tokens,
+        ignore_eos=args.ignore_eos,
+        retries=max(0, args.retries),
+        request_timeout=args.request_timeout,
+        reconnect_timeout=args.reconnect_timeout,
+        record_text=args.record_text,
+        lockstep=args.lockstep,
+        one_shot=args.one_shot,
+        strict_needle=args.strict_needle,
+        time_limit=args.time_limit,
+        grace=args.grace,
+    )
 
 
 def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -73,11 +99,19 @@ def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
     if args.prometheus and "://" not in args.prometheus:
         raise BadInput(f"not a URL: {args.prometheus!r} (e.g. http://127.0.0.1:8000)")
     matches, gpu_matchers = prometheus_selection(args)
-    return dict(metrics_urls=args.metrics_url or [], gpu=gpus, scrape_interval=max(0.05, args.scrape_interval),
-                api_key=load_api_key(args.api_key_env, args.api_key_file),
-                metrics_token=load_metrics_token(args.metrics_auth_env), ca_bundle=args.ca_bundle,
-                insecure=args.insecure, prometheus=args.prometheus, prometheus_match=matches,
-                prometheus_gpu_match=gpu_matchers, serve_metrics=serve_metrics)
+    return dict(
+        metrics_urls=args.metrics_url or [],
+        gpu=gpus,
+        scrape_interval=max(0.05, args.scrape_interval),
+        api_key=load_api_key(args.api_key_env, args.api_key_file),
+        metrics_token=load_metrics_token(args.metrics_auth_env),
+        ca_bundle=args.ca_bundle,
+        insecure=args.insecure,
+        prometheus=args.prometheus,
+        prometheus_match=matches,
+        prometheus_gpu_match=gpu_matchers,
+        serve_metrics=serve_metrics,
+    )
 
 
 def serve_metrics_setting(listen: str | None) -> str | None:

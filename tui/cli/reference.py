@@ -15,11 +15,21 @@ def reference() -> str:
     """docs/cli.md: every command, every flag with its help, default and choices."""
     parser = build_parser()
     commands = subcommands(parser)
-    out = ["# The rampwatch command line", "",
-           f"Generated from the argument parser (`{REGENERATE}`); edit the help texts in tui/cli/spec.py, not this page.",
-           "", "```", "rampwatch [--version] COMMAND [ARGS]", "```", "",
-           "Exit codes: 0 done, 1 done with failed turns, 2 bad input, 3 crashed (the driver died or raised), "
-           "129/130/143 interrupted (SIGHUP, Ctrl-C, SIGTERM).", "", "| Command | What it does |", "|---|---|"]
+    out = [
+        "# The rampwatch command line",
+        "",
+        f"Generated from the argument parser (`{REGENERATE}`); edit the help texts in tui/cli/spec.py, not this page.",
+        "",
+        "```",
+        "rampwatch [--version] COMMAND [ARGS]",
+        "```",
+        "",
+        "Exit codes: 0 done, 1 done with failed turns, 2 bad input, 3 crashed (the driver died or raised), "
+        "129/130/143 interrupted (SIGHUP, Ctrl-C, SIGTERM).",
+        "",
+        "| Command | What it does |",
+        "|---|---|",
+    ]
     out += [f"| [`{name}`](#rampwatch-{name}) | {help_text} |" for name, help_text, _ in commands]
     for name, help_text, sub in commands:
         out += ["", f"## rampwatch {name}", "", help_text[:1].upper() + help_text[1:] + "."]
@@ -58,7 +68,9 @@ def spelling(action: argparse.Action) -> str:
         return {"+": f"{name} [{name} ...]", "*": f"[{name} ...]", "?": f"[{name}]"}.get(str(action.nargs), str(name))
     if action.nargs == 0:
         return ", ".join(action.option_strings)
-    metavar = action.metavar or (("{" + ",".join(map(str, action.choices)) + "}") if action.choices else action.dest.upper())
+    metavar = action.metavar or (
+        ("{" + ",".join(map(str, action.choices)) + "}") if action.choices else action.dest.upper()
+    )
     return ", ".join(f"{flag} {metavar}" for flag in action.option_strings)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.present.report import render
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.present.report import render
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.tui.cli.errors import fail
 from rampwatch.tui.cli.files import load_state
@@ -33,8 +33,9 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
         return print_lines(args)
     from rampwatch.tui.app import run_app_replay
 
-    return run_app_replay(read_recording(args.path, skip_bad_lines=args.skip_bad_lines), speed=args.speed,
-                          refresh_s=args.refresh)
+    return run_app_replay(
+        read_recording(args.path, skip_bad_lines=args.skip_bad_lines), speed=args.speed, refresh_s=args.refresh
+    )
 
 
 def print_lines(args: argparse.Namespace) -> int:

@@ -10,5 +10,4 @@ from rampwatch.tui.cli.options import config_from
 
 def execute(args: argparse.Namespace, argv: list[str]) -> int:
     cfg = config_from(args, args.command, argv)
-    return execute_run(cfg, record=not args.no_record, headless=args.headless, web=args.web,
-                       refresh_s=args.refresh)
+    return execute_run(cfg, record=not args.no_record, headless=args.headless, web=args.web, refresh_s=args.refresh)

@@ -52,42 +52,85 @@ class OneLineParser(argparse.ArgumentParser):
 
 def add_record_args(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--record", type=Path, metavar="PATH",
-                   help="write the recording here (default: recordings/<time>-<model>.jsonl)")
+    g.add_argument(
+        "--record",
+        type=Path,
+        metavar="PATH",
+        help="write the recording here (default: recordings/<time>-<model>.jsonl)",
+    )
     g.add_argument("--no-record", action="store_true", help="do not write a recording")
 
 
 def add_server_watch_args(p: argparse.ArgumentParser, ui: bool = True) -> None:
     """The flags of every command that drives or watches servers; `ui`: it can show the UI (sweep cannot)."""
-    p.add_argument("--metrics-url", action="append", default=None, metavar="[ROLE:][NAME=]URL",
-                   help="a /metrics endpoint to scrape, repeatable: NAME labels it (default host:port), ROLE is "
-                        "prefill, decode or both (default); e.g. prefill:p0=http://10.0.0.1:8000/metrics "
-                        "(default: each server's URL/metrics)")
-    p.add_argument("--gpu", action="append", default=None, metavar="auto|none|URL",
-                   help="GPU source: auto = NVML when present, none, or a dcgm-exporter /metrics URL; repeatable, one "
-                        "URL per node (GPUs are labelled by the exporter's Hostname, else the URL's host) (default auto)")
-    p.add_argument("--prometheus", metavar="URL",
-                   help="read server and GPU figures from this Prometheus server's HTTP API (engines' vllm:/sglang:/"
-                        "llamacpp: series unless --metrics-url, DCGM_FI_DEV_* unless --gpu; one endpoint per instance)")
-    p.add_argument("--prometheus-match", action="append", default=None, metavar="[ROLE:]MATCHERS",
-                   help="with --prometheus: read only the engines these PromQL label matchers select, repeatable, ROLE "
-                        "prefill, decode or both (default); e.g. 'prefill:job=\"llm-prefill\"' (default: every engine)")
-    p.add_argument("--prometheus-gpu-match", metavar="MATCHERS",
-                   help="with --prometheus: read only the dcgm-exporter GPUs these label matchers select, e.g. "
-                        "'Hostname=~\"gpu-node-(1|2)\"' (default: every GPU)")
+    p.add_argument(
+        "--metrics-url",
+        action="append",
+        default=None,
+        metavar="[ROLE:][NAME=]URL",
+        help="a /metrics endpoint to scrape, repeatable: NAME labels it (default host:port), ROLE is "
+        "prefill, decode or both (default); e.g. prefill:p0=http://10.0.0.1:8000/metrics "
+        "(default: each server's URL/metrics)",
+    )
+    p.add_argument(
+        "--gpu",
+        action="append",
+        default=None,
+        metavar="auto|none|URL",
+        help="GPU source: auto = NVML when present, none, or a dcgm-exporter /metrics URL; repeatable, one "
+        "URL per node (GPUs are labelled by the exporter's Hostname, else the URL's host) (default auto)",
+    )
+    p.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read server and GPU figures from this Prometheus server's HTTP API (engines' vllm:/sglang:/"
+        "llamacpp: series unless --metrics-url, DCGM_FI_DEV_* unless --gpu; one endpoint per instance)",
+    )
+    p.add_argument(
+        "--prometheus-match",
+        action="append",
+        default=None,
+        metavar="[ROLE:]MATCHERS",
+        help="with --prometheus: read only the engines these PromQL label matchers select, repeatable, ROLE "
+        "prefill, decode or both (default); e.g. 'prefill:job=\"llm-prefill\"' (default: every engine)",
+    )
+    p.add_argument(
+        "--prometheus-gpu-match",
+        metavar="MATCHERS",
+        help="with --prometheus: read only the dcgm-exporter GPUs these label matchers select, e.g. "
+        "'Hostname=~\"gpu-node-(1|2)\"' (default: every GPU)",
+    )
     add_serve_metrics_arg(p)
-    p.add_argument("--scrape-interval", type=positive_float, default=0.5, metavar="S",
-                   help="seconds between /metrics scrapes (default 0.5)")
-    p.add_argument("--api-key-env", metavar="VAR",
-                   help="read the API key from this environment variable (default: OPENAI_API_KEY when set)")
+    p.add_argument(
+        "--scrape-interval",
+        type=positive_float,
+        default=0.5,
+        metavar="S",
+        help="seconds between /metrics scrapes (default 0.5)",
+    )
+    p.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="read the API key from this environment variable (default: OPENAI_API_KEY when set)",
+    )
     p.add_argument("--api-key-file", metavar="PATH", help="read the API key from this file (first line)")
-    p.add_argument("--metrics-auth-env", metavar="VAR",
-                   help="send this environment variable's value as a Bearer token to metrics and GPU URLs (the API "
-                        "key goes to the inference servers only; user:password@ in a metrics URL goes as Basic auth)")
-    p.add_argument("--ca-bundle", type=Path, metavar="PATH",
-                   help="trust these CA certificates (PEM) for https URLs, instead of certifi's bundle")
-    p.add_argument("--insecure", action="store_true",
-                   help="verify no TLS certificate (said in the header, the recording and the output)")
+    p.add_argument(
+        "--metrics-auth-env",
+        metavar="VAR",
+        help="send this environment variable's value as a Bearer token to metrics and GPU URLs (the API "
+        "key goes to the inference servers only; user:password@ in a metrics URL goes as Basic auth)",
+    )
+    p.add_argument(
+        "--ca-bundle",
+        type=Path,
+        metavar="PATH",
+        help="trust these CA certificates (PEM) for https URLs, instead of certifi's bundle",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="verify no TLS certificate (said in the header, the recording and the output)",
+    )
     p.add_argument("--headless", action="store_true", help="line output instead of the UI (for scripts and CI)")
     if ui:
         add_refresh_arg(p)
@@ -96,88 +139,172 @@ def add_server_watch_args(p: argparse.ArgumentParser, ui: bool = True) -> None:
 
 
 def add_serve_metrics_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--serve-metrics", metavar="[HOST:]PORT",
-                   help="expose rampwatch's own figures (TTFT, decode tok/s, gaps, prefill in flight, turns, needle) "
-                        "for Prometheus at http://HOST:PORT/metrics (HOST default 127.0.0.1)")
+    p.add_argument(
+        "--serve-metrics",
+        metavar="[HOST:]PORT",
+        help="expose rampwatch's own figures (TTFT, decode tok/s, gaps, prefill in flight, turns, needle) "
+        "for Prometheus at http://HOST:PORT/metrics (HOST default 127.0.0.1)",
+    )
 
 
 def add_refresh_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--refresh", type=positive_float, default=REFRESH_S, metavar="SECONDS",
-                   help="redraw the UI every SECONDS (default 0.5: a two-session ramp writes ~8 KB/s to a 120x40 "
-                        "terminal; raise it on a slow SSH link)")
+    p.add_argument(
+        "--refresh",
+        type=positive_float,
+        default=REFRESH_S,
+        metavar="SECONDS",
+        help="redraw the UI every SECONDS (default 0.5: a two-session ramp writes ~8 KB/s to a 120x40 "
+        "terminal; raise it on a slow SSH link)",
+    )
 
 
 def add_web_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--web", metavar="[HOST:]PORT",
-                   help="serve the UI in a browser at http://HOST:PORT (textual-serve; HOST default 127.0.0.1); "
-                        "this terminal gets the line output")
+    p.add_argument(
+        "--web",
+        metavar="[HOST:]PORT",
+        help="serve the UI in a browser at http://HOST:PORT (textual-serve; HOST default 127.0.0.1); "
+        "this terminal gets the line output",
+    )
 
 
-def add_ramp_args(p: argparse.ArgumentParser, sessions_default: int = 1, lockstep_default: bool = False,
-                  sweep: bool = False) -> None:
+def add_ramp_args(
+    p: argparse.ArgumentParser, sessions_default: int = 1, lockstep_default: bool = False, sweep: bool = False
+) -> None:
     p.add_argument("--model", help="model to ask for (default: the first of /v1/models)")
     if sweep:
-        p.add_argument("--sessions", type=session_counts, required=True, metavar="N,N,...",
-                       help="session counts to run, in lockstep, one after the other (e.g. 1,2,4,8)")
+        p.add_argument(
+            "--sessions",
+            type=session_counts,
+            required=True,
+            metavar="N,N,...",
+            help="session counts to run, in lockstep, one after the other (e.g. 1,2,4,8)",
+        )
     else:
-        p.add_argument("--sessions", type=positive_int, default=sessions_default, metavar="N",
-                       help=f"conversations to run at once (default {sessions_default})")
-    p.add_argument("--stagger", type=positive_float, default=0.0, metavar="S",
-                   help="seconds between the starts of consecutive sessions (default 0)")
-    p.add_argument("--schedule", default="seed", metavar="seed|LIST",
-                   help="context tokens per turn: 'seed' (32k,64k,128k,+128k…,1m) or a list like 32k,64k,128k")
-    p.add_argument("--scale-to", metavar="TOKENS",
-                   help="same shape, last turn at TOKENS (for servers with a shorter max context), e.g. 32k")
-    p.add_argument("--output-tokens", type=positive_int, default=128, metavar="N",
-                   help="tokens to ask for each turn (default 128)")
-    p.add_argument("--ignore-eos", action="store_true",
-                   help="ask the server to generate exactly --output-tokens (ignore_eos / min_tokens)")
+        p.add_argument(
+            "--sessions",
+            type=positive_int,
+            default=sessions_default,
+            metavar="N",
+            help=f"conversations to run at once (default {sessions_default})",
+        )
+    p.add_argument(
+        "--stagger",
+        type=positive_float,
+        default=0.0,
+        metavar="S",
+        help="seconds between the starts of consecutive sessions (default 0)",
+    )
+    p.add_argument(
+        "--schedule",
+        default="seed",
+        metavar="seed|LIST",
+        help="context tokens per turn: 'seed' (32k,64k,128k,+128k…,1m) or a list like 32k,64k,128k",
+    )
+    p.add_argument(
+        "--scale-to",
+        metavar="TOKENS",
+        help="same shape, last turn at TOKENS (for servers with a shorter max context), e.g. 32k",
+    )
+    p.add_argument(
+        "--output-tokens", type=positive_int, default=128, metavar="N", help="tokens to ask for each turn (default 128)"
+    )
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="ask the server to generate exactly --output-tokens (ignore_eos / min_tokens)",
+    )
     p.add_argument("--retries", type=int, default=0, metavar="N", help="retry a failed turn N times (default 0)")
-    p.add_argument("--request-timeout", type=positive_float, default=3600.0, metavar="S",
-                   help="longest wait for a turn, prefill included (default 3600)")
-    p.add_argument("--reconnect-timeout", type=positive_float, default=180.0, metavar="S",
-                   help="how long sessions wait for a vanished server to come back (default 180)")
-    p.add_argument("--record-text", action="store_true",
-                   help="keep prompt and reply text in the recording (default: sizes, salts and hashes only)")
-    p.add_argument("--lockstep", action=argparse.BooleanOptionalAction, default=lockstep_default,
-                   help="turn k+1 of any session starts only when turn k of every live session has finished "
-                        f"(default {'on' if lockstep_default else 'off'})")
-    p.add_argument("--one-shot", action="store_true",
-                   help="after the ramp, send one fresh prompt as long as its last turn (unshared salt: no cache hit) "
-                        "as a baseline; with a one-turn --schedule, only that prompt")
-    p.add_argument("--strict-needle", action="store_true",
-                   help="re-send replies with the needle's code masked, so the only copy stays in turn 1 "
-                        "(default: replies go back verbatim, as in a real conversation)")
-    p.add_argument("--time-limit", type=duration, metavar="DURATION",
-                   help="start no new turn after this long, e.g. 40s, 90m, 2h (the run ends with status time-limit)")
-    p.add_argument("--grace", type=positive_float, default=0.0, metavar="S",
-                   help="with --time-limit: cancel turns still in flight S seconds after the limit (default 0: let them finish)")
+    p.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=3600.0,
+        metavar="S",
+        help="longest wait for a turn, prefill included (default 3600)",
+    )
+    p.add_argument(
+        "--reconnect-timeout",
+        type=positive_float,
+        default=180.0,
+        metavar="S",
+        help="how long sessions wait for a vanished server to come back (default 180)",
+    )
+    p.add_argument(
+        "--record-text",
+        action="store_true",
+        help="keep prompt and reply text in the recording (default: sizes, salts and hashes only)",
+    )
+    p.add_argument(
+        "--lockstep",
+        action=argparse.BooleanOptionalAction,
+        default=lockstep_default,
+        help="turn k+1 of any session starts only when turn k of every live session has finished "
+        f"(default {'on' if lockstep_default else 'off'})",
+    )
+    p.add_argument(
+        "--one-shot",
+        action="store_true",
+        help="after the ramp, send one fresh prompt as long as its last turn (unshared salt: no cache hit) "
+        "as a baseline; with a one-turn --schedule, only that prompt",
+    )
+    p.add_argument(
+        "--strict-needle",
+        action="store_true",
+        help="re-send replies with the needle's code masked, so the only copy stays in turn 1 "
+        "(default: replies go back verbatim, as in a real conversation)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=duration,
+        metavar="DURATION",
+        help="start no new turn after this long, e.g. 40s, 90m, 2h (the run ends with status time-limit)",
+    )
+    p.add_argument(
+        "--grace",
+        type=positive_float,
+        default=0.0,
+        metavar="S",
+        help="with --time-limit: cancel turns still in flight S seconds after the limit (default 0: let them finish)",
+    )
 
 
 def add_topology_arg(p: argparse.ArgumentParser, flag: str) -> None:
-    p.add_argument(flag, type=topology, default="single", metavar="single|replicas:N|pd",
-                   help="simulated deployment: one engine (default), N replicas the sessions are spread over, or a "
-                        "prefill/decode split behind a proxy (each engine with its own /metrics)")
+    p.add_argument(
+        flag,
+        type=topology,
+        default="single",
+        metavar="single|replicas:N|pd",
+        help="simulated deployment: one engine (default), N replicas the sessions are spread over, or a "
+        "prefill/decode split behind a proxy (each engine with its own /metrics)",
+    )
 
 
 def add_pin_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pin", action="append", default=[], metavar="SESSION=URL",
-                   help="send a session's turns to one of the servers (its URL or name), e.g. s1=http://10.0.0.2:8000 "
-                        "(repeatable; the others go round-robin)")
-
-
+    p.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="SESSION=URL",
+        help="send a session's turns to one of the servers (its URL or name), e.g. s1=http://10.0.0.2:8000 "
+        "(repeatable; the others go round-robin)",
+    )
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", metavar="URL", nargs="+",
-                   help="server base URL, e.g. http://127.0.0.1:8000; several: sessions are spread over them round-robin")
+    p.add_argument(
+        "url",
+        metavar="URL",
+        nargs="+",
+        help="server base URL, e.g. http://127.0.0.1:8000; several: sessions are spread over them round-robin",
+    )
     add_ramp_args(p)
     add_pin_arg(p)
     add_server_watch_args(p)
 
 
 def add_watch_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", metavar="URL", nargs="*", help="server base URL (several: one endpoint each; none with --prometheus)")
+    p.add_argument(
+        "url", metavar="URL", nargs="*", help="server base URL (several: one endpoint each; none with --prometheus)"
+    )
     add_server_watch_args(p)
 
 
@@ -205,11 +332,18 @@ def add_sim_command_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", metavar="VAR", help="require this environment variable's value as a Bearer API key")
     add_sim_args(p)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--replicas", type=positive_int, metavar="N",
-                   help="N engines on ports PORT..PORT+N-1, each with its own /metrics")
-    g.add_argument("--pd", action="store_true",
-                   help="a prefill/decode split: a proxy on PORT (send turns here), the prefill engine on PORT+1, "
-                        "the decode engine on PORT+2 (each with /metrics); the KV moves with a modelled transfer time")
+    g.add_argument(
+        "--replicas",
+        type=positive_int,
+        metavar="N",
+        help="N engines on ports PORT..PORT+N-1, each with its own /metrics",
+    )
+    g.add_argument(
+        "--pd",
+        action="store_true",
+        help="a prefill/decode split: a proxy on PORT (send turns here), the prefill engine on PORT+1, "
+        "the decode engine on PORT+2 (each with /metrics); the KV moves with a modelled transfer time",
+    )
     add_fault_args(p)
 
 
@@ -222,28 +356,51 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed, 0.25 to 64 (default 1)")
     p.add_argument("--headless", action="store_true", help="print the run's turn lines instead of the UI")
     add_refresh_arg(p)
-    p.add_argument("--follow", action="store_true",
-                   help="show a run as its recording grows (a run in progress, e.g. started by someone else)")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="show a run as its recording grows (a run in progress, e.g. started by someone else)",
+    )
     add_web_arg(p)
     add_skip_bad_lines_arg(p)
 
 
 def add_compare_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", type=Path, nargs="+", metavar="RUN",
-                   help="recordings (.jsonl) or sweep files (.sweep.json), in the order their columns appear")
+    p.add_argument(
+        "paths",
+        type=Path,
+        nargs="+",
+        metavar="RUN",
+        help="recordings (.jsonl) or sweep files (.sweep.json), in the order their columns appear",
+    )
     p.add_argument("--format", choices=FORMATS, default="table", help="table (default), md, csv or json")
-    p.add_argument("--baseline", metavar="RUN", help="the run the per-turn ratios divide by: its path or label (default the first)")
-    p.add_argument("--label", action="append", default=[], metavar="NAME",
-                   help="a label per run, in order (repeatable; default model@engine)")
-    p.add_argument("--html", type=Path, metavar="OUT", help="also write the table and a TTFT-per-turn chart as one HTML page")
+    p.add_argument(
+        "--baseline", metavar="RUN", help="the run the per-turn ratios divide by: its path or label (default the first)"
+    )
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a label per run, in order (repeatable; default model@engine)",
+    )
+    p.add_argument(
+        "--html", type=Path, metavar="OUT", help="also write the table and a TTFT-per-turn chart as one HTML page"
+    )
     add_skip_bad_lines_arg(p)
 
 
 def add_export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", type=Path, metavar="RUN", nargs="?", help="the recording (.jsonl) to draw")
-    p.add_argument("--grafana-dashboard", type=Path, metavar="OUT",
-                   help="write the Grafana dashboard for --serve-metrics (with vLLM's metrics beside) as JSON")
-    p.add_argument("--html", type=Path, metavar="OUT", help="the timeline, TTFT against context and the summary, as HTML")
+    p.add_argument(
+        "--grafana-dashboard",
+        type=Path,
+        metavar="OUT",
+        help="write the Grafana dashboard for --serve-metrics (with vLLM's metrics beside) as JSON",
+    )
+    p.add_argument(
+        "--html", type=Path, metavar="OUT", help="the timeline, TTFT against context and the summary, as HTML"
+    )
     p.add_argument("--svg", type=Path, metavar="OUT", help="the timeline and the TTFT chart as one SVG")
     add_skip_bad_lines_arg(p)
 

@@ -7,8 +7,8 @@ import sys
 
 from rampwatch.drivers.present.report import render_curve
 from rampwatch.drivers.run.config import default_record_path
-from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
+from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.sweep_loop import EXIT_INTERRUPTED, run_sweep
 from rampwatch.tui.cli.errors import fail
 from rampwatch.tui.cli.launch import report_table
@@ -19,7 +19,9 @@ from rampwatch.tui.headless import HeadlessPrinter
 def execute(args: argparse.Namespace, argv: list[str]) -> int:
     """Each session count in turn, recorded; stops when the server starts to fail or preempt."""
     if args.web:
-        return fail("--web is for run, watch, demo and replay; a sweep prints its curve (replay its recordings with --web)")
+        return fail(
+            "--web is for run, watch, demo and replay; a sweep prints its curve (replay its recordings with --web)"
+        )
     sweep_path = None if args.no_record else (args.record or default_record_path("sweep").with_suffix(".sweep.json"))
     if sweep_path is not None:
         if args.record is None:

@@ -25,8 +25,12 @@ def serve_web(listen: str, command: str, title: str, secret: str | None = None) 
     if problem is not None:
         server.close()
         raise BadInput(f"--web {listen}: {problem}")
-    print(f"rampwatch: the UI is at {server.url} (from a laptop: ssh -L {port}:127.0.0.1:{port} THIS-HOST, "
-          f"then open http://127.0.0.1:{port})", file=sys.stderr, flush=True)
+    print(
+        f"rampwatch: the UI is at {server.url} (from a laptop: ssh -L {port}:127.0.0.1:{port} THIS-HOST, "
+        f"then open http://127.0.0.1:{port})",
+        file=sys.stderr,
+        flush=True,
+    )
     return server
 
 

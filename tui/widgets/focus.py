@@ -20,8 +20,20 @@ from rampwatch.tui.widgets.panels import ChangingStatic, last_whole_second, pref
 from rampwatch.tui.widgets.sessions import session_row
 
 # The report's per-turn columns that one session's screen has room for (the same heads, the same cells).
-TURN_COLUMNS = ("turn", "context", "new", "cached", "TTFT s", "prefill tok/s", "decode tok/s", "gap p99", "max gap",
-                ">100ms", "hit", "needle")
+TURN_COLUMNS = (
+    "turn",
+    "context",
+    "new",
+    "cached",
+    "TTFT s",
+    "prefill tok/s",
+    "decode tok/s",
+    "gap p99",
+    "max gap",
+    ">100ms",
+    "hit",
+    "needle",
+)
 
 
 class SessionScreen(Screen[None]):
@@ -81,6 +93,8 @@ class SessionScreen(Screen[None]):
         marks = state.foreign_prefill_cells(s.id, first * step, step, width, now)
         top = max(values) or 1.0
         rows = max(1, lane.size.height - 1)
-        lines = [Text(f"{top:>6.0f}▕ " if k == 0 else f"{'':6}▕ ", style="dim") + spark
-                 for k, spark in enumerate(sparkline(values, top, marks, rows=rows))]
+        lines = [
+            Text(f"{top:>6.0f}▕ " if k == 0 else f"{'':6}▕ ", style="dim") + spark
+            for k, spark in enumerate(sparkline(values, top, marks, rows=rows))
+        ]
         lane.show_content(Group(*lines, prefill_legend(f"  1 cell = {step:g}s  ")))

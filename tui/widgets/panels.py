@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-
 from typing import Any
 
 from rich.console import Console, Group
@@ -110,11 +109,25 @@ class HeaderBar(ChangingStatic):
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(" rampwatch ", style="bold reverse")
         alarm = "silent" in mode or "crashed" in mode
-        t.append(f" {mode} ", style="bold white on red" if alarm else "bold black on yellow" if "replay" in mode else "bold black on green")
+        t.append(
+            f" {mode} ",
+            style="bold white on red"
+            if alarm
+            else "bold black on yellow"
+            if "replay" in mode
+            else "bold black on green",
+        )
         t.append(f" {clock(now)} ", style="bold")
         if h is not None:
-            modes = [m for m in ("lockstep" if h.lockstep else "", "strict needle" if h.needle_mode == "strict" else "",
-                                 "one-shot" if h.one_shot else "") if m]
+            modes = [
+                m
+                for m in (
+                    "lockstep" if h.lockstep else "",
+                    "strict needle" if h.needle_mode == "strict" else "",
+                    "one-shot" if h.one_shot else "",
+                )
+                if m
+            ]
             if h.time_limit_s:
                 modes.append(f"limit {clock(h.time_limit_s)}" + (" reached" if now >= h.time_limit_s else ""))
             if modes:
@@ -187,7 +200,7 @@ class TimelinePanel(Panel):
         space = max(1, self.size.height - (0 if self.compact else 1))  # rows for lanes (the legend takes one)
         sessions = list(state.sessions.values())
         aggregate = len(sessions) > space
-        lanes = self._by_interest(sessions, now)[:max(0, space - 2)] if aggregate else sessions
+        lanes = self._by_interest(sessions, now)[: max(0, space - 2)] if aggregate else sessions
         rows = 1 if self.compact or aggregate else max(1, min(10, space // max(1, len(lanes))))
         out = []
         for s in lanes:
@@ -213,6 +226,7 @@ class TimelinePanel(Panel):
     def _by_interest(sessions: list[SessionView], now: float) -> list[SessionView]:
         """Who gets a lane when not all fit: those prefilling (longest wait
         first), then those decoding slowest, then the rest."""
+
         def key(s: SessionView) -> tuple[int, float]:
             if s.state == "prefilling" and s.current is not None:
                 return (0, s.current.sent_t)
@@ -233,7 +247,7 @@ class PrefillPanel(Panel):
         rows = []
         width = max(8, self.size.width - 52)
         fit = max(1, self.size.height)
-        shown = progress if len(progress) <= fit else progress[:max(1, fit - 1)]
+        shown = progress if len(progress) <= fit else progress[: max(1, fit - 1)]
         for p in shown:
             line = Text(f"{p.session} turn {p.turn}", style="bold yellow")
             line.append(f"  ~{format_tokens(p.new_tokens)} new  {duration(p.elapsed)}")
@@ -254,8 +268,11 @@ class PrefillPanel(Panel):
 
 
 # What makes each engine put cached tokens in a response's usage.
-CACHE_REPORT_FLAGS = {"vllm": "vLLM: --enable-prompt-tokens-details", "sglang": "SGLang: --enable-cache-report",
-                      "llama.cpp": "llama.cpp: a build with prompt_tokens_details"}
+CACHE_REPORT_FLAGS = {
+    "vllm": "vLLM: --enable-prompt-tokens-details",
+    "sglang": "SGLang: --enable-cache-report",
+    "llama.cpp": "llama.cpp: a build with prompt_tokens_details",
+}
 
 
 class ServerPanel(Panel):
@@ -266,8 +283,11 @@ class ServerPanel(Panel):
         v, missing = srv.values, srv.missing
         answered = [ep for ep in state.endpoints.values() if ep.last_sample_t is not None]
         rows = {ep.name for ep in answered} if len(answered) > 1 and not self.compact else set()  # say it in their row
-        lines = [Text(f"metrics {src}: {err}", style="bold red") for src, err in state.metrics_errors().items()
-                 if src not in rows]
+        lines = [
+            Text(f"metrics {src}: {err}", style="bold red")
+            for src, err in state.metrics_errors().items()
+            if src not in rows
+        ]
         if srv.last_sample_t is None:
             lines.append(Text("waiting for the first /metrics scrape…", style="dim"))
             return Group(*lines)
@@ -327,7 +347,6 @@ class ServerPanel(Panel):
         lines.append(line)
         return Group(*lines)
 
-
     def _compact(self, state: RunState, last_hit: float | None) -> list[Text]:
         """Two lines: KV, capacity and hit rate; requests, throughput, preemptions."""
         srv = state.server
@@ -359,8 +378,10 @@ class ServerPanel(Panel):
         ep = max(answered, key=lambda x: (x.values.get("kv_usage", -1.0), x.values.get("waiting", 0.0)))
         v = ep.values
         line = Text("worst ", style="bold")
-        line.append(f"{ep.name}: KV {pct(v.get('kv_usage'))} · {whole(v.get('running'))} run "
-                    f"{whole(v.get('waiting'))} wait · hit {pct(ep.hit_rate_since_start())}")
+        line.append(
+            f"{ep.name}: KV {pct(v.get('kv_usage'))} · {whole(v.get('running'))} run "
+            f"{whole(v.get('waiting'))} wait · hit {pct(ep.hit_rate_since_start())}"
+        )
         return [line]
 
 
@@ -423,7 +444,11 @@ class GpuPanel(Panel):
 def gpu_line(g: ev.GpuReading, label_w: int, width: int) -> Text:
     """One GPU: [node] index, a utilisation bar, util %, then memory, power, SM clock and
     temperature as long as they fit the panel's width."""
-    extras = [f"  mem {g.mem_used / 2**30:.0f}/{g.mem_total / 2**30:.0f}G" if g.mem_used is not None and g.mem_total else "  mem -"]
+    extras = [
+        f"  mem {g.mem_used / 2**30:.0f}/{g.mem_total / 2**30:.0f}G"
+        if g.mem_used is not None and g.mem_total
+        else "  mem -"
+    ]
     if g.power is not None:
         extras.append(f"  {g.power:.0f}" + (f"/{g.power_limit:.0f}W" if g.power_limit else "W"))
     extras += [f"  {whole(g.sm_clock)}MHz", f"  {whole(g.temp)}°C"]
@@ -433,7 +458,9 @@ def gpu_line(g: ev.GpuReading, label_w: int, width: int) -> Text:
         extras.pop()  # temperature first, then clock, power, memory: the bar keeps at least 8 cells
     line = Text(label, style="dim")
     line.append(index, style="bold")
-    line.append_text(bar(None if g.util is None else g.util / 100, max(4, width - fixed - sum(len(x) for x in extras)), "magenta"))
+    line.append_text(
+        bar(None if g.util is None else g.util / 100, max(4, width - fixed - sum(len(x) for x in extras)), "magenta")
+    )
     line.append(f" {whole(g.util):>3}%" + "".join(extras))
     return line
 
@@ -445,7 +472,9 @@ def node_line(node: str, gpus: list[ev.GpuReading], width: int) -> Text:
     line = Text(f"{(node or 'local')[:14]:<14} ", style="bold")
     line.append(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} ")
     line.append_text(bar(None if mean is None else mean / 100, max(4, width - 76), "magenta"))
-    line.append(f" util min {whole(min(utils, default=None))} mean {whole(mean)} max {whole(max(utils, default=None))}%")
+    line.append(
+        f" util min {whole(min(utils, default=None))} mean {whole(mean)} max {whole(max(utils, default=None))}%"
+    )
     used = [g.mem_used for g in gpus if g.mem_used is not None]
     total = [g.mem_total for g in gpus if g.mem_total]
     if used and total:

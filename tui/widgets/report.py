@@ -47,7 +47,9 @@ def ttft_bars(rep: Report) -> Text:
             if row is None:
                 out.append("-\n", style="dim")
                 continue
-            out.append("█" * max(1, round((row.ttft_s or 0) / top * BAR_WIDTH)), style="yellow" if k % 2 == 0 else "cyan")
+            out.append(
+                "█" * max(1, round((row.ttft_s or 0) / top * BAR_WIDTH)), style="yellow" if k % 2 == 0 else "cyan"
+            )
             out.append(f" {row.ttft_s:.2f}s\n")
     if rep.one_shot is not None and rep.one_shot.turn.ttft_s is not None:
         out.append(f"{'1shot':>10}", style="bold")
@@ -72,10 +74,14 @@ class ReportScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         r = self.report.run
         with VerticalScroll(id="report-box"):
-            yield Static(Text(f"rampwatch report: {r.model} on {r.engine} at {r.server}, started {r.started_at}", style="bold"))
+            yield Static(
+                Text(f"rampwatch report: {r.model} on {r.engine} at {r.server}, started {r.started_at}", style="bold")
+            )
             for sid in self.tables:
-                yield Static(Text(f"session {sid}" if sid != "one-shot" else "one-shot baseline", style="bold"),
-                             classes="report-title")
+                yield Static(
+                    Text(f"session {sid}" if sid != "one-shot" else "one-shot baseline", style="bold"),
+                    classes="report-title",
+                )
                 yield DataTable(id=f"turns-{sid}", classes="report-table", zebra_stripes=True, cursor_type="row")
             yield Static(Text("\n".join(summary_lines(self.report))), id="report-summary")
             yield Static(Text("TTFT per turn", style="bold"), classes="report-title")
@@ -96,7 +102,9 @@ class ReportScreen(Screen[None]):
             name, reverse = self.sorted_by[sid]
             field = BY_HEAD[name].field
             present = [r for r in rows if getattr(r, field) is not None]
-            rows = sorted(present, key=lambda r: getattr(r, field), reverse=reverse) + [r for r in rows if r not in present]
+            rows = sorted(present, key=lambda r: getattr(r, field), reverse=reverse) + [
+                r for r in rows if r not in present
+            ]
         for r in rows:
             table.add_row(*row_cells(r, self.columns))
 

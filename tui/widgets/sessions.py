@@ -16,18 +16,35 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.model.views import SessionState, SessionView
 from rampwatch.drivers.model.turns import STALL_S
+from rampwatch.drivers.model.views import SessionState, SessionView
 from rampwatch.tui.fmt import duration, format_tokens, pct, rate
 
 STATE_STYLE: dict[SessionState, str] = {
-    "queued": "dim", "prefilling": "bold yellow", "decoding": "bold green", "idle": "cyan",
-    "failed": "bold red", "done": "bold blue", "cancelled": "magenta",
+    "queued": "dim",
+    "prefilling": "bold yellow",
+    "decoding": "bold green",
+    "idle": "cyan",
+    "failed": "bold red",
+    "done": "bold blue",
+    "cancelled": "magenta",
 }
-STATE_ORDER: dict[str, int] = {s: k for k, s in enumerate(("prefilling", "decoding", "queued", "idle", "failed", "cancelled", "done"))}
-COLUMNS = (("", 5, "<"), ("turn", 5, ">"), ("ctx", 5, ">"), ("state", 16, "<"), ("TTFT", 6, ">"),
-           ("tok/s", 6, ">"), ("stall", 6, ">"), ("hit", 4, ">"))
-HEADS = Text(" ".join(f"{n:{a}{w}}" for n, w, a in COLUMNS) + " needle", style="bold", no_wrap=True, overflow="ellipsis")
+STATE_ORDER: dict[str, int] = {
+    s: k for k, s in enumerate(("prefilling", "decoding", "queued", "idle", "failed", "cancelled", "done"))
+}
+COLUMNS = (
+    ("", 5, "<"),
+    ("turn", 5, ">"),
+    ("ctx", 5, ">"),
+    ("state", 16, "<"),
+    ("TTFT", 6, ">"),
+    ("tok/s", 6, ">"),
+    ("stall", 6, ">"),
+    ("hit", 4, ">"),
+)
+HEADS = Text(
+    " ".join(f"{n:{a}{w}}" for n, w, a in COLUMNS) + " needle", style="bold", no_wrap=True, overflow="ellipsis"
+)
 CURSOR_STYLE = Style(bgcolor="grey30")
 
 
@@ -81,9 +98,16 @@ def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] |
     last = s.last_done
     tok_s = s.decode_rate_now() if s.state == "decoding" else None
     stall, stalled = stall_cell(s, now)
-    cells = ("1shot" if s.role == "one-shot" else s.id, f"{s.turn}/{len(s.schedule)}", format_tokens(s.context_tokens),
-             label, duration(last.ttft if last is not None else None), f"{tok_s:.1f}" if tok_s is not None else "-",
-             stall, pct(s.cached_share))
+    cells = (
+        "1shot" if s.role == "one-shot" else s.id,
+        f"{s.turn}/{len(s.schedule)}",
+        format_tokens(s.context_tokens),
+        label,
+        duration(last.ttft if last is not None else None),
+        f"{tok_s:.1f}" if tok_s is not None else "-",
+        stall,
+        pct(s.cached_share),
+    )
     line = Text(no_wrap=True, overflow="ellipsis")
     for (_, w, align), cell in zip(COLUMNS, cells):
         style = STATE_STYLE.get(s.state, "") if cell is label else ("bold red" if cell is stall and stalled else "")
@@ -102,8 +126,13 @@ def aggregate_lines(state: RunState, width: int) -> list[Text]:
         if a.by_state.get(name):
             counts.append(" · ")
             counts.append(f"{a.by_state[name]} {name}", style=STATE_STYLE.get(name, ""))  # type: ignore[call-overload]
-    figures = Text(f"TTFT p50 {duration(a.ttft_p50)} max {duration(a.ttft_max)} · "
-                   f"tok/s p50 {rate(a.decode_p50)} min {rate(a.decode_min)}", style="dim", no_wrap=True, overflow="ellipsis")
+    figures = Text(
+        f"TTFT p50 {duration(a.ttft_p50)} max {duration(a.ttft_max)} · "
+        f"tok/s p50 {rate(a.decode_p50)} min {rate(a.decode_min)}",
+        style="dim",
+        no_wrap=True,
+        overflow="ellipsis",
+    )
     if counts.cell_len + 2 + figures.cell_len <= width:
         return [counts + Text("  ") + figures]
     return [counts, figures]
@@ -153,14 +182,20 @@ class SessionsTable(ScrollView, can_focus=True):
         rows = list(state.sessions.values())
         if self.filter:
             needle = self.filter.lower()
-            rows = [s for s in rows if needle in s.state or needle in s.id.lower() or (needle in "one-shot" and s.role == "one-shot")]
+            rows = [
+                s
+                for s in rows
+                if needle in s.state or needle in s.id.lower() or (needle in "one-shot" and s.role == "one-shot")
+            ]
         _, key, descending = SORTS[self.sort_index]
         self.rows = sorted(rows, key=key, reverse=descending)  # type: ignore[arg-type]
         if self.rows and (self.cursor is None or all(s.id != self.cursor for s in self.rows)):
             self.cursor = self.rows[0].id
         self._top = [*aggregate_lines(state, self.size.width), HEADS] if state.sessions else []
         self.virtual_size = Size(self.size.width, len(self.rows) + self.fixed_lines)
-        title = f"Sessions · by {self.sort_name}" + (f" · filter '{self.filter}' ({len(self.rows)}/{len(state.sessions)})" if self.filter else "")
+        title = f"Sessions · by {self.sort_name}" + (
+            f" · filter '{self.filter}' ({len(self.rows)}/{len(state.sessions)})" if self.filter else ""
+        )
         if self.border_title != title:
             self.border_title = title
         self._refresh_changed_lines()
@@ -218,7 +253,9 @@ class SessionsTable(ScrollView, can_focus=True):
     def _line_text(self, y: int) -> Text:
         state = self._state
         if state is None or not state.sessions:
-            empty = "no sessions (watch mode)" if state and state.header and state.header.mode == "watch" else "starting…"
+            empty = (
+                "no sessions (watch mode)" if state and state.header and state.header.mode == "watch" else "starting…"
+            )
             return Text(empty if y == 0 else "", style="dim")
         if y < self.fixed_lines:
             return self._top[y].copy()
