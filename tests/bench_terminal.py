@@ -7,7 +7,7 @@ given size), counts what it writes with `tmux pipe-pane`, and prints the rate
 averaged over the window, for:
 
   demo     `rampwatch demo --no-record` (two sessions, glm-like, the live ramp)
-  many     `rampwatch demo --no-record --sessions 64 --profile fast --scale-to 16k`
+  many     `rampwatch demo --no-record --sessions 64 --scale-to 32k` (glm-like: streams for minutes)
 
 at 80x24, 120x40 and 200x60. Bar (issue 23): the two-session demo at 120x40
 writes at most 10 KB/s averaged over 60 s.
@@ -31,7 +31,7 @@ from pathlib import Path
 RAMPWATCH = str(Path(sys.executable).parent / "rampwatch")
 CASES = {
     "demo": ["demo", "--no-record"],
-    "many": ["demo", "--no-record", "--sessions", "64", "--profile", "fast", "--scale-to", "16k"],
+    "many": ["demo", "--no-record", "--sessions", "64", "--scale-to", "32k"],
 }
 SETTLE_S = 3.0  # the app's start (imports, first full paint) is not what a long watch costs
 
@@ -49,15 +49,17 @@ def measure(case: list[str], width: int, height: int, seconds: float, extra: lis
             env=env,
         )
         try:
-            subprocess.run(["tmux", "pipe-pane", "-t", session, "-o", f"cat >> {shlex.quote(str(log))}"], check=True)
+            subprocess.run(
+                ["tmux", "pipe-pane", "-t", session, "-o", f"cat >> {shlex.quote(str(log))}"], check=True, timeout=10
+            )
             time.sleep(SETTLE_S)
             first = log.stat().st_size if log.exists() else 0
             time.sleep(seconds)
             total = log.stat().st_size if log.exists() else 0
         finally:
-            subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=False)
+            subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=False, timeout=10)
             time.sleep(1.0)
-            subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+            subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True, timeout=10)
     return (total - first) / seconds, first
 
 

@@ -7,6 +7,8 @@ decode chart moves a quarter page at a time instead of scrolling every second.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Group
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -87,3 +89,75 @@ def test_the_chart_fills_from_the_start_then_moves_a_quarter_page_at_a_time():
     moves = sum(1 for a, b in zip(starts, starts[1:]) if a != b)
     assert moves == 80 // 10 - 1  # one move per 10 s (a quarter of 40 cells), not one per second
     assert set(starts) <= set(range(0, 200, 10))
+
+
+def test_a_partial_update_is_written_from_its_first_changed_cell():
+    """Textual's ChopsUpdate, through the installed writer: only the span's cells, not from the widget's edge."""
+    from rich.console import Console
+    from rich.segment import Segment
+    from textual._compositor import ChopsUpdate
+    from textual.strip import Strip
+
+    from rampwatch.tui import terminal_output
+
+    assert terminal_output.install()
+    line = Strip([Segment("│ "), Segment("s1 prefilling 7.6s"), Segment(" │")])
+    update = ChopsUpdate([{0: line}], [(0, 16, 18)], [[line.cell_length]])
+    written = update.render_segments(Console(color_system=None, force_terminal=True))
+    assert written == "\x1b[1;17H7." and "s1" not in written
+
+
+async def test_the_screen_after_cropped_updates_is_what_the_app_drew(tmp_path):
+    """In a real terminal (tmux): a replay drawn by many cropped updates, then sent to its end, shows exactly the
+    screen the app's own compositor holds for that moment (no cell shifted, none stale)."""
+    import asyncio
+    import shutil
+    import subprocess
+
+    from rampwatch.drivers.run.recording import read_recording
+    from rampwatch.tui.app import RampwatchApp
+    from rampwatch.tui.sources import ReplaySource
+    from tests.conftest import missing, rampwatch_cmd
+
+    if shutil.which("tmux") is None:
+        missing("TMUX", "no tmux on PATH (apt-get install tmux; .ci/run installs it)")
+    recording = Path(__file__).resolve().parents[1] / "recordings" / "glm-like-2x1m.sample.jsonl"
+    session = f"rw-crop-{tmp_path.name}"[:40]
+    command = " ".join([*rampwatch_cmd(), "replay", str(recording), "--speed", "16", "--refresh", "0.1"])
+    subprocess.run(
+        [
+            "tmux",
+            "new-session",
+            "-d",
+            "-s",
+            session,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            f"sleep 1; TERM=xterm-256color {command}; sleep 60",
+        ],
+        check=True,
+        timeout=10,
+    )
+    try:  # a detached session takes tmux's default size unless told: 120x40 before the app starts
+        subprocess.run(["tmux", "resize-window", "-t", session, "-x", "120", "-y", "40"], check=True, timeout=10)
+        await asyncio.sleep(7.0)  # about 90 s of the run at 16x, drawn ten times a second
+        subprocess.run(["tmux", "send-keys", "-t", session, "End"], check=True, timeout=10)
+        await asyncio.sleep(2.0)
+        shown = subprocess.run(
+            ["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True, timeout=10
+        ).stdout.splitlines()
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
+
+    app = RampwatchApp(ReplaySource(read_recording(recording)), autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.action_seek_to(-1)
+        await pilot.pause()
+        app.refresh_panels()
+        await pilot.pause()
+        expected = ["".join(seg.text for seg in strip).rstrip() for strip in app.screen._compositor.render_strips()]
+    # The header and the position bar say the speed (16x there, 1x here); everything else must match.
+    differ = [(a, b) for a, b in zip(expected, shown) if a.rstrip() != b.rstrip() and "1x" not in a]
+    assert len(shown) >= 38 and not differ, differ[:3]

@@ -25,6 +25,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import Recording
+from rampwatch.tui import terminal_output
 from rampwatch.tui.cli.spec import REFRESH_S as DEFAULT_REFRESH_S
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.sources import FollowSource, LiveSource, ReplaySource
@@ -170,6 +171,7 @@ class RampwatchApp(App[int]):
 
     def __init__(self, source: Source, refresh_s: float = DEFAULT_REFRESH_S, autostart: bool = True):
         super().__init__()
+        terminal_output.install()  # a changed figure costs its own cells on the terminal, not its row's
         self.source = source
         self.refresh_s = refresh_s
         self.autostart = autostart

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, Group
-from rich.segment import Segment
 from rich.text import Text
 from textual.geometry import Region
 from textual.widgets import Static
@@ -21,6 +20,7 @@ from rampwatch.drivers.model.log import collapsed_log
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.views import TIMELINE_BUCKET_S, SessionView
 from rampwatch.tui.fmt import bar, clock, duration, format_tokens, pct, rate, sparkline, whole
+from rampwatch.tui.widgets.dirty import Cell, cells, dirty_regions
 
 LEVEL_STYLE = {"info": "", "warn": "yellow", "error": "bold red", "mark": "bold magenta"}
 
@@ -33,13 +33,13 @@ def same_content(a: object, b: object) -> bool:
 
 
 class ChangingStatic(Static):
-    """A Static that repaints only the lines whose content changed, without relayout: a figure
-    ticking in one line costs that line's bytes on the terminal (an SSH link), not the panel's."""
+    """A Static that repaints only the cells whose content changed, without relayout: a figure
+    ticking in one line costs its own cells on the terminal (an SSH link), not the panel's."""
 
     shown: object = None
-    _lines: list[list[Segment]] | None = None  # what `shown` renders to, at _lines_width
+    _lines: list[list[Cell]] | None = None  # what `shown` renders to, cell by cell, at _lines_width
     _lines_width = -1
-    _changed: list[int] | None = None  # the lines the next refresh() repaints; None: all
+    _changed: list[Region] | None = None  # what the next refresh() repaints; None: all
 
     def show_content(self, content: object) -> None:
         if self.shown is not None and same_content(content, self.shown):
@@ -49,22 +49,23 @@ class ChangingStatic(Static):
         old = self._lines if self._lines_width == width else None
         self.shown, self._lines, self._lines_width = content, lines, width
         if lines is not None and old is not None and len(old) == len(lines):
-            self._changed = [y for y, (a, b) in enumerate(zip(old, lines)) if a != b]
+            self._changed = dirty_regions(old, lines)
         try:
             self.update(content, layout=False)  # type: ignore[arg-type]
         finally:
             self._changed = None
 
-    def _render_lines(self, content: object, width: int) -> list[list[Segment]]:
+    def _render_lines(self, content: object, width: int) -> list[list[Cell]]:
         console = self.app.console
-        return console.render_lines(content, console.options.update_width(width), pad=False)  # type: ignore[arg-type]
+        options = console.options.update_width(width)
+        return [cells(line) for line in console.render_lines(content, options, pad=False)]  # type: ignore[arg-type]
 
     def refresh(self, *regions: Region, **kw: Any) -> ChangingStatic:
-        """While show_content updates, only its changed lines are dirty; any other refresh is whole."""
+        """While show_content updates, only its changed cells are dirty; any other refresh is whole."""
         if self._changed is not None and not regions and not kw.get("layout") and not kw.get("recompose"):
             if not self._changed:
                 return self
-            regions = tuple(Region(0, y, self.size.width, 1) for y in self._changed)
+            regions = tuple(self._changed)
         return super().refresh(*regions, **kw)
 
 

@@ -10,7 +10,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -19,6 +19,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import STALL_S
 from rampwatch.drivers.model.views import SessionState, SessionView
 from rampwatch.tui.fmt import duration, format_tokens, pct, rate
+from rampwatch.tui.widgets.dirty import Cell, cells, dirty_regions
 
 STATE_STYLE: dict[SessionState, str] = {
     "queued": "dim",
@@ -167,7 +168,7 @@ class SessionsTable(ScrollView, can_focus=True):
         self._now = 0.0
         self._top: list[Text] = []  # the fixed lines above the rows: the aggregate and the column heads
         self._text_console = Console(width=1000, color_system="truecolor", legacy_windows=False)
-        self._drawn: tuple[list[Text], int, Size] | None = None  # the lines last shown, at that scroll and size
+        self._drawn: tuple[list[list[Cell]], int, Size] | None = None  # the cells last shown, at that scroll and size
 
     @property
     def sort_name(self) -> str:
@@ -201,16 +202,15 @@ class SessionsTable(ScrollView, can_focus=True):
         self._refresh_changed_lines()
 
     def _refresh_changed_lines(self) -> None:
-        """Repaint only the rows whose text changed since the last show: a ticking stall timer costs
-        one row's bytes on the terminal, not the table's."""
-        lines = [self._line_text(y) for y in range(self.size.height)]
+        """Repaint only the cells that changed since the last show: a ticking stall timer costs its own
+        few cells on the terminal, not the row's or the table's."""
+        lines = [cells(self.render_line(y)) for y in range(self.size.height)]
         old, self._drawn = self._drawn, (lines, self.scroll_offset.y, self.size)
         if old is None or old[1:] != self._drawn[1:]:
             self.refresh()
             return
-        for y, (a, b) in enumerate(zip(old[0], lines)):
-            if a != b:
-                self.refresh(Region(0, y, self.size.width, 1))
+        for region in dirty_regions(old[0], lines):
+            self.refresh(region)
 
     @property
     def fixed_lines(self) -> int:
