@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from rampwatch.drivers.sim.app import SimServer
@@ -58,3 +60,38 @@ class ThreadedSim(ThreadedServer):
     def __enter__(self) -> ThreadedSim:
         super().__enter__()
         return self
+
+
+class TextServer:
+    """Plain-text pages (a /metrics or a dcgm-exporter) on a loopback port, recording (path, Authorization) of
+    every request: for tests of what rampwatch sends to the hosts it scrapes."""
+
+    def __init__(self, body_for: Callable[[str], str]):
+        self.requests: list[tuple[str, str | None]] = []
+        seen, body = self.requests, body_for
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                seen.append((self.path, self.headers.get("Authorization")))
+                data = body(self.path).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def auth_on(self, path: str) -> set[str | None]:
+        return {auth for p, auth in self.requests if p == path}
+
+    def __enter__(self) -> TextServer:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()

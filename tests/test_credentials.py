@@ -6,16 +6,14 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import rampwatch_cmd
-from tests.simhost import ThreadedSim
+from tests.simhost import TextServer, ThreadedSim
 from tests.test_paths import DCGM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,40 +22,11 @@ METRICS_TOKEN = "metrics-token-9876543210"
 VLLM_METRICS = (ROOT / "tests" / "data" / "vllm-0.32.0-cpu-metrics.txt").read_text()
 
 
-class Seen:
-    """What a metrics host was sent: (path, Authorization header) per request."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str | None]] = []
-
-    def auth_on(self, path: str) -> set[str | None]:
-        return {auth for p, auth in self.requests if p == path}
-
-
 @pytest.fixture
-def metrics_host() -> Iterator[tuple[str, Seen]]:
+def metrics_host() -> Iterator[TextServer]:
     """A host that is not the inference server: an engine's /metrics and a dcgm-exporter at /dcgm."""
-    seen = Seen()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            seen.requests.append((self.path, self.headers.get("Authorization")))
-            body = (DCGM if self.path == "/dcgm" else VLLM_METRICS).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
+    with TextServer(lambda path: DCGM if path == "/dcgm" else VLLM_METRICS) as host:
+        yield host
 
 
 def run_with(host: str, *extra: str, metrics_userinfo: str = "") -> subprocess.CompletedProcess:
@@ -90,16 +59,16 @@ def run_with(host: str, *extra: str, metrics_userinfo: str = "") -> subprocess.C
 
 
 def test_metrics_and_gpu_urls_never_get_the_inference_key(metrics_host):
-    host, seen = metrics_host
-    p = run_with(host)
+    seen = metrics_host
+    p = run_with(seen.host)
     assert p.returncode == 0, p.stderr
     assert seen.auth_on("/metrics") == {None} and seen.auth_on("/dcgm") == {None}
     assert API_KEY not in p.stdout + p.stderr
 
 
 def test_metrics_auth_env_sends_its_own_token(metrics_host):
-    host, seen = metrics_host
-    p = run_with(host, "--metrics-auth-env", "RW_METRICS_TOKEN")
+    seen = metrics_host
+    p = run_with(seen.host, "--metrics-auth-env", "RW_METRICS_TOKEN")
     assert p.returncode == 0, p.stderr
     expected = {f"Bearer {METRICS_TOKEN}"}
     assert seen.auth_on("/metrics") == expected and seen.auth_on("/dcgm") == expected
@@ -107,8 +76,8 @@ def test_metrics_auth_env_sends_its_own_token(metrics_host):
 
 
 def test_a_metrics_urls_own_credentials_go_as_basic_auth(metrics_host):
-    host, seen = metrics_host
-    p = run_with(host, metrics_userinfo="scraper:pa55@")
+    seen = metrics_host
+    p = run_with(seen.host, metrics_userinfo="scraper:pa55@")
     assert p.returncode == 0, p.stderr
     basic = "Basic " + base64.b64encode(b"scraper:pa55").decode()
     assert seen.auth_on("/metrics") == {basic} and seen.auth_on("/dcgm") == {basic}

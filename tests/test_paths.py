@@ -6,9 +6,7 @@ import asyncio
 import os
 import shutil
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.tui.sources import ReplaySource
 from tests.conftest import drive, free_port, rampwatch_cmd
 from tests.faults import run_scenario
-from tests.simhost import ThreadedSim
+from tests.simhost import TextServer, ThreadedSim
 from tests.test_state_analysis import header, two_session_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,35 +115,18 @@ DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-a",device="nvidia0",modelName="NVIDIA H20
 
 
 async def test_dcgm_exporter_over_http():
-    seen: list[str | None] = []
-
-    class Exporter(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            seen.append(self.headers.get("Authorization"))
-            body = DCGM.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     got: list[ev.AnyEvent] = []
-    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    task = asyncio.create_task(
-        GpuSampler(url, 0.05, got.append, lambda: 0.0, headers={"Authorization": "Bearer k"}).run()
-    )
-    deadline = time.monotonic() + 30  # a first sample, however busy the machine: no fixed window
-    while not any(isinstance(e, ev.GpuSample) for e in got) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    task.cancel()
-    server.shutdown()
+    with TextServer(lambda path: DCGM) as exporter:
+        sampler = GpuSampler(
+            f"http://{exporter.host}/metrics", 0.05, got.append, lambda: 0.0, headers={"Authorization": "Bearer k"}
+        )
+        task = asyncio.create_task(sampler.run())
+        deadline = time.monotonic() + 30  # a first sample, however busy the machine: no fixed window
+        while not any(isinstance(e, ev.GpuSample) for e in got) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        task.cancel()
     sample = next(e for e in got if isinstance(e, ev.GpuSample))
-    assert seen and set(seen) == {"Bearer k"}  # the headers it is given (the metrics sources' own token)
+    assert exporter.auth_on("/metrics") == {"Bearer k"}  # the headers it is given (the metrics sources' own token)
     assert {g.node for g in sample.gpus} == {"node1"}  # dcgm-exporter's Hostname label
     g0, g1 = sample.gpus
     assert (g0.index, g0.name, g0.util, g0.power, g0.sm_clock) == (0, "NVIDIA H200", 87.0, 512.5, 1980.0)
