@@ -161,3 +161,17 @@ async def test_the_screen_after_cropped_updates_is_what_the_app_drew(tmp_path):
     # The header and the position bar say the speed (16x there, 1x here); everything else must match.
     differ = [(a, b) for a, b in zip(expected, shown) if a.rstrip() != b.rstrip() and "1x" not in a]
     assert len(shown) >= 38 and not differ, differ[:3]
+
+
+def test_a_changed_wide_character_is_repainted_whole():
+    from rich.segment import Segment
+
+    from rampwatch.tui.widgets.dirty import cells, changed_span
+
+    assert changed_span(cells([Segment("ab中")]), cells([Segment("ab文")])) == (2, 4)
+    assert changed_span(cells([Segment("ab中x")]), cells([Segment("ab中y")])) == (4, 5)
+    assert changed_span(cells([Segment("7.6s")]), cells([Segment("7.6s")])) is None
+    assert changed_span(cells([Segment("12.5s")]), cells([Segment("9.1s")])) == (
+        0,
+        5,
+    )  # shorter: cleared to its old end

@@ -222,12 +222,10 @@ class RampwatchApp(App[int]):
         if self.autostart:
             self.set_interval(self.refresh_s, self.refresh_panels)
         self.refresh_panels()
-        loop = asyncio.get_running_loop()
-        for sig in lifetime.stop_signals():
-            try:
-                loop.add_signal_handler(sig, self._on_signal, sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass  # not the main thread (tests): the keys still work
+        try:  # Ctrl-C, SIGTERM and SIGHUP quit as `q` does; the process ends after (stop_on_signals)
+            lifetime.handle_stop_signals(asyncio.get_running_loop(), self._on_signal)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (tests): the keys still work
 
     def _on_signal(self, sig: int) -> None:
         self.stop_signal = sig
@@ -378,16 +376,18 @@ def run_app_live(driver: DriverProcess, refresh_s: float = DEFAULT_REFRESH_S) ->
     try:
         app.run()
     finally:
-        code = source.stop(app.stop_signal)
+        code = source.stop(app.stop_signal)  # a SIGTERM/SIGHUP's exit code (143/129) comes back from the run
     return code
 
 
 def run_app_replay(recording: Recording, speed: float = 1.0, refresh_s: float = DEFAULT_REFRESH_S) -> int:
     RampwatchApp(ReplaySource(recording, speed=speed), refresh_s=refresh_s).run()
+    lifetime.stop_on_signals()  # ended by SIGTERM/SIGHUP: exit 143/129, not 0
     return 0
 
 
 def run_app_follow(path: Path, refresh_s: float = DEFAULT_REFRESH_S) -> int:
     """A run as its recording grows (one browser page of --web)."""
     RampwatchApp(FollowSource(path), refresh_s=refresh_s).run()
+    lifetime.stop_on_signals()  # ended by SIGTERM/SIGHUP: exit 143/129, not 0
     return 0

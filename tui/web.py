@@ -21,6 +21,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,21 +32,25 @@ from rampwatch.drivers.run import lifetime
 SECRET_VARIABLES = ("OPENAI_API_KEY",)  # never in the page processes' environment
 
 
-def page_command(recording: Path, follow: bool, speed: float = 1.0) -> str:
+def page_command(recording: Path, follow: bool, speed: float = 1.0, refresh_s: float | None = None) -> str:
     """The shell command textual-serve runs for each page. `exec`: the page's
     process is the web server's child, not a shell's, so it dies with the server."""
     argv = [sys.executable, "-m", "rampwatch.tui.web", "page", "replay", str(recording.resolve())]
     argv += ["--follow"] if follow else ["--speed", f"{speed:g}"]
+    argv += ["--refresh", f"{refresh_s:g}"] if refresh_s is not None else []
     return "exec " + shlex.join(argv)
 
 
 class WebServer:
     """textual-serve in a child process, serving `command` at http://HOST:PORT."""
 
-    def __init__(self, command: str, host: str, port: int, title: str, secret: str | None = None):
-        """`secret`: the run's API key; no variable holding it reaches the page processes."""
+    def __init__(self, command: str, host: str, port: int, title: str, secrets: tuple[str | None, ...] = ()):
+        """`secrets`: the run's API key and metrics token; no variable holding one reaches the page processes."""
         self.url = f"http://{host}:{port}"
-        env = {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES and (secret is None or v != secret)}
+        hidden = {s for s in secrets if s}
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES and v not in hidden}
+        # Its log goes to a file, never a pipe nobody reads while it serves (a full pipe would block it).
+        self._log = tempfile.TemporaryFile()
         self.proc = lifetime.adopt(
             subprocess.Popen(
                 [
@@ -65,7 +70,7 @@ class WebServer:
                 env=lifetime.child_env(env),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stderr=self._log,
                 start_new_session=True,
             )
         )  # a process group of its own, with its pages: close() ends them together
@@ -75,7 +80,8 @@ class WebServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                err = (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace").strip()
+                self._log.seek(0)
+                err = self._log.read().decode(errors="replace").strip()
                 return err.splitlines()[-1] if err else f"the web server exited with code {self.proc.returncode}"
             try:
                 if httpx.get(self.url, timeout=1.0).status_code == 200:

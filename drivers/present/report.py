@@ -193,6 +193,15 @@ def fitted_table(
     return t, dropped, over <= 0
 
 
+def csv_cell(value: object) -> object:
+    """A CSV cell: nothing for None, a list's items joined by ';' (every session's sum in one cell)."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ";".join(str(v) for v in value)
+    return value
+
+
 def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> str:
     """The runs table, then TTFT per turn side by side with the ratio to the baseline run. `width`: the
     terminal's (columns are left out to fit, and said); None: a file or a pipe gets every column."""
@@ -215,7 +224,7 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
         w = csv.writer(out)
         w.writerow(RunRow.__struct_fields__)
         for r in cmp.runs:
-            w.writerow(["" if v is None else v for v in msgspec.structs.astuple(r)])
+            w.writerow([csv_cell(v) for v in msgspec.structs.astuple(r)])
         return out.getvalue()
     if fmt == "md":
         parts = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]

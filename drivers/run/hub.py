@@ -50,7 +50,8 @@ class EventHub:
         if self.recorder is not None or self.pipe is not None:
             line = _encode(e)
             # The pipe first, and flushed before the file is written: a driver killed at any moment leaves the
-            # UI holding every event the file holds (and in the file's order), so it can restore the rest.
+            # UI holding every event the file holds (in the file's order), so it can restore the rest; unless
+            # the UI had fallen more than the OS pipe's buffer behind (the file is never held back for a UI).
             if self.pipe is not None:
                 self.pipe.write_line(line)
             if self.recorder is not None:

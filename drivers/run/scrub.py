@@ -15,7 +15,7 @@ _RANDOM_LIKE = re.compile(r"(?=[A-Za-z0-9]*[A-Za-z])(?=[A-Za-z0-9]*[0-9])[A-Za-z
 # A flag whose name says its value is a secret (--api-key, --token, --password, ...), mistyped or not;
 # the two that only name where the key is (an environment variable, a file) are not secrets.
 _SECRET_FLAG = re.compile(r"--?(?:[\w-]*[-_])?(?:key|secret|passw\w*|token|auth\w*|bearer)(?:[-_][\w-]*)?", re.I)
-_NAMES_WHERE_THE_KEY_IS = ("--api-key-env", "--api-key-file")
+_NAMES_WHERE_THE_KEY_IS = ("--api-key-env", "--api-key-file", "--metrics-auth-env")
 
 
 def looks_secret(value: str) -> bool:

@@ -244,7 +244,7 @@ class SimServer:
             # Only what this node's prefix cache lacks crosses the link; the request waits for it.
             req.remote_kv = True
             moved = max(0, req.prompt_tokens - self.engine.cached_prefix(req.hashes))
-            req.ready_at = time.monotonic() + self.profile.transfer_time(moved)
+            req.ready_at = self.engine.clock.now() + self.profile.transfer_time(moved)  # on the engine's clock
         self.engine.submit(req)
         if body.stream:
             usage = bool((body.stream_options or {}).get("include_usage"))

@@ -259,7 +259,9 @@ class ChildSim:
 
 def end_with_parent() -> None:
     """In the child: SIGTERM to itself (a clean stop) once its stdin ends,
-    which is when the parent process is gone, however it went."""
+    which is when the parent process is gone, however it went. (The simulator
+    imports only the model, so it cannot use drivers/run/lifetime.py; a pipe
+    needs no prctl.)"""
 
     def watch() -> None:
         while os.read(0, 4096):

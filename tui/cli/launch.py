@@ -34,7 +34,7 @@ def execute_run(
     if web:
         if not record:
             raise BadInput("--web shows the run from its recording: drop --no-record")
-        return execute_headless(cfg, record, web)
+        return execute_headless(cfg, record, web, refresh_s)
     if headless:
         return execute_headless(cfg, record)
     from rampwatch.tui.app import run_app_live
@@ -73,9 +73,10 @@ def report_table(state: RunState) -> str:
     return render(build_report(state), "table")
 
 
-def execute_headless(cfg: RunConfig, record: bool, web: str | None = None) -> int:
-    """The run here with HeadlessPrinter's lines; after it, --web keeps serving until Ctrl-C and
-    --serve-metrics stays up for a last scrape."""
+def execute_headless(cfg: RunConfig, record: bool, web: str | None = None, refresh_s: float = REFRESH_S) -> int:
+    """The run here with HeadlessPrinter's lines (and the UI in browsers with --web, each page redrawn
+    every refresh_s); after it, --web keeps serving until Ctrl-C and --serve-metrics stays up for a last
+    scrape."""
     servers: list[WebServer] = []
 
     def open_web(run: Run) -> WebServer | None:
@@ -84,11 +85,19 @@ def execute_headless(cfg: RunConfig, record: bool, web: str | None = None) -> in
         from rampwatch.tui.web import page_command
 
         servers.append(
-            serve_web(web, page_command(run.recording_path, follow=True), f"rampwatch {cfg.mode}", cfg.api_key)
+            serve_web(
+                web,
+                page_command(run.recording_path, follow=True, refresh_s=refresh_s),
+                f"rampwatch {cfg.mode}",
+                (cfg.api_key, cfg.metrics_token),
+            )
         )
         return servers[0]
 
     run, serving = run_headless(cfg, record, HeadlessPrinter, report_table, open_web if web else None)
+    if run.interrupted_by is not None:  # a signal ended the run: nothing lingers or goes on serving
+        serving.close()
+        return run.exit_code
     if servers:
         serve_until_interrupted(
             servers[0], f"the run {run.state.ended.status if run.state and run.state.ended else 'ended'}"

@@ -22,7 +22,8 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
         from rampwatch.tui.cli.web import serve_until_interrupted, serve_web
         from rampwatch.tui.web import page_command
 
-        server = serve_web(args.web, page_command(args.path, follow=args.follow, speed=args.speed), "rampwatch replay")
+        page = page_command(args.path, follow=args.follow, speed=args.speed, refresh_s=args.refresh)
+        server = serve_web(args.web, page, "rampwatch replay")
         serve_until_interrupted(server, f"serving {'the growing' if args.follow else 'a replay of'} {args.path}")
         return 0
     if args.follow:

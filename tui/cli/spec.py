@@ -18,7 +18,7 @@ from rampwatch.tui.cli.errors import BadArguments
 
 # The glm-like profile at 10x: a full two-session 1M ramp in about two minutes.
 DEMO_TIME_SCALE = 10.0
-# Two UI redraws a second: figures stay fresh to the eye, and a two-session ramp writes ~8 KB/s to a 120x40
+# Two UI redraws a second: figures stay fresh to the eye, and a two-session ramp writes ~3 KB/s to a 120x40
 # terminal (tests/bench_terminal.py), light enough for an SSH link through a jump host.
 REFRESH_S = 0.5
 
@@ -153,7 +153,7 @@ def add_refresh_arg(p: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=REFRESH_S,
         metavar="SECONDS",
-        help="redraw the UI every SECONDS (default 0.5: a two-session ramp writes ~8 KB/s to a 120x40 "
+        help="redraw the UI every SECONDS (default 0.5: a two-session ramp writes ~3 KB/s to a 120x40 "
         "terminal; raise it on a slow SSH link)",
     )
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from rampwatch.tui.web import WebServer
 
 
-def serve_web(listen: str, command: str, title: str, secret: str | None = None) -> WebServer:
+def serve_web(listen: str, command: str, title: str, secrets: tuple[str | None, ...] = ()) -> WebServer:
     """Start the browser UI (BadInput when it cannot listen) and say where it is."""
     from rampwatch.tui.web import WebServer  # textual-serve, its web stack: only for --web
 
@@ -20,7 +20,7 @@ def serve_web(listen: str, command: str, title: str, secret: str | None = None) 
         host, port = parse_listen(listen)
     except ValueError as e:
         raise BadInput(f"--web: {e}") from None
-    server = WebServer(command, host, port, title, secret=secret)
+    server = WebServer(command, host, port, title, secrets=secrets)
     problem = server.wait_ready()
     if problem is not None:
         server.close()

@@ -32,8 +32,13 @@ def changed_span(old: list[Cell], new: list[Cell]) -> tuple[int, int] | None:
         return None
     width = max(len(old), len(new))
     first = next(x for x in range(width) if x >= len(old) or x >= len(new) or old[x] != new[x])
-    last = next(x for x in range(width - 1, -1, -1) if x >= len(old) or x >= len(new) or old[x] != new[x])
-    return first, last + 1
+    end = next(x for x in range(width - 1, -1, -1) if x >= len(old) or x >= len(new) or old[x] != new[x]) + 1
+    # A wide character is written whole: a span never starts or ends inside one.
+    while first > 0 and first < len(new) and new[first][0] == "":
+        first -= 1
+    while end < len(new) and new[end][0] == "":
+        end += 1
+    return first, end
 
 
 def dirty_regions(old: list[list[Cell]], new: list[list[Cell]]) -> list[Region]:
