@@ -211,8 +211,9 @@ def test_a_live_run_in_the_browser_follows_its_recording_without_the_key(tmp_pat
             async def look() -> str:
                 async with Browser(tmp_path) as b:
                     await b.open(url)
-                    await b.wait_for_text(r"live \(web\)|run · done", timeout=90)
-                    text = await b.wait_for_text(r"run · done", timeout=120)
+                    await b.wait_for_text(r"live \(web\)|run done", timeout=90)
+                    # The events line, written whole (the header's state changes only the cells that differ).
+                    text = await b.wait_for_text(r"run done \(exit \d+\)", timeout=120)
                     html = (
                         await b.call(
                             "Runtime.evaluate", expression="document.documentElement.outerHTML", returnByValue=True
