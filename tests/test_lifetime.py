@@ -256,7 +256,7 @@ def test_demo_web_takes_its_engine_web_server_and_pages_along(tmp_path, launched
     assert_port_free(port)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)  # SIGTERM: demo --web
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_replay_web_takes_its_web_server_and_pages_along(tmp_path, launched, sig):
     port = free_port()
     cmd = Launched([*rampwatch_cmd(), "replay", str(SAMPLE), "--web", f"127.0.0.1:{port}"], tmp_path / "out")
@@ -268,7 +268,7 @@ def test_replay_web_takes_its_web_server_and_pages_along(tmp_path, launched, sig
     assert_port_free(port)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM], ids=lambda s: s.name)  # the other signals: demo --web
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_run_web_takes_its_web_server_and_pages_along(tmp_path, launched, sig):
     port = free_port()
     rec = tmp_path / "run.jsonl"
@@ -297,11 +297,8 @@ def test_run_web_takes_its_web_server_and_pages_along(tmp_path, launched, sig):
     assert_port_free(port)
 
 
-@pytest.mark.parametrize(
-    "topology,sig",
-    [(["--replicas", "2"], signal.SIGHUP), (["--pd"], signal.SIGTERM), (["--replicas", "2"], signal.SIGKILL)],
-    ids=["replicas-HUP", "pd-TERM", "replicas-KILL"],
-)
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+@pytest.mark.parametrize("topology", [["--replicas", "2"], ["--pd"]], ids=["replicas", "pd"])
 def test_sim_ends_and_frees_its_ports(tmp_path, launched, topology, sig):
     """`rampwatch sim` serves every engine of a topology in its own process: ended, it leaves no port taken."""
     count = 3 if topology == ["--pd"] else 2
