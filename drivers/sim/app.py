@@ -24,6 +24,7 @@ from starlette.routing import Route
 # The package root holds only rampwatch's version (it imports nothing), which /version reports.
 from rampwatch.drivers import __version__
 from rampwatch.drivers.sim.auth import RequireKey
+from rampwatch.drivers.sim.clock import SimClock
 from rampwatch.drivers.sim.engine import SimEngine, SimRequest, count_tokens, render_chat
 from rampwatch.drivers.sim.errors import error_response
 from rampwatch.drivers.sim.faults import SimFaults, SimulatedDrop
@@ -67,15 +68,17 @@ class SimServer:
         node: str = "sim-node",
         flavor: str = "vllm",
         cache_report: bool = False,
+        clock: SimClock | None = None,
     ):
         """`gpus` > 0: also serve a simulated dcgm-exporter for that many GPUs of node `node` at /dcgm/metrics.
         `flavor` sglang: SGLang's metric names, /get_model_info and /get_server_info, and cached tokens in
-        usage only with `cache_report` (SGLang's --enable-cache-report)."""
+        usage only with `cache_report` (SGLang's --enable-cache-report). `clock`: the engine's (the wall's
+        unless a test checks the model on a virtual one)."""
         self.profile, self.model, self.api_key, self.flavor = profile, model, api_key, flavor
         self.cache_report = cache_report or flavor == "vllm"
         self.faults = faults or SimFaults()
         self.metrics = metrics_for(flavor, profile, model)
-        self.engine = SimEngine(profile, self.metrics.stats())
+        self.engine = SimEngine(profile, self.metrics.stats(), clock=clock)
         self.gpus = SimGpus(self.engine, gpus, node) if gpus > 0 else None
         self.created = int(time.time())
         self.app = Starlette(
