@@ -39,6 +39,12 @@ SLOW_DEMO = ["--time-scale", "1", "--schedule", "2k,4k,8k,16k,32k,64k,128k"]
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
 
 
+def default_hangup() -> None:
+    """In the command's process: SIGHUP as a login shell leaves it (a test run under nohup ignores it, and the
+    command would inherit that: nohup's rampwatch rightly outlives a closed session)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class Launched:
     """A rampwatch command in a session of its own, its output in a file (or a pseudo-terminal)."""
 
@@ -53,7 +59,14 @@ class Launched:
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
             env.update(TERM="xterm-256color", COLUMNS="140", LINES="40")
             self.proc = subprocess.Popen(
-                argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT, start_new_session=True
+                argv,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=env,
+                cwd=ROOT,
+                start_new_session=True,
+                preexec_fn=default_hangup,
             )
             os.close(slave)
             threading.Thread(target=self._drain, args=(master,), daemon=True).start()  # a full terminal would block it
@@ -67,6 +80,7 @@ class Launched:
                     env=env,
                     cwd=ROOT,
                     start_new_session=True,
+                    preexec_fn=default_hangup,
                 )
         self.root = psutil.Process(self.proc.pid)
 
