@@ -30,7 +30,8 @@ from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.cli.files import load_state
 from rampwatch.tui.cli.launch import export_from_ui
 from rampwatch.tui.sources import LiveSource
-from rampwatch.tui.widgets.panels import EventsPanel, HeaderBar
+from rampwatch.tui.widgets.events import EventsPanel
+from rampwatch.tui.widgets.header import HeaderBar
 from tests.conftest import drive, free_port, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
