@@ -115,6 +115,14 @@ def _recorded(record: Path, needle: bytes) -> bool:
     return record.exists() and needle in record.read_bytes()
 
 
+def pane_process(session: str) -> psutil.Process:
+    """The process a tmux session's pane runs."""
+    pid = subprocess.run(
+        ["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True, text=True, check=True
+    ).stdout
+    return psutil.Process(int(pid))
+
+
 def with_ui(url: str, args: argparse.Namespace, record: Path) -> dict:
     """The same run in tmux at 160x50; the UI process is the pane's process, the driver its child."""
     session = f"rw-bench-{os.getpid()}"
@@ -122,13 +130,7 @@ def with_ui(url: str, args: argparse.Namespace, record: Path) -> dict:
     before = server_ttft(url)
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", f"exec {command}"], check=True)
     try:
-        ui = psutil.Process(
-            int(
-                subprocess.run(
-                    ["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True, text=True, check=True
-                ).stdout
-            )
-        )
+        ui = pane_process(session)
         deadline = time.monotonic() + 60
         while not ui.children() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -207,13 +209,7 @@ def many(url: str, folder: Path, sessions: int, scale_to: str, output_tokens: in
     )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", f"exec {command}"], check=True)
     try:
-        ui = psutil.Process(
-            int(
-                subprocess.run(
-                    ["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True, text=True, check=True
-                ).stdout
-            )
-        )
+        ui = pane_process(session)
         while not _recorded(record, b'"FirstToken"'):
             time.sleep(0.05)
         rss0, cpu0, t0 = ui.memory_info().rss, cpu(ui), time.perf_counter()

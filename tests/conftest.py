@@ -24,6 +24,7 @@ from rampwatch.drivers.sim.profiles import make_profile
 from tests.simhost import ThreadedSim
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 DATA = HERE / "data"
 VLLM_VENV = Path(os.environ.get("RAMPWATCH_VLLM_VENV", Path.home() / ".cache/rampwatch/vllm-venv"))
 
@@ -230,6 +231,59 @@ def llamacpp_server(tmp_path_factory):
 def rampwatch_cmd() -> list[str]:
     exe = shutil.which("rampwatch", path=str(Path(sys.executable).parent))
     return [exe] if exe else [sys.executable, "-m", "rampwatch.tui.cli"]
+
+
+def rw(*args: str, env: dict | None = None, timeout: float | None = 120) -> subprocess.CompletedProcess:
+    """`rampwatch ARGS` as a user runs it, in the repository's root: its output captured as text,
+    `env` added to this process's environment."""
+    return subprocess.run(
+        [*rampwatch_cmd(), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def rw_started(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """`rampwatch ARGS` started in the repository's root, its output piped as text, `env` added to this
+    process's environment; the caller waits for it."""
+    return subprocess.Popen(
+        [*rampwatch_cmd(), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def small_run(url: str, *extra: str, schedule: str = "2k,4k", output_tokens: int = 8) -> list[str]:
+    """The arguments of a short headless `rampwatch run` without GPUs; `extra` says how it records."""
+    sized = ["--schedule", schedule, "--output-tokens", str(output_tokens)]
+    return ["run", url, *sized, "--headless", "--gpu", "none", *extra]
+
+
+def report_json(record: Path) -> dict:
+    """`rampwatch report RECORD --format json`, parsed."""
+    out = subprocess.run(
+        [*rampwatch_cmd(), "report", str(record), "--format", "json"], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def run_against_real_server(*args: str, record: Path) -> dict:
+    """`rampwatch run ARGS` headless, without GPUs, recorded to RECORD, against real servers (slow: up
+    to 15 minutes); a failure shows the end of its output. Returns the run's report as JSON."""
+    p = subprocess.run(
+        [*rampwatch_cmd(), "run", *args, "--gpu", "none", "--headless", "--record", str(record)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return report_json(record)
 
 
 def drive(url: str, **overrides) -> Run:

@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import rampwatch_cmd
+from tests.conftest import rampwatch_cmd, rw
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def rw(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*rampwatch_cmd(), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        cwd=ROOT,
-    )
 
 
 def test_drivers_never_import_textual():

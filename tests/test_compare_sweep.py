@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -11,14 +12,14 @@ import pytest
 
 from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import rampwatch_cmd
+from tests.conftest import rw as rw_in_root
 from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [ROOT / "recordings" / "glm-like-2x1m.sample.jsonl", ROOT / "recordings" / "vllm-cpu-2x32k.sample.jsonl"]
 
 
-def rw(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*rampwatch_cmd(), *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+rw = functools.partial(rw_in_root, timeout=300)  # a demo or a sweep runs longer than most commands
 
 
 @pytest.fixture(scope="module")
@@ -136,24 +137,16 @@ def test_compare_baseline_and_bad_input(tmp_path):
     assert p.returncode == 2 and "not one of the runs" in p.stderr
 
 
+def sweep_args(url: str, record: Path, *extra: str, output_tokens: int) -> list[str]:
+    """A sweep over 1, 2 and 4 sessions of three short turns, without GPUs."""
+    sized = ["--sessions", "1,2,4", "--schedule", "4k,8k,16k", "--output-tokens", str(output_tokens), "--ignore-eos"]
+    return ["sweep", url, *sized, "--gpu", "none", *extra, "--record", str(record)]
+
+
 def test_sweep_writes_a_recording_per_point_and_a_curve(tmp_path):
     sweep = tmp_path / "s.sweep.json"
     with ThreadedSim(make_profile("tiny", time_scale=0.5)) as s:
-        p = rw(
-            "sweep",
-            s.url,
-            "--sessions",
-            "1,2,4",
-            "--schedule",
-            "4k,8k,16k",
-            "--output-tokens",
-            "16",
-            "--ignore-eos",
-            "--gpu",
-            "none",
-            "--record",
-            str(sweep),
-        )
+        p = rw(*sweep_args(s.url, sweep, output_tokens=16))
     assert p.returncode == 0, p.stderr
     listed = json.loads(sweep.read_text())
     assert listed["sessions"] == [1, 2, 4] and listed["runs"] == ["s-1s.jsonl", "s-2s.jsonl", "s-4s.jsonl"]
@@ -173,23 +166,7 @@ def test_sweep_refuses_bad_counts():
 def test_sweep_stops_when_the_server_starts_to_preempt(tmp_path):
     sweep = tmp_path / "p.sweep.json"
     with ThreadedSim(make_profile("tiny", kv_tokens=20_000)) as s:  # two 16K sessions do not fit
-        p = rw(
-            "sweep",
-            s.url,
-            "--sessions",
-            "1,2,4",
-            "--schedule",
-            "4k,8k,16k",
-            "--output-tokens",
-            "64",
-            "--ignore-eos",
-            "--gpu",
-            "none",
-            "--scrape-interval",
-            "0.1",
-            "--record",
-            str(sweep),
-        )
+        p = rw(*sweep_args(s.url, sweep, "--scrape-interval", "0.1", output_tokens=64))
     assert p.returncode == 0, p.stderr
     listed = json.loads(sweep.read_text())
     assert listed["runs"] == ["p-1s.jsonl", "p-2s.jsonl"] and "preempted" in listed["stopped"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rampwatch.drivers.sim.profiles import make_profile
-from tests.conftest import rampwatch_cmd
+from tests.conftest import rampwatch_cmd, rw
 from tests.simhost import TextServer, ThreadedSim
 from tests.test_paths import DCGM
 
@@ -85,12 +85,6 @@ def test_a_metrics_urls_own_credentials_go_as_basic_auth(metrics_host):
 
 
 def test_an_unset_metrics_auth_variable_is_one_line():
-    p = subprocess.run(
-        [*rampwatch_cmd(), "run", "http://127.0.0.1:9", "--headless", "--metrics-auth-env", "RW_NOT_SET"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        env={**os.environ, "RW_NOT_SET": ""},
-    )
+    unset = {"RW_NOT_SET": ""}
+    p = rw("run", "http://127.0.0.1:9", "--headless", "--metrics-auth-env", "RW_NOT_SET", env=unset, timeout=60)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "RW_NOT_SET" in p.stderr

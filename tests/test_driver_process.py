@@ -30,8 +30,9 @@ from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.cli.files import load_state
 from rampwatch.tui.cli.launch import export_from_ui
 from rampwatch.tui.sources import LiveSource
-from rampwatch.tui.widgets.panels import EventsPanel, HeaderBar
-from tests.conftest import drive, free_port, rampwatch_cmd
+from rampwatch.tui.widgets.events import EventsPanel
+from rampwatch.tui.widgets.header import HeaderBar
+from tests.conftest import drive, free_port, rampwatch_cmd, rw, small_run
 from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -249,26 +250,7 @@ async def test_a_session_task_that_raises_in_the_driver_process_shows_crashed(tm
 def test_headless_crash_exits_3_with_one_line(tmp_path, sim):
     (tmp_path / "inject").mkdir()
     (tmp_path / "inject" / "sitecustomize.py").write_text(BOOM)
-    p = subprocess.run(
-        [
-            *rampwatch_cmd(),
-            "run",
-            sim.url,
-            "--schedule",
-            "2k,4k",
-            "--output-tokens",
-            "8",
-            "--headless",
-            "--gpu",
-            "none",
-            "--no-record",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(tmp_path / "inject")},
-    )
+    p = rw(*small_run(sim.url, "--no-record"), env={"PYTHONPATH": str(tmp_path / "inject")}, timeout=60)
     assert p.returncode == 3
     assert "rampwatch: crashed: RuntimeError: boom in a session task" in p.stderr
 

@@ -12,7 +12,7 @@ from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.present import picture
 from rampwatch.drivers.present.report import summary_lines
 from rampwatch.drivers.run.recording import read_recording
-from tests.conftest import missing, rampwatch_cmd
+from tests.conftest import missing, rampwatch_cmd, rw
 
 ROOT = Path(__file__).resolve().parents[1]
 GLM = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
@@ -26,18 +26,21 @@ def chromium() -> str:
     return exe
 
 
-def browse(page: Path, tmp: Path) -> tuple[str, str, Path]:
-    """(the DOM after load, the browser's log, a screenshot) of `page` in headless Chromium."""
-    base = [
+def headless_chromium(tmp: Path) -> list[str]:
+    """Headless Chromium with its own profile under `tmp`: the start of every browser command line here."""
+    return [
         chromium(),
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
         "--hide-scrollbars",
         f"--user-data-dir={tmp / 'profile'}",
-        "--enable-logging=stderr",
-        "--v=0",
     ]
+
+
+def browse(page: Path, tmp: Path) -> tuple[str, str, Path]:
+    """(the DOM after load, the browser's log, a screenshot) of `page` in headless Chromium."""
+    base = [*headless_chromium(tmp), "--enable-logging=stderr", "--v=0"]
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     shot = tmp / "shot.png"
     subprocess.run(
@@ -70,12 +73,7 @@ def test_export_is_small_and_self_contained(tmp_path):
 
 def test_export_renders_in_a_real_browser(tmp_path):
     page = tmp_path / "run.html"
-    assert (
-        subprocess.run(
-            [*rampwatch_cmd(), "export", str(GLM), "--html", str(page)], cwd=ROOT, capture_output=True
-        ).returncode
-        == 0
-    )
+    assert rw("export", str(GLM), "--html", str(page), timeout=None).returncode == 0
     dom, log, shot = browse(page, tmp_path)
     assert dom.count('class="lane"') == 2 and 'data-session="s1"' in dom and 'data-session="s2"' in dom
     assert dom.count('class="decode"') == 20 and dom.count('class="prefill"') == 20 and 'class="foreign"' in dom
@@ -86,12 +84,7 @@ def test_export_renders_in_a_real_browser(tmp_path):
 
 def test_export_svg_renders_in_a_real_browser(tmp_path):
     svg = tmp_path / "run.svg"
-    assert (
-        subprocess.run(
-            [*rampwatch_cmd(), "export", str(GLM), "--svg", str(svg)], cwd=ROOT, capture_output=True
-        ).returncode
-        == 0
-    )
+    assert rw("export", str(GLM), "--svg", str(svg), timeout=None).returncode == 0
     dom, log, shot = browse(svg, tmp_path)
     assert dom.count('class="lane"') == 2 and 'class="chart ttft"' in dom and "Uncaught" not in log
     assert shot.exists() and shot.stat().st_size > 20_000

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import subprocess
@@ -18,11 +17,9 @@ from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.faults import SimFaults
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.gpu import GpuSampler
-from tests.conftest import rampwatch_cmd
+from tests.conftest import rw, rw_started, small_run
 from tests.faults import BrokenNvml, FlakyFile, restart_server, run_scenario, wait_then
 from tests.simhost import ThreadedSim
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def notices(outcome) -> list[str]:
@@ -250,31 +247,10 @@ def _has_nvml() -> bool:
 
 
 def _start_run(url: str, rec: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            *rampwatch_cmd(),
-            "run",
-            url,
-            "--schedule",
-            "2k,4k,6k,8k",
-            "--sessions",
-            "2",
-            "--output-tokens",
-            "64",
-            "--ignore-eos",
-            "--headless",
-            "--gpu",
-            "none",
-            "--record",
-            str(rec),
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
+    run = small_run(
+        url, "--sessions", "2", "--ignore-eos", "--record", str(rec), *extra, schedule="2k,4k,6k,8k", output_tokens=64
     )
+    return rw_started(*run, env=env)
 
 
 def _wait_for_first_turn(rec: Path, timeout: float = 20.0) -> None:
@@ -327,38 +303,10 @@ def test_api_key_and_url_credentials_never_reach_any_output(tmp_path):
     rec = tmp_path / "secret.jsonl"
     with ThreadedSim(make_profile("tiny"), api_key=secret) as s:
         url = s.url.replace("http://", "http://alice:hunter2pass@")
-        p = subprocess.run(
-            [
-                *rampwatch_cmd(),
-                "run",
-                url,
-                "--schedule",
-                "2k,4k",
-                "--output-tokens",
-                "8",
-                "--headless",
-                "--gpu",
-                "none",
-                "--record",
-                str(rec),
-                "--api-key-env",
-                "MY_KEY",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "MY_KEY": secret},
-            timeout=60,
-        )
+        p = rw(*small_run(url, "--record", str(rec), "--api-key-env", "MY_KEY"), env={"MY_KEY": secret}, timeout=60)
         assert p.returncode == 0, p.stderr
-        wrong = subprocess.run(
-            [*rampwatch_cmd(), "run", s.url, "--schedule", "2k", "--headless", "--no-record"],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "OPENAI_API_KEY": "bad"},
-            timeout=60,
-        )
+        bad_key = {"OPENAI_API_KEY": "bad"}
+        wrong = rw("run", s.url, "--schedule", "2k", "--headless", "--no-record", env=bad_key, timeout=60)
     assert wrong.returncode == 2 and "HTTP 401" in wrong.stderr
     for text in (p.stdout, p.stderr, rec.read_text()):
         assert secret not in text and "hunter2pass" not in text and "Bearer" not in text
@@ -368,27 +316,7 @@ def test_api_key_and_url_credentials_never_reach_any_output(tmp_path):
 def test_prompt_text_only_with_record_text(sim, tmp_path):
     plain, full = tmp_path / "plain.jsonl", tmp_path / "full.jsonl"
     for path, extra in ((plain, []), (full, ["--record-text"])):
-        p = subprocess.run(
-            [
-                *rampwatch_cmd(),
-                "run",
-                sim.url,
-                "--schedule",
-                "2k,4k",
-                "--output-tokens",
-                "8",
-                "--headless",
-                "--gpu",
-                "none",
-                "--record",
-                str(path),
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=60,
-        )
+        p = rw(*small_run(sim.url, "--record", str(path), *extra), timeout=60)
         assert p.returncode == 0, p.stderr
     assert "access code" not in plain.read_text()  # neither the needle's fact nor the question
     assert "access code" in full.read_text()
@@ -401,36 +329,15 @@ def test_prompt_text_only_with_record_text(sim, tmp_path):
 
 def test_report_names_the_corrupt_line_and_can_skip_it(tmp_path, sim):
     rec = tmp_path / "r.jsonl"
-    p = subprocess.run(
-        [
-            *rampwatch_cmd(),
-            "run",
-            sim.url,
-            "--schedule",
-            "2k,4k",
-            "--output-tokens",
-            "8",
-            "--headless",
-            "--gpu",
-            "none",
-            "--record",
-            str(rec),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    p = rw(*small_run(sim.url, "--record", str(rec)), timeout=60)
     assert p.returncode == 0
     lines = rec.read_bytes().split(b"\n")
     lines[3] = b"\x00garbage{"
     rec.write_bytes(b"\n".join(lines))
-    bad = subprocess.run([*rampwatch_cmd(), "report", str(rec)], capture_output=True, text=True, cwd=ROOT)
+    bad = rw("report", str(rec), timeout=None)
     assert bad.returncode == 2 and ":4: corrupt line" in bad.stderr and "--skip-bad-lines" in bad.stderr
     assert bad.stderr.count("\n") == 1
-    ok = subprocess.run(
-        [*rampwatch_cmd(), "report", str(rec), "--skip-bad-lines"], capture_output=True, text=True, cwd=ROOT
-    )
+    ok = rw("report", str(rec), "--skip-bad-lines", timeout=None)
     assert ok.returncode == 0 and "skipped corrupt lines: 4" in ok.stderr
 
 
@@ -449,5 +356,5 @@ def test_replay_and_report_refuse_non_recordings(tmp_path, content, message):
     f = tmp_path / "x.jsonl"
     f.write_bytes(content)
     for args in (["report", str(f)], ["replay", str(f), "--headless"]):
-        p = subprocess.run([*rampwatch_cmd(), *args], capture_output=True, text=True, cwd=ROOT)
+        p = rw(*args, timeout=None)
         assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr

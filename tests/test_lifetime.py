@@ -179,6 +179,14 @@ def open_page(port: int) -> socket.socket:
     return ws
 
 
+def end_with_a_page_open(cmd: Launched, port: int, sig: int, processes: int) -> None:
+    """Open a page (textual-serve starts its process), wait until `cmd` has `processes` descendants, and
+    end `cmd` with `sig` while the page is open: it exits as it should for that signal."""
+    with open_page(port):
+        cmd.wait_for(processes, "a page's process")
+        assert cmd.end_with(sig) == exit_code_for(sig), cmd.output()
+
+
 def assert_port_free(port: int) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server binds: past closed connections
@@ -264,9 +272,7 @@ def test_demo_web_takes_its_engine_web_server_and_pages_along(tmp_path, launched
     launched.append(cmd)
     cmd.wait_for(2, "the simulated engine and the web server")
     wait_for_first_request(rec)
-    with open_page(port):
-        cmd.wait_for(3, "a page's process")
-        assert cmd.end_with(sig) == exit_code_for(sig), cmd.output()
+    end_with_a_page_open(cmd, port, sig, processes=3)
     assert_port_free(port)
 
 
@@ -276,9 +282,7 @@ def test_replay_web_takes_its_web_server_and_pages_along(tmp_path, launched, sig
     cmd = Launched([*rampwatch_cmd(), "replay", str(SAMPLE), "--web", f"127.0.0.1:{port}"], tmp_path / "out")
     launched.append(cmd)
     cmd.wait_for(1, "the web server")
-    with open_page(port):
-        cmd.wait_for(2, "a page's process")
-        assert cmd.end_with(sig) == exit_code_for(sig), cmd.output()
+    end_with_a_page_open(cmd, port, sig, processes=2)
     assert_port_free(port)
 
 
@@ -305,9 +309,7 @@ def test_run_web_takes_its_web_server_and_pages_along(tmp_path, launched, sig):
         )
         launched.append(cmd)
         cmd.wait_for(1, "the web server")
-        with open_page(port):
-            cmd.wait_for(2, "a page's process")
-            assert cmd.end_with(sig) == exit_code_for(sig), cmd.output()
+        end_with_a_page_open(cmd, port, sig, processes=2)
     assert_port_free(port)
 
 

@@ -5,49 +5,21 @@ by `rampwatch run` as a user runs it: two sessions ramping to ~15K tokens in a
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE, scale_schedule
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.recording import read_recording
-from tests.conftest import rampwatch_cmd
+from tests.conftest import run_against_real_server
 
 SCALE_TO = 15 * 1024  # a slot holds 16K of the 32K context
 
 
 def test_two_sessions_against_llama_server(llamacpp_server, tmp_path):
     rec = tmp_path / "llamacpp.jsonl"
-    p = subprocess.run(
-        [
-            *rampwatch_cmd(),
-            "run",
-            llamacpp_server,
-            "--sessions",
-            "2",
-            "--scale-to",
-            "15k",
-            "--output-tokens",
-            "32",
-            "--ignore-eos",
-            "--gpu",
-            "none",
-            "--headless",
-            "--record",
-            str(rec),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    rep = json.loads(
-        subprocess.run(
-            [*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True, check=True
-        ).stdout
+    rep = run_against_real_server(
+        llamacpp_server, "--sessions", "2", "--scale-to", "15k", "--output-tokens", "32", "--ignore-eos", record=rec
     )
     assert rep["run"]["engine"] == "llama.cpp" and rep["run"]["model"] == "tiny"
     schedule = scale_schedule(SEED_SCHEDULE, SCALE_TO)

@@ -9,9 +9,13 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import Recording
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
+from rampwatch.tui.widgets.events import EventsPanel
 from rampwatch.tui.widgets.focus import SessionScreen
-from rampwatch.tui.widgets.panels import EventsPanel, GpuPanel, PrefillPanel, ServerPanel, TimelinePanel
+from rampwatch.tui.widgets.gpus import GpuPanel
+from rampwatch.tui.widgets.prefill import PrefillPanel
+from rampwatch.tui.widgets.server import ServerPanel
 from rampwatch.tui.widgets.sessions import SessionsTable
+from rampwatch.tui.widgets.timeline import TimelinePanel
 from tests.test_state_analysis import header
 
 AT = 12.0  # the moment the tests look at

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import subprocess
 import time
@@ -16,23 +15,10 @@ from rampwatch.drivers.run.recording import Recording, read_recording
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.tui.sources import ReplaySource
-from tests.conftest import drive, free_port, rampwatch_cmd
+from tests.conftest import drive, free_port, rw, rw_started, small_run
 from tests.faults import run_scenario
 from tests.simhost import TextServer, ThreadedSim
 from tests.test_state_analysis import header, two_session_run
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def rw(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*rampwatch_cmd(), *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_api_key_file_reads_its_first_line(tmp_path):
@@ -41,18 +27,7 @@ def test_api_key_file_reads_its_first_line(tmp_path):
     key.write_text(secret + "\n# the team's staging key\n")
     with ThreadedSim(make_profile("tiny"), api_key=secret) as s:
         ok = rw(
-            "run",
-            s.url,
-            "--schedule",
-            "2k",
-            "--output-tokens",
-            "4",
-            "--headless",
-            "--gpu",
-            "none",
-            "--no-record",
-            "--api-key-file",
-            str(key),
+            *small_run(s.url, "--no-record", "--api-key-file", str(key), schedule="2k", output_tokens=4),
             env={"OPENAI_API_KEY": ""},
         )
         (tmp_path / "empty").write_text("\n")
@@ -167,24 +142,7 @@ def test_watch_follows_a_server_that_goes_and_comes_back(tmp_path):
     rec = tmp_path / "watch.jsonl"
     port = free_port()
     sim = ThreadedSim(make_profile("tiny"), port=port).__enter__()
-    p = subprocess.Popen(
-        [
-            *rampwatch_cmd(),
-            "watch",
-            sim.url,
-            "--headless",
-            "--gpu",
-            "none",
-            "--scrape-interval",
-            "0.2",
-            "--record",
-            str(rec),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
+    p = rw_started("watch", sim.url, "--headless", "--gpu", "none", "--scrape-interval", "0.2", "--record", str(rec))
     try:
         # Each step waits for what the recording says, never for a fixed time: a busy machine only makes it slower.
         recorded_after(rec, "MetricsSample")
@@ -208,19 +166,7 @@ def test_a_proxied_url_is_refused_in_one_line_and_no_proxy_lets_it_through(sim):
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "would go through the proxy http://127.0.0.1:9" in refused.stderr and "NO_PROXY" in refused.stderr
     bypass = {**proxy, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
-    ok = rw(
-        "run",
-        sim.url,
-        "--schedule",
-        "2k",
-        "--output-tokens",
-        "4",
-        "--headless",
-        "--gpu",
-        "none",
-        "--no-record",
-        env=bypass,
-    )
+    ok = rw(*small_run(sim.url, "--no-record", schedule="2k", output_tokens=4), env=bypass)
     assert ok.returncode == 0, ok.stderr
 
 

@@ -17,7 +17,7 @@ from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.metrics import normalize
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
-from rampwatch.tui.widgets.panels import ServerPanel
+from rampwatch.tui.widgets.server import ServerPanel
 from tests.conftest import DATA, drive, rampwatch_cmd
 from tests.simhost import ThreadedSim
 

@@ -15,7 +15,8 @@ from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.widgets import Static
 
-from rampwatch.tui.widgets.panels import ChangingStatic, chart_start
+from rampwatch.tui.widgets.base import ChangingStatic
+from rampwatch.tui.widgets.timeline import chart_start
 
 
 class Recorder(ChangingStatic):

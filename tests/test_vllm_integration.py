@@ -5,8 +5,6 @@ simulated engine (test_sim.py); everything else is checked here."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import threading
 import time
 from urllib.parse import urlsplit
@@ -21,7 +19,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.proxy import PdProxy
 from rampwatch.drivers.telemetry.metrics import SAMPLE_LINE, normalize, parse_labels
-from tests.conftest import drive, rampwatch_cmd
+from tests.conftest import drive, run_against_real_server
 from tests.simhost import ThreadedServer
 
 pytestmark = pytest.mark.vllm
@@ -192,34 +190,9 @@ def test_lockstep_one_shot_strict_needle_against_vllm(vllm_server, tmp_path):
 def test_two_vllm_replicas_behind_rampwatchs_own_spreading(vllm_server, vllm_replica, tmp_path):
     """`rampwatch run URL1 URL2 --sessions 4`: two sessions on each real server, each server its own row."""
     rec = tmp_path / "replicas.jsonl"
-    p = subprocess.run(
-        [
-            *rampwatch_cmd(),
-            "run",
-            vllm_server,
-            vllm_replica,
-            "--sessions",
-            "4",
-            "--scale-to",
-            "8k",
-            "--output-tokens",
-            "16",
-            "--ignore-eos",
-            "--gpu",
-            "none",
-            "--headless",
-            "--record",
-            str(rec),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    rep = json.loads(
-        subprocess.run(
-            [*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True, check=True
-        ).stdout
+    servers = (vllm_server, vllm_replica)
+    rep = run_against_real_server(
+        *servers, "--sessions", "4", "--scale-to", "8k", "--output-tokens", "16", "--ignore-eos", record=rec
     )
     assert [s["summary"]["reached_turn"] for s in rep["sessions"]] == [10] * 4
     names = [urlsplit(u).netloc for u in (vllm_server, vllm_replica)]
@@ -240,38 +213,21 @@ def test_a_real_prefill_decode_pair_behind_rampwatchs_proxy(vllm_pd, tmp_path):
     prefill, decode = vllm_pd
     rec = tmp_path / "pd.jsonl"
     with ThreadedServer(PdProxy(prefill, decode).app) as proxy:
-        p = subprocess.run(
-            [
-                *rampwatch_cmd(),
-                "run",
-                proxy.url,
-                "--metrics-url",
-                f"prefill:p={prefill}/metrics",
-                "--metrics-url",
-                f"decode:d={decode}/metrics",
-                "--sessions",
-                "1",
-                "--scale-to",
-                "12k",
-                "--output-tokens",
-                "16",
-                "--ignore-eos",
-                "--gpu",
-                "none",
-                "--headless",
-                "--record",
-                str(rec),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
+        rep = run_against_real_server(
+            proxy.url,
+            "--metrics-url",
+            f"prefill:p={prefill}/metrics",
+            "--metrics-url",
+            f"decode:d={decode}/metrics",
+            "--sessions",
+            "1",
+            "--scale-to",
+            "12k",
+            "--output-tokens",
+            "16",
+            "--ignore-eos",
+            record=rec,
         )
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    rep = json.loads(
-        subprocess.run(
-            [*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True, check=True
-        ).stdout
-    )
     turns = rep["sessions"][0]["turns"]
     assert [t["turn"] for t in turns] == list(range(1, 11)) and not any(t["error"] for t in turns)
     by_role = {s["role"]: s for s in rep["servers"]}

@@ -21,7 +21,7 @@ import pytest
 from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import free_port, rampwatch_cmd
 from tests.simhost import ThreadedSim
-from tests.test_export import chromium
+from tests.test_export import chromium, headless_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 GLM = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
@@ -55,17 +55,7 @@ class Browser:
     def __init__(self, tmp: Path):
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [
-                chromium(),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-                f"--user-data-dir={tmp / 'profile'}",
-                f"--remote-debugging-port={self.port}",
-                "--window-size=1400,900",
-                "about:blank",
-            ],
+            [*headless_chromium(tmp), f"--remote-debugging-port={self.port}", "--window-size=1400,900", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -29,18 +29,16 @@ from rampwatch.tui import terminal_output
 from rampwatch.tui.cli.spec import REFRESH_S as DEFAULT_REFRESH_S
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.sources import FollowSource, LiveSource, ReplaySource
+from rampwatch.tui.widgets.base import ChangingStatic
+from rampwatch.tui.widgets.events import EventsPanel
 from rampwatch.tui.widgets.focus import SessionScreen
-from rampwatch.tui.widgets.panels import (
-    ChangingStatic,
-    EventsPanel,
-    GpuPanel,
-    HeaderBar,
-    PrefillPanel,
-    ServerPanel,
-    TimelinePanel,
-)
+from rampwatch.tui.widgets.gpus import GpuPanel
+from rampwatch.tui.widgets.header import HeaderBar
+from rampwatch.tui.widgets.prefill import PrefillPanel
 from rampwatch.tui.widgets.report import ReportScreen
+from rampwatch.tui.widgets.server import ServerPanel
 from rampwatch.tui.widgets.sessions import SessionsTable
+from rampwatch.tui.widgets.timeline import TimelinePanel
 
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 

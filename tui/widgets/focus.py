@@ -16,8 +16,9 @@ from rampwatch.drivers.model.turns import turn_row
 from rampwatch.drivers.model.views import TIMELINE_BUCKET_S
 from rampwatch.drivers.present.turn_table import row_cells
 from rampwatch.tui.fmt import sparkline
-from rampwatch.tui.widgets.panels import ChangingStatic, last_whole_second, prefill_legend
+from rampwatch.tui.widgets.base import ChangingStatic
 from rampwatch.tui.widgets.sessions import session_row
+from rampwatch.tui.widgets.timeline import last_whole_second, prefill_legend
 
 # The report's per-turn columns that one session's screen has room for (the same heads, the same cells).
 TURN_COLUMNS = (

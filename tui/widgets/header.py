@@ -1,0 +1,55 @@
+"""The header bar: one line with the mode, the run clock, model, engine, server and the recording."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from rampwatch.drivers.model.state import RunState
+from rampwatch.tui.fmt import clock
+from rampwatch.tui.widgets.base import ChangingStatic
+
+
+class HeaderBar(ChangingStatic):
+    """One line: mode, run clock, model, engine, server, recording path or its trouble."""
+
+    def show(self, state: RunState, now: float, mode: str, recording: str | None) -> None:
+        h = state.header
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(" rampwatch ", style="bold reverse")
+        alarm = "silent" in mode or "crashed" in mode
+        t.append(
+            f" {mode} ",
+            style="bold white on red"
+            if alarm
+            else "bold black on yellow"
+            if "replay" in mode
+            else "bold black on green",
+        )
+        t.append(f" {clock(now)} ", style="bold")
+        if h is not None:
+            modes = [
+                m
+                for m in (
+                    "lockstep" if h.lockstep else "",
+                    "strict needle" if h.needle_mode == "strict" else "",
+                    "one-shot" if h.one_shot else "",
+                )
+                if m
+            ]
+            if h.time_limit_s:
+                modes.append(f"limit {clock(h.time_limit_s)}" + (" reached" if now >= h.time_limit_s else ""))
+            if modes:
+                t.append(f" {' · '.join(modes)} ", style="bold cyan")
+            engine = (h.engine or state.server.engine or "?") + (f" {h.engine_version}" if h.engine_version else "")
+            more = sum(1 for ep in h.endpoints if ep.url) - 1
+            t.append(f" {h.model or '?'} · {engine} · {h.server}" + (f" +{more} more" if more > 0 else ""))
+        if recording:
+            t.append(f"  rec {recording}", style="dim")
+        if h is not None and not h.tls_verified:
+            t.append("  TLS NOT VERIFIED", style="bold white on red")
+        if state.recording_error:
+            t.append(f"  {state.recording_error}", style="bold white on red")
+        ended = state.ended
+        if ended is not None and ended.status == "crashed":
+            t.append(f"  CRASHED: {ended.error or 'driver gone'}", style="bold white on red")
+        self.show_content(t)

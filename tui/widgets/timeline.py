@@ -1,0 +1,101 @@
+"""The decode chart: decode tokens/s per session over time, and the helpers that place its seconds
+(shared with the session screen's chart)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+
+from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.model.views import TIMELINE_BUCKET_S, SessionView
+from rampwatch.tui.fmt import sparkline
+from rampwatch.tui.widgets.base import Panel
+
+SETTLE_S = 0.5  # a second is drawn this long after it ends: token times reach the UI in batches (~0.3 s)
+
+
+def last_whole_second(state: RunState, now: float) -> int:
+    """The newest bucket a decode chart draws: whole seconds only, so it changes once a second."""
+    step = TIMELINE_BUCKET_S
+    return int(now // step) if state.ended else int((now - SETTLE_S) // step) - 1
+
+
+def chart_start(last: int, width: int) -> int:
+    """The first bucket a chart of `width` cells shows, its newest bucket `last` inside it. The chart
+    moves a quarter of its width at a time, not a cell a second: between moves only the newest column
+    changes, so a terminal is sent a few cells a second instead of the whole chart. It fills from
+    the run's start."""
+    stride = max(1, width // 4)
+    overflow = last - (width - 1)
+    return -(-overflow // stride) * stride if overflow > 0 else 0
+
+
+def prefill_legend(lead: str) -> Text:
+    legend = Text(lead, style="dim")
+    legend.append("  ", style="on #5f0000")
+    legend.append(" another session prefilling", style="dim")
+    return legend
+
+
+class TimelinePanel(Panel):
+    """Decode tokens/s per session over time, one cell per second; red cells:
+    another session was prefilling. It draws whole seconds only, so it is
+    rebuilt once a second, not on every tick."""
+
+    LABEL = 13
+
+    _cache_key: tuple[object, ...] | None = None
+    _cached: object = None
+
+    def render_state(self, state: RunState, now: float) -> object:
+        if not state.sessions:
+            return Text("")
+        last = last_whole_second(state, now)
+        key = (last, self.size, self.compact, len(state.sessions), id(state))
+        if key != self._cache_key:
+            self._cache_key, self._cached = key, self._draw(state, last, now)
+        return self._cached
+
+    def _draw(self, state: RunState, last: int, now: float) -> object:
+        width = max(10, self.size.width - self.LABEL)
+        step = TIMELINE_BUCKET_S
+        first = chart_start(last, width)
+        start = first * step
+        space = max(1, self.size.height - (0 if self.compact else 1))  # rows for lanes (the legend takes one)
+        sessions = list(state.sessions.values())
+        aggregate = len(sessions) > space
+        lanes = self._by_interest(sessions, now)[: max(0, space - 2)] if aggregate else sessions
+        rows = 1 if self.compact or aggregate else max(1, min(10, space // max(1, len(lanes))))
+        out = []
+        for s in lanes:
+            values = s.timeline_values(first, width)
+            marks = state.foreign_prefill_cells(s.id, start, step, width, now)
+            top = max(values) or 1.0
+            for k, line in enumerate(sparkline(values, top, marks, rows=rows)):
+                label = f"{s.id:<5}{top:>6.0f}▕ " if k == 0 else f"{'':11}▕ "
+                out.append(Text(label, style="bold" if k == 0 else "dim") + line)
+        if aggregate:
+            p50, low = state.timeline_aggregate(first, width)
+            marks = state.foreign_prefill_cells("", start, step, width, now)  # any session prefilling
+            top = max(p50) or 1.0
+            out.append(Text(f"{'p50':<5}{top:>6.0f}▕ ", style="bold") + sparkline(p50, top, marks)[0])
+            if space >= 2:
+                out.append(Text(f"{'min':<11}▕ ", style="bold") + sparkline(low, top, marks)[0])
+        if not self.compact:
+            lanes_note = f"lanes: {len(lanes)}/{len(sessions)}, p50/min of all  " if aggregate else ""
+            out.append(prefill_legend(f"{'':5}peak tok/s, 1 cell = {step:g}s  {lanes_note}"))
+        return Group(*out)
+
+    @staticmethod
+    def _by_interest(sessions: list[SessionView], now: float) -> list[SessionView]:
+        """Who gets a lane when not all fit: those prefilling (longest wait
+        first), then those decoding slowest, then the rest."""
+
+        def key(s: SessionView) -> tuple[int, float]:
+            if s.state == "prefilling" and s.current is not None:
+                return (0, s.current.sent_t)
+            if s.state == "decoding":
+                return (1, s.decode_rate_now() or 0.0)
+            return (2, 0.0)
+
+        return sorted(sessions, key=key)
