@@ -158,8 +158,10 @@ def test_a_replay_in_the_browser_renders_the_panels_and_advances(tmp_path):
                 first = await b.wait_for_text(r"Sessions.*Prefill in flight.*Decode tokens/s.*Server.*GPUs.*Events")
                 shot1 = await b.screenshot(tmp_path / "first.png")
                 clocks = set(re.findall(r"\d:\d\d:\d\d", first))
-                await asyncio.sleep(3)
-                later = set(re.findall(r"\d:\d\d:\d\d", await b.screen_text()))
+                # The replay reaches its first finished turn: a new Events line, written whole (a ticking clock
+                # sends only the cells that changed, so the stream never spells the new time out).
+                later_text = await b.wait_for_text(r"\d:\d\d:\d\d s\d+ turn \d", timeout=60)
+                later = set(re.findall(r"\d:\d\d:\d\d", later_text))
                 return first, clocks, later, shot1, await b.screenshot(tmp_path / "later.png")
 
         first, clocks, later, shot1, shot2 = asyncio.run(look())
