@@ -79,9 +79,12 @@ def encode_message(role: str, pieces: list[str]) -> bytes:
     return b'{"role":' + _encode(role) + b',"content":"' + b"".join(parts) + b'"}'
 
 
-def chat_body(model: str, messages: list[bytes], max_tokens: int, ignore_eos: bool) -> list[bytes]:
+def chat_body(
+    model: str, messages: list[bytes], max_tokens: int, ignore_eos: bool, extra: dict[str, Any] | None = None
+) -> list[bytes]:
     """The request body in parts, the messages' own bytes among them: a 1M-token history is sent
-    from the session's messages as they are, never joined into one more copy."""
+    from the session's messages as they are, never joined into one more copy. `extra` (--extra-body)
+    adds request options; the keys rampwatch sets itself were refused before the run started."""
     opts: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
@@ -92,6 +95,8 @@ def chat_body(model: str, messages: list[bytes], max_tokens: int, ignore_eos: bo
     if ignore_eos:
         opts["ignore_eos"] = True
         opts["min_tokens"] = max_tokens
+    if extra:
+        opts.update(extra)
     parts = [_encode(opts)[:-1] + b',"messages":[']
     for k, message in enumerate(messages):
         parts += [b",", message] if k else [message]

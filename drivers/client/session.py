@@ -6,8 +6,8 @@ import asyncio
 import re
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -30,6 +30,7 @@ class TurnOptions:
     request_timeout: float | None = 3600.0
     record_text: bool = False
     strict_needle: bool = False  # replies go back into the history with the needle's code masked
+    extra_body: dict[str, Any] = field(default_factory=dict)  # --extra-body: merged into every request
 
 
 MASKED_CODE = "XXXX-XXXX"  # what a strict-needle history holds where a reply repeated the code
@@ -146,7 +147,8 @@ class SessionRunner:
         """'ok', 'failed' (after retries), or 'gone' (the server did not come back)."""
         _, new_est = self.conv.plan(turn)
         user, user_text = await self._user_message(turn)
-        body = chat_body(self.opts.model, [*self.history, user], self.opts.output_tokens, self.opts.ignore_eos)
+        o = self.opts
+        body = chat_body(o.model, [*self.history, user], o.output_tokens, o.ignore_eos, o.extra_body)
         target = self.conv.schedule[turn - 1]
         attempt = 0
         while True:

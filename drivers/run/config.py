@@ -9,7 +9,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from rampwatch.drivers.model.events import ENDPOINT_ROLES, Endpoint, endpoint_name
@@ -59,6 +59,7 @@ class RunConfig:
     prometheus_match: list[Match] = field(default_factory=list)  # which engines it reads, with their roles (none: all)
     prometheus_gpu_match: str = ""  # which GPUs it reads (PromQL label matchers; empty: all)
     serve_metrics: str | None = None  # [HOST:]PORT: expose rampwatch's own figures for Prometheus
+    extra_body: dict[str, Any] = field(default_factory=dict)  # request options merged into every chat request
 
     @property
     def base_url(self) -> str:

@@ -225,6 +225,7 @@ class Run:
                 record_text=cfg.record_text,
                 request_timeout=cfg.request_timeout,
                 strict_needle=cfg.strict_needle,
+                extra_body=cfg.extra_body,
             )
             gate = TurnGate(self.ramp_sessions, lockstep=cfg.lockstep)
             for k in range(self.ramp_sessions):
