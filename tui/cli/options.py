@@ -8,8 +8,9 @@ from dataclasses import replace
 from typing import Any
 
 from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
+from rampwatch.drivers.client.request_options import parse_extra_body, parse_header
 from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
-from rampwatch.drivers.run.scrub import scrub_argv
+from rampwatch.drivers.run.scrub import scrub_argv, scrub_header_arg
 from rampwatch.drivers.telemetry.exporter import parse_listen
 from rampwatch.drivers.telemetry.prometheus import Match, parse_match, parse_matchers
 
@@ -84,7 +85,23 @@ def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
         strict_needle=args.strict_needle,
         time_limit=args.time_limit,
         grace=args.grace,
+        **request_settings(args),
     )
+
+
+def request_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """--extra-body and --header, checked: what every chat request carries besides the conversation."""
+    try:
+        extra_body = parse_extra_body(args.extra_body) if args.extra_body else {}
+    except ValueError as e:
+        raise BadInput(f"--extra-body: {e}") from None
+    headers = []
+    for spec in args.header:
+        try:
+            headers.append(parse_header(spec))
+        except ValueError as e:
+            raise BadInput(f"--header {scrub_header_arg(spec)!r}: {e}") from None
+    return dict(extra_body=extra_body, request_headers=headers)
 
 
 def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
