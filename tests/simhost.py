@@ -105,8 +105,9 @@ class CaptureRelay:
     """A loopback TCP relay in front of a server that keeps every byte clients send through it, per connection:
     for tests of what reaches a real server (headers, request bodies) without asking the server to log it."""
 
-    def __init__(self, target_url: str):
-        self.target = urlsplit(target_url)
+    def __init__(self, target_url: str, connect_delay_s: float = 0.0):
+        """`connect_delay_s`: each connection waits this long before it reaches the server (a slow link)."""
+        self.target, self.connect_delay_s = urlsplit(target_url), connect_delay_s
         self.sent: list[bytearray] = []  # what each connection's client sent, in order
         self._lock = threading.Lock()
         self.listener = loopback_socket()
@@ -133,12 +134,16 @@ class CaptureRelay:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection((self.target.hostname, self.target.port))
-            kept = bytearray()
-            with self._lock:
-                self.sent.append(kept)
-            threading.Thread(target=self._pipe, args=(client, upstream, kept), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, None), daemon=True).start()
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        time.sleep(self.connect_delay_s)
+        upstream = socket.create_connection((self.target.hostname, self.target.port))
+        kept = bytearray()
+        with self._lock:
+            self.sent.append(kept)
+        threading.Thread(target=self._pipe, args=(upstream, client, None), daemon=True).start()
+        self._pipe(client, upstream, kept)
 
     def _pipe(self, src: socket.socket, dst: socket.socket, kept: bytearray | None) -> None:
         try:

@@ -23,6 +23,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.run import pipe
 from rampwatch.drivers.run.config import BadInput, RunConfig
+from rampwatch.drivers.run.pipe import HEARTBEAT_S
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
@@ -33,7 +34,7 @@ from rampwatch.tui.sources import LiveSource
 from rampwatch.tui.widgets.events import EventsPanel
 from rampwatch.tui.widgets.header import HeaderBar
 from tests.conftest import drive, free_port, rampwatch_cmd, rw, small_run
-from tests.simhost import ThreadedSim
+from tests.simhost import CaptureRelay, ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,6 +194,16 @@ def test_live_state_equals_the_replay_of_its_recording(tmp_path, sim):
     replayed = load_state(tmp_path / "whole2.jsonl", skip_bad_lines=False)
     assert build_report(driver.state) == build_report(replayed)
     assert driver.state.version == replayed.version  # every recorded event reached the UI, and no other
+
+
+def test_a_probe_slower_than_a_heartbeat_still_hands_the_run_over(sim):
+    """The driver's heartbeat starts after its handshake: a server that takes seconds to answer the probe
+    and calibration (a slow link) once had a heartbeat reach the UI first, which took it for a bad handshake."""
+    with CaptureRelay(sim.url, connect_delay_s=HEARTBEAT_S * 1.5) as slow_link:
+        driver = DriverProcess(config(slow_link.url, None, schedule=[2000]), record=False)
+        driver.start()
+        assert driver.state is not None and driver.state.header is not None
+        assert driver.stop(signal.SIGTERM) in (0, 143)
 
 
 def test_bad_input_is_found_before_the_ui_opens(tmp_path, sim):

@@ -23,15 +23,17 @@ from rampwatch.drivers.run.runner import Run, crash_summary
 
 async def serve(start: pipe.DriverStart, out_fd: int, pending: bytes = b"") -> int:
     loop = asyncio.get_running_loop()
-    writer = await pipe.PipeWriter.open(out_fd)
     run = Run(start.config, record=start.record, fold=False)
     try:
         await run.prepare()
     except (BadInput, OSError) as e:
         await run.aclose()
+        writer = await pipe.PipeWriter.open(out_fd)
         writer.send(pipe.DriverFailed(message=str(e)))
         await writer.close()
         return 2
+    # Opened only now: its heartbeat must not come before the handshake (a probe can take seconds).
+    writer = await pipe.PipeWriter.open(out_fd)
     writer.send(
         pipe.DriverReady(
             header=run.header(),
