@@ -86,6 +86,7 @@ def test_report_json_schema(recorded):
         "servers",
         "servers_total",
         "roles",
+        "client_lag_max_ms",
     }
     assert set(rep["run"]) == {
         "schema",
@@ -124,6 +125,7 @@ def test_report_json_schema(recorded):
         "gaps_over_100ms",
         "gaps_over_1s",
         "server_prefill_s",
+        "client_busy",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:

@@ -123,6 +123,7 @@ class Report(msgspec.Struct):
     servers: list[ServerFigures]  # one per endpoint that answered
     servers_total: ServerFigures | None  # their sum
     roles: list[ServerFigures]  # summed by role (prefill, decode, both)
+    client_lag_max_ms: float | None  # the driver's worst event-loop lag (None: not measured, older recordings)
 
 
 MIN_INTERVALS = 3  # decode intervals a turn needs before its split rate counts
@@ -225,6 +226,7 @@ def build_report(state: RunState) -> Report:
             for role in ("prefill", "decode", "both")
             if any(f.role == role for f in servers)
         ],
+        client_lag_max_ms=state.client_lag_worst_ms,
     )
 
 

@@ -190,6 +190,20 @@ class Notice(Event):
     topic: Literal["recording"] | None = None  # "recording": the file stopped (error) or resumed (info)
 
 
+CLIENT_BUSY_S = 0.005  # the driver's loop running later than this makes the stamps it takes meanwhile suspect
+
+
+class ClientLag(Event):
+    """The driver's own event loop over the last second (drivers/run/loop_lag.py): how late a 10 ms timer
+    woke, and the windows [due, woke] in which it woke more than 5 ms late. A timestamp taken in such a
+    window may be late by as much; the turns with one are marked client busy."""
+
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    busy: list[tuple[float, float]] = []
+
+
 class RunEnded(Event):
     """The run's last event; a crash says why in one line."""
 
@@ -210,5 +224,6 @@ AnyEvent = (
     | GpuUnavailable
     | Mark
     | Notice
+    | ClientLag
     | RunEnded
 )

@@ -52,6 +52,7 @@ class TurnRecord:
     gaps_alone: array[float] = field(default_factory=lambda: array("d"))
     gaps_during: array[float] = field(default_factory=lambda: array("d"))
     max_gap: float = 0.0
+    client_busy: bool = False  # a stamp of this turn was taken while the driver's own loop ran late
 
     @property
     def ttft(self) -> float | None:
@@ -177,6 +178,7 @@ class TurnRow(msgspec.Struct):
     gaps_over_100ms: int
     gaps_over_1s: int
     server_prefill_s: float | None  # the server's own prompt time where it reports one per request (llama.cpp)
+    client_busy: bool  # a stamp of this turn was taken while the driver's loop ran over 5 ms late
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
@@ -200,6 +202,7 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         gaps_over_100ms=gaps.over_100ms if gaps else 0,
         gaps_over_1s=gaps.over_1s if gaps else 0,
         server_prefill_s=rec.server_prefill_s,
+        client_busy=rec.client_busy,
     )
 
 

@@ -66,6 +66,13 @@ def summary_lines(rep: Report) -> list[str]:
     lines.append(f"run: {run.status or 'running'}" + (f" ({', '.join(modes)})" if modes else ""))
     if run.extra_body or run.request_headers:
         lines.append("requests: " + request_options_text(run.extra_body, run.request_headers))
+    if rep.client_lag_max_ms is not None:
+        turns = [t for s in rep.sessions for t in s.turns]
+        busy = sum(t.client_busy for t in turns)
+        lines.append(
+            f"client: event-loop lag worst {rep.client_lag_max_ms:.0f} ms; {busy} of {len(turns)} turns client busy "
+            "(a stamp taken while it ran over 5 ms late)"
+        )
     lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
     return lines
 

@@ -35,6 +35,7 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn(">100ms", "gaps_over_100ms", lambda r: str(r.gaps_over_100ms)),
     TurnColumn(">1s", "gaps_over_1s", lambda r: str(r.gaps_over_1s)),
     TurnColumn("needle", "needle", lambda r: needle_mark(r.needle), "left"),
+    TurnColumn("client", "client_busy", lambda r: "busy" if r.client_busy else "", "left"),
     TurnColumn("error", "error", lambda r: r.error or "", "left"),
 )
 COLUMNS = tuple(c.head for c in TURN_COLUMNS)

@@ -25,6 +25,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, check_topology, default_record_path
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.hub import EventHub
+from rampwatch.drivers.run.loop_lag import LoopLagMonitor
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, probe
 from rampwatch.drivers.run.recording import Recorder
@@ -212,6 +213,9 @@ class Run:
         if cfg.insecure:
             emit(ev.Notice(t=clock(), level="warn", message="TLS certificates are NOT verified (--insecure)"))
         background.append(asyncio.create_task(self._flush_loop()))
+        lag = LoopLagMonitor(emit, clock)
+        if cfg.mode != "watch":
+            background.append(asyncio.create_task(lag.run()))
         runners: list[SessionRunner] = []
         status: ev.RunStatus = "done"
         error: str | None = None
@@ -294,6 +298,7 @@ class Run:
             for t in background:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            lag.flush(clock())  # the last second's lag: the last turns' stamps are judged too
             if samplers and status in ("done", "failed", "time-limit"):
                 # One last read: the report's server figures cover the last turns too.
                 last = [asyncio.create_task(s.final_read()) for s in samplers]

@@ -34,6 +34,7 @@ TURN_COLUMNS = (
     ">100ms",
     "hit",
     "needle",
+    "client",
 )
 
 

@@ -1,0 +1,108 @@
+"""The driver checks itself (issue 19): a 10 ms timer measures how late its event loop runs, and a turn with
+a stamp taken while it ran more than 5 ms late is marked client busy, exactly those turns."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.loop_lag import BUSY_S, TICK_S, LoopLagMonitor
+from rampwatch.drivers.run.runner import Run
+from rampwatch.drivers.sim.profiles import make_profile
+from tests.simhost import ThreadedSim
+
+BLOCK_S = 0.05
+
+
+def test_a_late_wake_leaves_a_window_and_the_second_is_summed():
+    out: list[ev.AnyEvent] = []
+    m = LoopLagMonitor(out.append, time.monotonic)
+    for k in range(99):
+        m.tick(k * TICK_S, k * TICK_S + 0.0002)
+    m.tick(1.0, 1.0 + BLOCK_S)
+    m.flush(1.1)
+    (lag,) = out
+    assert isinstance(lag, ev.ClientLag)
+    assert [(round(a, 9), round(b, 9)) for a, b in lag.busy] == [(1.0, round(1.0 + BLOCK_S + TICK_S, 9))]
+    assert abs(lag.p50_ms - 0.2) < 1e-6 and abs(lag.max_ms - 1000 * BLOCK_S) < 1e-6
+    assert 0.2 <= lag.p99_ms <= 1000 * BLOCK_S
+    m.tick(2.0, 2.0 + BUSY_S / 2)  # late, but not late enough to matter
+    m.flush(2.1)
+    assert out[-1].busy == []
+    m.tick(3.0, 3.02)
+    m.tick(3.03, 3.05)  # due as the last window closed: the same spell of lateness
+    m.tick(3.2, 3.21)
+    m.flush(3.3)
+    assert [(round(a, 9), round(b, 9)) for a, b in out[-1].busy] == [(3.0, 3.06), (3.2, 3.22)]
+
+
+def test_the_fold_marks_exactly_the_turns_stamped_in_a_window():
+    state = RunState()
+    for sid in ("s1", "s2", "s3"):
+        state.apply(ev.SessionPlanned(t=0.0, session=sid, schedule=[100], salt=sid))
+        state.apply(ev.RequestSent(t=0.0, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    state.apply(ev.FirstToken(t=0.50, session="s1", turn=1))  # before the window
+    state.apply(ev.FirstToken(t=0.52, session="s2", turn=1))
+    state.apply(ev.TokenTimes(t=0.70, session="s2", turn=1, times=[0.60, 0.70]))  # 0.60 is in it
+    state.apply(ev.FirstToken(t=0.58, session="s3", turn=1))
+    state.apply(ev.TokenTimes(t=0.80, session="s3", turn=1, times=[0.66, 0.80]))  # straddles it, none in it
+    state.apply(ev.ClientLag(t=1.0, p50_ms=0.1, p99_ms=40.0, max_ms=40.0, busy=[(0.59, 0.65)]))
+    busy = {sid: s.current.client_busy for sid, s in state.sessions.items()}
+    assert busy == {"s1": False, "s2": True, "s3": False}
+    assert state.client_lag is not None and state.client_lag.max_ms == 40.0
+
+
+def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late():
+    """A real ramp against the simulated engine; 50 ms into session 1's second decode, something holds the
+    driver's loop for 50 ms. The recording has that window, and the turns marked are exactly those with a
+    stamp in a recorded window (on a loaded machine the OS, and here the simulated engine's thread holding
+    the GIL, may add windows of their own: they count too; that turns outside every window stay unmarked is
+    test_the_fold_marks_exactly_the_turns_stamped_in_a_window's)."""
+    with ThreadedSim(make_profile("tiny")) as sim:
+        cfg = RunConfig(
+            url=sim.url,
+            gpu="none",
+            metrics_urls=[],
+            schedule=[2048, 4096, 8192],
+            sessions=2,
+            output_tokens=200,
+            ignore_eos=True,
+        )
+        run = Run(cfg, record=False, keep_events=True)
+        emit, blocked = run.hub.emit, []
+
+        def block() -> None:
+            start = run.clock()
+            time.sleep(BLOCK_S)
+            blocked.append((start, run.clock()))
+
+        def emit_and_block(e: ev.AnyEvent) -> None:
+            emit(e)
+            if isinstance(e, ev.FirstToken) and (e.session, e.turn) == ("s1", 2):
+                asyncio.get_running_loop().call_later(BLOCK_S, block)
+
+        run.hub.emit = emit_and_block
+
+        async def main() -> int:
+            await run.prepare()
+            return await run.drive()
+
+        assert asyncio.run(main()) == 0
+    events = run.hub.events
+    windows = [w for e in events if isinstance(e, ev.ClientLag) for w in e.busy]
+    ((start, end),) = blocked
+    # The timer was due at most a tick after the block began, and cannot wake before it ends.
+    assert any(a <= start + TICK_S and b >= end for a, b in windows), (start, end, windows)
+    stamps: dict[tuple[str, int], list[float]] = {}
+    for e in events:
+        if isinstance(e, ev.FirstToken):
+            stamps.setdefault((e.session, e.turn), []).append(e.t)
+        elif isinstance(e, ev.TokenTimes):
+            stamps.setdefault((e.session, e.turn), []).extend(e.times)
+    late = {key for key, ts in stamps.items() if any(a <= t <= b for t in ts for a, b in windows)}
+    marked = {(r.session, r.turn) for r in run.state.turns if r.client_busy}
+    assert ("s1", 2) in late
+    assert marked == late
