@@ -19,7 +19,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
@@ -27,7 +26,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
-from tests.conftest import free_port, rampwatch_cmd
+from tests.conftest import answers, free_port, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,12 +159,7 @@ def exit_code_for(sig: int) -> int:
 def open_page(port: int) -> socket.socket:
     """What a browser tab does: open the UI's websocket, so textual-serve starts a page's process. Held open."""
     deadline = time.monotonic() + UP_S
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
+    while not answers(f"http://127.0.0.1:{port}/"):
         if time.monotonic() > deadline:
             pytest.fail(f"the web UI on port {port} did not answer")
         time.sleep(0.1)
@@ -323,12 +317,7 @@ def test_sim_ends_and_frees_its_ports(tmp_path, launched, topology, sig):
     launched.append(cmd)
     deadline = time.monotonic() + UP_S
     for port in range(first, first + count):
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+        while not answers(f"http://127.0.0.1:{port}/health"):
             if time.monotonic() > deadline or cmd.proc.poll() is not None:
                 pytest.fail(f"rampwatch sim did not serve port {port}: {cmd.output()}")
             time.sleep(0.1)
