@@ -6,6 +6,7 @@ SIGHUP (an SSH session closing) or SIGKILL."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import pty
 import signal
@@ -50,6 +51,10 @@ class Launched:
     def __init__(self, argv: list[str], log: Path, terminal: bool = False):
         self.log = log
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}  # a hang shows where (end_with)
+        # In a session of its own, whichever way its output goes; env is read at the start (the pty's settings count).
+        launch = functools.partial(
+            subprocess.Popen, argv, env=env, cwd=ROOT, start_new_session=True, preexec_fn=default_hangup
+        )
         if terminal:
             try:
                 master, slave = pty.openpty()
@@ -57,30 +62,12 @@ class Launched:
                 pytest.skip(f"the UI needs a terminal and no pseudo-terminal can be had here: {e}")
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
             env.update(TERM="xterm-256color", COLUMNS="140", LINES="40")
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=slave,
-                stdout=slave,
-                stderr=slave,
-                env=env,
-                cwd=ROOT,
-                start_new_session=True,
-                preexec_fn=default_hangup,
-            )
+            self.proc = launch(stdin=slave, stdout=slave, stderr=slave)
             os.close(slave)
             threading.Thread(target=self._drain, args=(master,), daemon=True).start()  # a full terminal would block it
         else:
             with open(log, "wb") as out:
-                self.proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=ROOT,
-                    start_new_session=True,
-                    preexec_fn=default_hangup,
-                )
+                self.proc = launch(stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         self.root = psutil.Process(self.proc.pid)
 
     def _drain(self, fd: int) -> None:
