@@ -186,17 +186,7 @@ def main() -> None:
     from rampwatch.drivers.sim.serve import ChildSim
 
     def sim(step_ms: float | None) -> ChildSim:
-        return ChildSim(
-            argparse.Namespace(
-                profile="fast",
-                time_scale=None,
-                max_num_batched_tokens=None,
-                kv_tokens=None,
-                block_size=None,
-                max_model_len=None,
-                step_ms=step_ms,
-            )
-        )
+        return ChildSim(argparse.Namespace(profile="fast", step_ms=step_ms))
 
     print(f"1M-token turn body built in {build_time() * 1000:.0f} ms")
     results = {}

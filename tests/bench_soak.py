@@ -71,15 +71,7 @@ class Engine:
     a restart really closes (clients see refused connections while it is down)."""
 
     def __init__(self, time_scale: float, sessions: int):
-        self.args = argparse.Namespace(
-            profile="glm-like",
-            time_scale=time_scale,
-            kv_tokens=sessions * 1_100_000,
-            max_num_batched_tokens=None,
-            block_size=None,
-            max_model_len=None,
-            step_ms=None,
-        )
+        self.args = argparse.Namespace(profile="glm-like", time_scale=time_scale, kv_tokens=sessions * 1_100_000)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]

@@ -268,15 +268,7 @@ def main() -> None:
     if not shutil.which("tmux"):
         raise SystemExit("bench_ui needs tmux (apt-get install tmux): the UI runs in a real terminal")
     folder = Path(tempfile.mkdtemp(prefix="rw-bench-ui-"))
-    sim_args = argparse.Namespace(
-        profile="tiny",
-        time_scale=None,
-        max_num_batched_tokens=None,
-        kv_tokens=None,
-        block_size=None,
-        max_model_len=None,
-        step_ms=None,
-    )
+    sim_args = argparse.Namespace(profile="tiny")
     pairs = []
     if args.many:
         with ChildSim(sim_args) as sim:

@@ -111,20 +111,23 @@ def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str):
             yield url
 
 
+def answers(url: str, timeout: float = 1.0) -> bool:
+    """Whether GET `url` answers 200 now (a refused or slow connection is a no)."""
+    try:
+        return httpx.get(url, timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @contextlib.contextmanager
 def running(proc: subprocess.Popen, url: str, name: str, log: Path, timeout: float):
     """Wait until the server `proc` answers GET /health at `url` (failing the test, with its log's tail,
     if it exits or is not up in `timeout` s); yield `url`; stop its process group afterwards."""
     deadline = time.monotonic() + timeout
     try:
-        while True:
+        while not answers(url + "/health", timeout=2):
             if proc.poll() is not None:
                 pytest.fail(f"{name} exited with {proc.returncode}; log: {log}\n" + log.read_text()[-3000:])
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
             if time.monotonic() > deadline:
                 pytest.fail(f"{name} did not start in {timeout:.0f} s; log: {log}")
             time.sleep(0.5)

@@ -73,36 +73,11 @@ def test_a_mistyped_flag_never_prints_the_key(args):
 
 
 def test_the_recorded_command_keeps_names_and_hides_keys():
-    argv = [
-        "run",
-        "http://user:pw@10.0.0.1:8000",
-        "--api-key-file",
-        "/etc/key",
-        "--api-key-env",
-        "MY_KEY",
-        "--model",
-        "Meta-Llama-3-70B-Instruct-AWQ-INT4",
-        "--output-tokens",
-        "128",
-        "--token",
-        "abc",
-        KEY,
-    ]
-    assert scrub_argv(argv) == [
-        "run",
-        "http://10.0.0.1:8000",
-        "--api-key-file",
-        "/etc/key",
-        "--api-key-env",
-        "MY_KEY",
-        "--model",
-        "Meta-Llama-3-70B-Instruct-AWQ-INT4",
-        "--output-tokens",
-        "128",
-        "--token",
-        "***",
-        "***",
-    ]
+    flags = (
+        "--api-key-file /etc/key --api-key-env MY_KEY --model Meta-Llama-3-70B-Instruct-AWQ-INT4 --output-tokens 128"
+    )
+    argv = ["run", "http://user:pw@10.0.0.1:8000", *flags.split(), "--token", "abc", KEY]
+    assert scrub_argv(argv) == ["run", "http://10.0.0.1:8000", *flags.split(), "--token", "***", "***"]
     assert KEY[3:9] not in scrub_message(f"invalid value: '{KEY}'", ["--sessions", KEY])
 
 

@@ -110,18 +110,14 @@ async def test_strict_needle_masks_the_code_in_the_history(sim, strict):
 
 
 def test_lockstep_sends_no_turn_before_every_session_finished_the_last(sim, tmp_path):
+    record = tmp_path / "lock.jsonl"
     run = drive(
-        sim.url,
-        sessions=3,
-        stagger=0.3,
-        schedule=[2000, 4000, 6000],
-        output_tokens=16,
-        lockstep=True,
-        record=tmp_path / "lock.jsonl",
+        sim.url, sessions=3, stagger=0.3, schedule=[2000, 4000, 6000], output_tokens=16, lockstep=True, record=record
     )
     assert run.exit_code == 0
-    events = read_recording(tmp_path / "lock.jsonl").events
-    assert read_recording(tmp_path / "lock.jsonl").header.lockstep
+    recording = read_recording(record)
+    events = recording.events
+    assert recording.header.lockstep
     for turn in (2, 3):
         sent = min(e.t for e in events if isinstance(e, ev.RequestSent) and e.turn == turn)
         done_before = max(e.t for e in events if isinstance(e, ev.TurnDone) and e.turn == turn - 1)
@@ -180,14 +176,8 @@ def test_time_limit_grace_cancels_the_turn_in_flight(tmp_path):
 
 
 def test_one_shot_is_a_fresh_baseline_after_the_ramp(sim, tmp_path):
-    run = drive(
-        sim.url,
-        sessions=2,
-        schedule=[2000, 4000, 8000],
-        output_tokens=16,
-        one_shot=True,
-        record=tmp_path / "shot.jsonl",
-    )
+    record = tmp_path / "shot.jsonl"
+    run = drive(sim.url, sessions=2, schedule=[2000, 4000, 8000], output_tokens=16, one_shot=True, record=record)
     assert run.exit_code == 0
     rep = build_report(run.state)
     assert rep.one_shot is not None and [r.session for r in rep.one_shot.ramps] == ["s1", "s2"]
@@ -196,7 +186,7 @@ def test_one_shot_is_a_fresh_baseline_after_the_ramp(sim, tmp_path):
     assert len(rep.sessions) == 2  # the baseline is not a ramp session
     last_ramp = max(r.done_t for r in run.state.turns if r.session != "one-shot")
     assert next(r for r in run.state.turns if r.session == "one-shot").sent_t >= last_ramp
-    planned = [e for e in read_recording(tmp_path / "shot.jsonl").events if isinstance(e, ev.SessionPlanned)]
+    planned = [e for e in read_recording(record).events if isinstance(e, ev.SessionPlanned)]
     assert [p.role for p in planned] == ["ramp", "ramp", "one-shot"]
 
 

@@ -13,6 +13,7 @@ from rampwatch.drivers.present import picture
 from rampwatch.drivers.present.report import summary_lines
 from rampwatch.drivers.run.recording import read_recording
 from tests.conftest import missing, rampwatch_cmd, rw
+from tests.test_state_analysis import turn_ok
 
 ROOT = Path(__file__).resolve().parents[1]
 GLM = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
@@ -137,16 +138,13 @@ def long_run(sessions: int = 32, hours: float = 2.0, turns: int = 10) -> tuple:
                 ),
                 ev.FirstToken(t=first, session=sid, turn=turn),
                 ev.TokenTimes(t=times[-1], session=sid, turn=turn, times=times),
-                ev.TurnDone(
-                    t=times[-1],
-                    session=sid,
-                    turn=turn,
-                    status="ok",
+                turn_ok(
+                    times[-1],
+                    sid,
+                    turn,
                     prompt_tokens=schedule[turn - 1],
                     cached_tokens=schedule[turn - 1] - 100_000,
-                    completion_tokens=128,
-                    chunks=128,
-                    needle=True,
+                    tokens=128,
                 ),
             ]
     for i in range(int(end * 2)):

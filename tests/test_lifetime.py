@@ -6,6 +6,7 @@ SIGHUP (an SSH session closing) or SIGKILL."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import pty
 import signal
@@ -19,7 +20,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
@@ -27,7 +27,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
-from tests.conftest import free_port, rampwatch_cmd
+from tests.conftest import answers, free_port, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +51,10 @@ class Launched:
     def __init__(self, argv: list[str], log: Path, terminal: bool = False):
         self.log = log
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}  # a hang shows where (end_with)
+        # In a session of its own, whichever way its output goes; env is read at the start (the pty's settings count).
+        launch = functools.partial(
+            subprocess.Popen, argv, env=env, cwd=ROOT, start_new_session=True, preexec_fn=default_hangup
+        )
         if terminal:
             try:
                 master, slave = pty.openpty()
@@ -58,30 +62,12 @@ class Launched:
                 pytest.skip(f"the UI needs a terminal and no pseudo-terminal can be had here: {e}")
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
             env.update(TERM="xterm-256color", COLUMNS="140", LINES="40")
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=slave,
-                stdout=slave,
-                stderr=slave,
-                env=env,
-                cwd=ROOT,
-                start_new_session=True,
-                preexec_fn=default_hangup,
-            )
+            self.proc = launch(stdin=slave, stdout=slave, stderr=slave)
             os.close(slave)
             threading.Thread(target=self._drain, args=(master,), daemon=True).start()  # a full terminal would block it
         else:
             with open(log, "wb") as out:
-                self.proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=ROOT,
-                    start_new_session=True,
-                    preexec_fn=default_hangup,
-                )
+                self.proc = launch(stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         self.root = psutil.Process(self.proc.pid)
 
     def _drain(self, fd: int) -> None:
@@ -160,12 +146,7 @@ def exit_code_for(sig: int) -> int:
 def open_page(port: int) -> socket.socket:
     """What a browser tab does: open the UI's websocket, so textual-serve starts a page's process. Held open."""
     deadline = time.monotonic() + UP_S
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
+    while not answers(f"http://127.0.0.1:{port}/"):
         if time.monotonic() > deadline:
             pytest.fail(f"the web UI on port {port} did not answer")
         time.sleep(0.1)
@@ -323,12 +304,7 @@ def test_sim_ends_and_frees_its_ports(tmp_path, launched, topology, sig):
     launched.append(cmd)
     deadline = time.monotonic() + UP_S
     for port in range(first, first + count):
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+        while not answers(f"http://127.0.0.1:{port}/health"):
             if time.monotonic() > deadline or cmd.proc.poll() is not None:
                 pytest.fail(f"rampwatch sim did not serve port {port}: {cmd.output()}")
             time.sleep(0.1)

@@ -16,7 +16,7 @@ from rampwatch.tui.widgets.prefill import PrefillPanel
 from rampwatch.tui.widgets.server import ServerPanel
 from rampwatch.tui.widgets.sessions import SessionsTable
 from rampwatch.tui.widgets.timeline import TimelinePanel
-from tests.test_state_analysis import header
+from tests.test_state_analysis import header, turn_ok
 
 AT = 12.0  # the moment the tests look at
 
@@ -50,17 +50,7 @@ def many_sessions_run(n: int = 64) -> list[ev.AnyEvent]:
             ev.RequestSent(t=sent, session=sid, turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=4000),
             ev.FirstToken(t=first, session=sid, turn=1),
             ev.TokenTimes(t=times[-1], session=sid, turn=1, times=times),
-            ev.TurnDone(
-                t=8.0 + 0.01 * k,
-                session=sid,
-                turn=1,
-                status="ok",
-                prompt_tokens=1000,
-                cached_tokens=0,
-                completion_tokens=20,
-                chunks=20,
-                needle=k % 9 != 0,
-            ),
+            turn_ok(8.0 + 0.01 * k, sid, 1, prompt_tokens=1000, cached_tokens=0, tokens=20, needle=k % 9 != 0),
         ]
         if k % 4 == 3:
             continue  # idle after turn 1

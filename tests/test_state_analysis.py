@@ -33,6 +33,14 @@ def metrics(t: float, **values: float) -> ev.MetricsSample:
     return ev.MetricsSample(t=t, source="m", engine="vllm", values=values)
 
 
+def turn_ok(
+    t: float, session: str, turn: int, prompt_tokens: int, cached_tokens: int | None, tokens: int, needle: bool = True
+) -> ev.TurnDone:
+    """A turn that ended well, its `tokens` tokens streamed in as many chunks."""
+    counts = dict(prompt_tokens=prompt_tokens, cached_tokens=cached_tokens, completion_tokens=tokens, chunks=tokens)
+    return ev.TurnDone(t=t, session=session, turn=turn, status="ok", needle=needle, **counts)
+
+
 def two_session_run() -> list[ev.AnyEvent]:
     """s1 decodes 1 token/s alone, then at 0.25 tokens/s while s2 prefills; s2 then decodes."""
     e: list[ev.AnyEvent] = [
@@ -45,30 +53,10 @@ def two_session_run() -> list[ev.AnyEvent]:
         ev.RequestSent(t=6.5, session="s2", turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=4000),
         metrics(7.0, kv_usage=0.4, prefix_queries=2000, prefix_hits=0),
         ev.TokenTimes(t=22.0, session="s1", turn=1, times=[10.0, 14.0, 18.0, 22.0]),  # during s2's prefill: 0.25/s
-        ev.TurnDone(
-            t=22.0,
-            session="s1",
-            turn=1,
-            status="ok",
-            prompt_tokens=1010,
-            cached_tokens=0,
-            completion_tokens=9,
-            chunks=9,
-            needle=True,
-        ),
+        turn_ok(22.0, "s1", 1, prompt_tokens=1010, cached_tokens=0, tokens=9),
         ev.FirstToken(t=23.0, session="s2", turn=1),
         ev.TokenTimes(t=26.0, session="s2", turn=1, times=[23.0, 24.0, 25.0, 26.0]),
-        ev.TurnDone(
-            t=26.0,
-            session="s2",
-            turn=1,
-            status="ok",
-            prompt_tokens=990,
-            cached_tokens=None,
-            completion_tokens=4,
-            chunks=4,
-            needle=False,
-        ),
+        turn_ok(26.0, "s2", 1, prompt_tokens=990, cached_tokens=None, tokens=4, needle=False),
     ]
     return e
 
@@ -291,17 +279,7 @@ def test_the_exporter_counts_the_gaps_the_report_counts():
         ev.FirstToken(t=1.0, session="s1", turn=1),
         ev.TokenTimes(t=1.04, session="s1", turn=1, times=[1.0, 1.0, 1.015, 1.015, 1.04]),  # zero, 0.015, zero, 0.025
         ev.TokenTimes(t=1.08, session="s1", turn=1, times=[1.04, 1.055, 1.08]),  # zero across the batches, 0.015, 0.025
-        ev.TurnDone(
-            t=1.1,
-            session="s1",
-            turn=1,
-            status="ok",
-            prompt_tokens=1000,
-            cached_tokens=0,
-            completion_tokens=8,
-            chunks=8,
-            needle=True,
-        ),
+        turn_ok(1.1, "s1", 1, prompt_tokens=1000, cached_tokens=0, tokens=8),
     ]
     exporter = RunExporter(lambda: 2.0, run="r")
     for e in events:

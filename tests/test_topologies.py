@@ -20,45 +20,20 @@ from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLICAS_SAMPLE = ROOT / "recordings" / "sim-replicas-2x4x32k.sample.jsonl"
+# The servers' counts that add up to servers_total.
 COUNTS = (
-    "prompt_tokens",
-    "prompt_computed_tokens",
-    "prefix_query_tokens",
-    "prefix_hit_tokens",
-    "generation_tokens",
-    "preemptions",
-    "prefill_tok_s",
-    "decode_tok_s",
-    "kv_capacity_tokens",
-)
+    "prompt_tokens prompt_computed_tokens prefix_query_tokens prefix_hit_tokens generation_tokens preemptions "
+    "prefill_tok_s decode_tok_s kv_capacity_tokens"
+).split()
 
 
 def demo(tmp_path: Path, topology: str, sessions: int) -> tuple[dict, list]:
     rec = tmp_path / f"{topology.replace(':', '-')}.jsonl"
-    p = subprocess.run(
-        [
-            *rampwatch_cmd(),
-            "demo",
-            "--topology",
-            topology,
-            "--profile",
-            "tiny",
-            "--time-scale",
-            "1",
-            "--scale-to",
-            "16k",
-            "--sessions",
-            str(sessions),
-            "--output-tokens",
-            "32",
-            "--headless",
-            "--record",
-            str(rec),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    flags = (
+        f"--topology {topology} --profile tiny --time-scale 1 --scale-to 16k --sessions {sessions} --output-tokens 32"
     )
+    argv = [*rampwatch_cmd(), "demo", *flags.split(), "--headless", "--record", str(rec)]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     out = subprocess.run([*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True)
     return json.loads(out.stdout), read_recording(rec).events

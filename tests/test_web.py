@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from rampwatch.drivers.sim.profiles import make_profile
-from tests.conftest import free_port, rampwatch_cmd
+from tests.conftest import answers, free_port, rampwatch_cmd
 from tests.simhost import ThreadedSim
 from tests.test_export import chromium, headless_chromium
 
@@ -128,17 +128,13 @@ def serve(args: list[str]) -> tuple[subprocess.Popen, str]:
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
-    while True:
+    while not answers(url):
         if proc.poll() is not None:
             pytest.fail(f"rampwatch --web exited {proc.returncode}: {proc.stderr.read()[-1000:]}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
         if time.monotonic() > deadline:
             pytest.fail("rampwatch --web did not serve its page")
         time.sleep(0.2)
+    return proc, url
 
 
 def stop(proc: subprocess.Popen) -> str:

@@ -10,6 +10,13 @@ from rampwatch.drivers.sim.engine import SimEngine, SimRequest, StepStats
 from rampwatch.drivers.sim.metrics_vllm import ITL_BUCKETS, REQ_BUCKETS, TTFT_BUCKETS
 from rampwatch.drivers.sim.profiles import SimProfile
 
+# SGLang's latency histograms: name: (help text, buckets), in the order SglangMetrics unpacks them.
+LATENCY_HISTOGRAMS = {
+    "sglang:time_to_first_token_seconds": ("Histogram of time to first token in seconds.", TTFT_BUCKETS),
+    "sglang:inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.", ITL_BUCKETS),
+    "sglang:e2e_request_latency_seconds": ("Histogram of End-to-end request latency in seconds", REQ_BUCKETS),
+}
+
 
 class SglangMetrics:
     """SGLang 0.5's metric names and labels (scheduler series with engine_type and ranks), served as its
@@ -33,33 +40,16 @@ class SglangMetrics:
         self.capacity.set(profile.kv_tokens)
         self.hit_ratio = g("sglang:cache_hit_rate", "The prefix cache hit rate (of the last report).")
         self.gen_throughput = g("sglang:gen_throughput", "The generation throughput (token/s).")
-        self.prompt = Counter(
-            "sglang:prompt_tokens", "Number of prefill tokens processed.", list(tok), registry=r
-        ).labels(**tok)
-        self.generation = Counter(
-            "sglang:generation_tokens", "Number of generation tokens processed.", list(tok), registry=r
-        ).labels(**tok)
-        self.ttft = Histogram(
-            "sglang:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            list(tok),
-            buckets=TTFT_BUCKETS,
-            registry=r,
-        ).labels(**tok)
-        self.itl = Histogram(
-            "sglang:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            list(tok),
-            buckets=ITL_BUCKETS,
-            registry=r,
-        ).labels(**tok)
-        self.e2e = Histogram(
-            "sglang:e2e_request_latency_seconds",
-            "Histogram of End-to-end request latency in seconds",
-            list(tok),
-            buckets=REQ_BUCKETS,
-            registry=r,
-        ).labels(**tok)
+
+        def c(name: str, doc: str) -> Counter:
+            return Counter(name, doc, list(tok), registry=r).labels(**tok)
+
+        self.prompt = c("sglang:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation = c("sglang:generation_tokens", "Number of generation tokens processed.")
+        self.ttft, self.itl, self.e2e = (
+            Histogram(name, doc, list(tok), buckets=buckets, registry=r).labels(**tok)
+            for name, (doc, buckets) in LATENCY_HISTOGRAMS.items()
+        )
         self._generated = 0  # tokens generated so far, for gen_throughput
         self._last_gen = (time.monotonic(), 0)
 

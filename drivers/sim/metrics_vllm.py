@@ -10,75 +10,31 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from rampwatch.drivers.sim.engine import SimEngine, SimRequest, StepStats
 from rampwatch.drivers.sim.profiles import SimProfile
 
-# vLLM's histogram buckets; the sglang surface serves the same ones.
+# vLLM's histogram buckets; the sglang surface serves the same ones (a table: kept out of the formatter).
+# fmt: off
 TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 )
 ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 )
 REQ_BUCKETS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+    40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )
+# fmt: on
+
+# vLLM's latency histograms: name: (help text, buckets), in the order VllmMetrics unpacks them.
+LATENCY_HISTOGRAMS = {
+    "vllm:time_to_first_token_seconds": ("Histogram of time to first token in seconds.", TTFT_BUCKETS),
+    "vllm:inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.", ITL_BUCKETS),
+    "vllm:e2e_request_latency_seconds": ("Histogram of e2e request latency in seconds.", REQ_BUCKETS),
+    "vllm:request_queue_time_seconds": ("Histogram of time spent in WAITING phase for request.", REQ_BUCKETS),
+    "vllm:request_prefill_time_seconds": ("Histogram of time spent in PREFILL phase for request.", REQ_BUCKETS),
+    "vllm:request_decode_time_seconds": ("Histogram of time spent in DECODE phase for request.", REQ_BUCKETS),
+}
 
 
 class VllmMetrics:
@@ -127,24 +83,9 @@ class VllmMetrics:
             reason: success.labels(**lab, finished_reason=reason)
             for reason in ("stop", "length", "abort", "error", "repetition")
         }
-        self.ttft = h(
-            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
-        ).labels(**lab)
-        self.itl = h(
-            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS
-        ).labels(**lab)
-        self.e2e = h(
-            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQ_BUCKETS
-        ).labels(**lab)
-        self.queue = h(
-            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", REQ_BUCKETS
-        ).labels(**lab)
-        self.prefill = h(
-            "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", REQ_BUCKETS
-        ).labels(**lab)
-        self.decode = h(
-            "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", REQ_BUCKETS
-        ).labels(**lab)
+        self.ttft, self.itl, self.e2e, self.queue, self.prefill, self.decode = (
+            h(name, doc, buckets).labels(**lab) for name, (doc, buckets) in LATENCY_HISTOGRAMS.items()
+        )
         self.iteration = Histogram(
             "vllm:iteration_tokens_total",
             "Histogram of number of tokens per engine_step.",

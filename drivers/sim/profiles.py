@@ -51,53 +51,31 @@ class SimProfile:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
+# One line each for a profile's sizes, its scheduler and its step cost (a table: kept out of the formatter).
+# fmt: off
 PROFILES: dict[str, SimProfile] = {
     # Small and quick, for tests: a 32K ramp of two sessions in a few seconds.
     "tiny": SimProfile(
-        name="tiny",
-        max_model_len=40_960,
-        kv_tokens=262_144,
-        block_size=16,
-        max_num_batched_tokens=1024,
-        max_num_seqs=64,
-        step_overhead_s=0.002,
-        prefill_token_s=8e-6,
-        prefill_attn_s=2e-10,
-        decode_token_s=0.0005,
-        decode_attn_s=2e-8,
+        name="tiny", max_model_len=40_960, kv_tokens=262_144, block_size=16,
+        max_num_batched_tokens=1024, max_num_seqs=64,
+        step_overhead_s=0.002, prefill_token_s=8e-6, prefill_attn_s=2e-10, decode_token_s=0.0005, decode_attn_s=2e-8,
     ),
     # No modelled cost at all: streams as fast as the process can, for client benchmarks.
     "fast": SimProfile(
-        name="fast",
-        max_model_len=1_048_576,
-        kv_tokens=8_388_608,
-        block_size=64,
-        max_num_batched_tokens=65_536,
-        max_num_seqs=1024,
-        step_overhead_s=0.0,
-        prefill_token_s=0.0,
-        prefill_attn_s=0.0,
-        decode_token_s=0.0,
-        decode_attn_s=0.0,
-        burst=8,
+        name="fast", max_model_len=1_048_576, kv_tokens=8_388_608, block_size=64,
+        max_num_batched_tokens=65_536, max_num_seqs=1024, burst=8,
+        step_overhead_s=0.0, prefill_token_s=0.0, prefill_attn_s=0.0, decode_token_s=0.0, decode_attn_s=0.0,
     ),
     # A large model on one 8-GPU node, in real time (use time_scale to speed up).
     "glm-like": SimProfile(
-        name="glm-like",
-        max_model_len=1_048_576,
-        kv_tokens=2_400_000,
-        block_size=64,
-        max_num_batched_tokens=512,
-        max_num_seqs=256,
-        step_overhead_s=0.018,
-        prefill_token_s=546.6e-6,
-        prefill_attn_s=1.1e-10,
-        decode_token_s=0.0005,
+        name="glm-like", max_model_len=1_048_576, kv_tokens=2_400_000, block_size=64,
+        max_num_batched_tokens=512, max_num_seqs=256, time_scale=1.0,
+        step_overhead_s=0.018, prefill_token_s=546.6e-6, prefill_attn_s=1.1e-10, decode_token_s=0.0005,
         decode_attn_s=1.03e-8,
-        time_scale=1.0,
         kv_transfer_token_s=7.5e-6,  # ~376 KB of KV a token over a 50 GB/s link
     ),
 }
+# fmt: on
 
 
 def make_profile(name: str, **overrides: Any) -> SimProfile:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import TypeVar
 
 from rampwatch.drivers.run.config import BadInput, parse_duration
+
+N = TypeVar("N", int, float)
 
 
 def duration(text: str) -> float:
@@ -14,24 +18,23 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def positive_float(text: str) -> float:
+def _at_least(text: str, parse: Callable[[str], N], what: str, least: N, rule: str) -> N:
+    """`text` parsed as `what`, refused with `rule` below `least`."""
     try:
-        v = float(text)
+        v = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if v < least:
+        raise argparse.ArgumentTypeError(f"{rule}: {text!r}")
     return v
+
+
+def positive_float(text: str) -> float:
+    return _at_least(text, float, "a number", 0.0, "must not be negative")
 
 
 def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return v
+    return _at_least(text, int, "a whole number", 1, "must be at least 1")
 
 
 def session_counts(text: str) -> list[int]:
