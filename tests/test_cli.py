@@ -101,7 +101,7 @@ def test_report_json_schema(recorded):
         "one_shot",
         "time_limit_s",
     }
-    assert rep["run"]["schema"] == 3 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 4 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",

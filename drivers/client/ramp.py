@@ -14,6 +14,9 @@ import re
 import string
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
+
+from rampwatch.drivers.client.prompts import Lead
 
 # 32K, 64K, 128K, then +128K a turn to 896K, then 1M: ten turns.
 SEED_SCHEDULE: list[int] = [32_768, 65_536] + [131_072 * k for k in range(1, 8)] + [1_000_000]
@@ -130,6 +133,12 @@ class Needle:
         return self.value.lower() in reply.lower()
 
 
+class TextSource(Protocol):
+    """Where a conversation's new text comes from: pseudo-words (Filler) or a corpus (CorpusReader)."""
+
+    def text(self, chars: int) -> str: ...
+
+
 class Filler:
     """Endless salted text: a fresh random draw of words, never a repeated block."""
 
@@ -176,10 +185,20 @@ class Conversation:
 
     PIECE_CHARS = 65_536  # one slice of filler; the event loop breathes between slices
 
-    def __init__(self, salt: str, schedule: list[int], calibration: Calibration | None = None):
+    def __init__(
+        self,
+        salt: str,
+        schedule: list[int],
+        calibration: Calibration | None = None,
+        lead: Lead | None = None,
+        source: TextSource | None = None,
+    ):
+        """`lead`: what every session of the run opens with; `source`: the new text (default: salted
+        pseudo-words)."""
         rng = random.Random(salt)
         cal = calibration or Calibration()
         self.salt = salt
+        self.lead = lead or Lead()
         self.schedule = schedule
         self.chars_per_token = cal.chars_per_token
         self.template_tokens = cal.template_tokens
@@ -187,7 +206,7 @@ class Conversation:
         self.tokenize_field = cal.tokenize_field
         self.special_tokens = cal.special_tokens
         self.needle = Needle(rng)
-        self.filler = Filler(rng)
+        self.filler: TextSource = source if source is not None else Filler(rng)
         self.last_prompt_tokens: int | None = None  # the previous turn's reported prompt
         self.last_reply_tokens = 0
         self._pending: tuple[int, int] | None = None  # (turn, filler chars) awaiting usage
@@ -203,9 +222,11 @@ class Conversation:
         self._fixed_measured = (first, later)
 
     def _fixed_tokens(self, turn: int) -> int:
+        """The turn's tokens that are not its new text: salt, fact and question, and on turn 1 the lead."""
+        lead = self.lead.tokens if turn == 1 else 0
         if self._fixed_measured is not None:
-            return self._fixed_measured[0 if turn == 1 else 1]
-        return round(len(self.fixed_text(turn)) / self.chars_per_token)
+            return lead + self._fixed_measured[0 if turn == 1 else 1]
+        return lead + round(len(self.fixed_text(turn)) / self.chars_per_token)
 
     def plan(self, turn: int) -> tuple[int, int]:
         """(filler characters, tokens the new message adds) for turn `turn`."""
@@ -234,7 +255,9 @@ class Conversation:
 
         if turn == 1:
             half = filler_chars // 2
-            # The salt leads, so no two runs or sessions share a prefix.
+            # The salt leads (after the run's shared lead), so no two runs or sessions share more.
+            if self.lead.shared:
+                yield self.lead.opening()
             yield f"[{self.salt}] "
             yield from filler(half)
             yield f"\n{self.needle.fact()}\n"

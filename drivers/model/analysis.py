@@ -9,11 +9,12 @@ from __future__ import annotations
 import msgspec
 
 from rampwatch.drivers.model.endpoints import EndpointView
+from rampwatch.drivers.model.events import PromptShape
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
 
-REPORT_SCHEMA = 3  # the JSON report's schema (README: "The JSON schema"); bump on any change
+REPORT_SCHEMA = 4  # the JSON report's schema (README: "The JSON schema"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):
@@ -47,6 +48,7 @@ class RunInfo(msgspec.Struct):
     needle_mode: str
     one_shot: bool
     time_limit_s: float | None
+    prompts: PromptShape | None = None  # the shared lead, the corpus and the think time (None: none of them)
 
 
 class Interference(msgspec.Struct):
@@ -199,6 +201,7 @@ def build_report(state: RunState) -> Report:
             needle_mode=h.needle_mode if h else "verbatim",
             one_shot=h.one_shot if h else False,
             time_limit_s=h.time_limit_s if h else None,
+            prompts=h.prompts if h else None,
         ),
         sessions=sessions,
         interference=Interference(
