@@ -171,9 +171,9 @@ class Calibration:
     special_tokens: int = 0  # what /tokenize adds to any text (a BOS): not part of the text's own count
 
 
-# A first turn longer than this (~64K tokens) lands within ~0.2% as drawn; up to it, the server counts it and
-# its filler is fitted (Conversation.fit_first_turn).
-FIT_FIRST_TURN_MAX_CHARS = 262_144
+# A turn's new text longer than this (~64K tokens) lands within ~0.2% as drawn; up to it, the server counts it
+# and its filler is fitted (Conversation.fit_turn).
+FIT_MAX_CHARS = 262_144
 
 
 class Conversation:
@@ -267,24 +267,35 @@ class Conversation:
         yield f"\n\n{self.needle.question()}"
         self._pending = (turn, written)
 
-    def fit_first_turn(self, pieces: list[str], tokens: int) -> list[str]:
-        """Turn 1 has no usage to correct it, and a few hundred words drawn at random miss the plan by up to
-        2-3%. Given its message (the pieces of user_message(1, ...)) and the prompt it makes as the server
-        counts it, `tokens`: the message with the filler between the fact and the question extended or
-        trimmed by the difference."""
+    def fit_goal(self, turn: int) -> int:
+        """What fit_turn brings turn `turn`'s count to: turn 1 is counted as the whole prompt (its lead and
+        chat template in it), a later turn as its new message's own text."""
+        _, new_tokens = self.plan(turn)
+        return new_tokens if turn == 1 else new_tokens - self.template_tokens
+
+    def fits(self, turn: int) -> bool:
+        """Whether turn `turn` is counted by the server and fitted before it goes: turn 1 always (it has no
+        usage to correct it), later turns when their text is a corpus's, whose density varies from one
+        stretch to the next (pseudo-words' does not: usage alone lands them)."""
+        return turn == 1 or not isinstance(self.filler, Filler)
+
+    def fit_turn(self, turn: int, pieces: list[str], tokens: int) -> list[str]:
+        """A few hundred words drawn at random (or a stretch of a corpus) miss the plan by up to 2-3% (more).
+        Given turn `turn`'s message (the pieces of user_message(turn, ...)) and `tokens`, its count as the
+        server makes it (see fit_goal): the message with its filler (turn 1: between the fact and the
+        question) extended or trimmed by the difference."""
         fact = f"\n{self.needle.fact()}\n"
-        if self._pending is None or self._pending[0] != 1 or fact not in pieces:
+        if self._pending is None or self._pending[0] != turn or (turn == 1 and fact not in pieces):
             return pieces
-        _, new_tokens = self.plan(1)
-        chars = round((new_tokens - tokens) * self.chars_per_token)
-        at = pieces.index(fact) + 1
+        chars = round((self.fit_goal(turn) - tokens) * self.chars_per_token)
+        at = pieces.index(fact) + 1 if turn == 1 else 0
         rest = "".join(pieces[at:-1])
         # Cut to the character, not to a word: a whole word is ~1% of a few hundred tokens on a byte-level vocabulary.
         if chars > 0:
-            fitted = rest + self.filler.text(chars + 32)[:chars]  # text() ends on a word, up to one word short
+            fitted = rest + self.filler.text(chars + 32)[:chars]  # Filler.text() ends on a word, up to one word short
         else:
             fitted = rest[: max(0, len(rest) + chars)]
-        self._pending = (1, self._pending[1] + len(fitted) - len(rest))
+        self._pending = (turn, self._pending[1] + len(fitted) - len(rest))
         return [*pieces[:at], fitted, pieces[-1]]
 
     def add_reply(self, prompt_tokens: int | None, completion_tokens: int, resent_tokens: int | None = None) -> None:

@@ -15,7 +15,7 @@ import httpx
 import msgspec
 
 from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message, stream_chat
-from rampwatch.drivers.client.ramp import FIT_FIRST_TURN_MAX_CHARS, Conversation
+from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation
 from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 from rampwatch.drivers.model import events as ev
@@ -155,11 +155,14 @@ class SessionRunner:
         for piece in self.conv.user_message(turn, filler_chars):
             pieces.append(piece)
             await asyncio.sleep(0)  # a 1M-token turn is built without stalling other sessions
-        if turn == 1 and self.tokenizer and filler_chars <= FIT_FIRST_TURN_MAX_CHARS:
-            # Turn 1 has no usage to correct it, and it is the whole prompt: the server counts it before it goes.
-            tokens = await self.tokenizer.prompt("".join(pieces), self.conv.lead.system)
+        if self.tokenizer and self.conv.fits(turn) and filler_chars <= FIT_MAX_CHARS:
+            # The server counts the turn before it goes: turn 1 as the whole prompt, a later one as its text.
+            text = "".join(pieces)
+            tokens = await (
+                self.tokenizer.prompt(text, self.conv.lead.system) if turn == 1 else self.tokenizer.text(text)
+            )
             if tokens:
-                pieces = self.conv.fit_first_turn(pieces, tokens)
+                pieces = self.conv.fit_turn(turn, pieces, tokens)
         return encode_message("user", pieces), "".join(pieces) if self.opts.record_text else None
 
     async def run_turn(self, turn: int) -> str:
