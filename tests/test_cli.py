@@ -100,6 +100,7 @@ def test_report_json_schema(recorded):
         "needle_mode",
         "one_shot",
         "time_limit_s",
+        "prompts",
     }
     assert rep["run"]["schema"] == 4 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
@@ -122,6 +123,7 @@ def test_report_json_schema(recorded):
         "gaps_over_100ms",
         "gaps_over_1s",
         "server_prefill_s",
+        "think_s",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
