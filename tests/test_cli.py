@@ -103,6 +103,7 @@ def test_report_json_schema(recorded):
         "time_limit_s",
         "extra_body",
         "request_headers",
+        "prompts",
     }
     assert rep["run"]["schema"] == 4 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
@@ -126,6 +127,7 @@ def test_report_json_schema(recorded):
         "gaps_over_1s",
         "server_prefill_s",
         "client_busy",
+        "think_s",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:

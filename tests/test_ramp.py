@@ -154,7 +154,7 @@ def test_turn_one_is_fitted_to_the_servers_count():
         conv.measured_fixed(_byte_bpe_tokens(conv.fixed_text(1)), _byte_bpe_tokens(conv.fixed_text(2)))
         pieces = list(conv.user_message(1, conv.plan(1)[0]))
         drawn.append(prompt_tokens("".join(pieces)) - schedule[0])
-        message = "".join(conv.fit_first_turn(pieces, prompt_tokens("".join(pieces))))
+        message = "".join(conv.fit_turn(1, pieces, prompt_tokens("".join(pieces))))
         fitted.append(prompt_tokens(message) - schedule[0])
         # What usage corrects the ratio with from turn 2 on: the filler characters actually sent.
         assert conv._pending == (1, len(message) - len(conv.fixed_text(1)))

@@ -14,6 +14,9 @@ import re
 import string
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
+
+from rampwatch.drivers.client.prompts import Lead
 
 # 32K, 64K, 128K, then +128K a turn to 896K, then 1M: ten turns.
 SEED_SCHEDULE: list[int] = [32_768, 65_536] + [131_072 * k for k in range(1, 8)] + [1_000_000]
@@ -130,6 +133,12 @@ class Needle:
         return self.value.lower() in reply.lower()
 
 
+class TextSource(Protocol):
+    """Where a conversation's new text comes from: pseudo-words (Filler) or a corpus (CorpusReader)."""
+
+    def text(self, chars: int) -> str: ...
+
+
 class Filler:
     """Endless salted text: a fresh random draw of words, never a repeated block."""
 
@@ -162,9 +171,9 @@ class Calibration:
     special_tokens: int = 0  # what /tokenize adds to any text (a BOS): not part of the text's own count
 
 
-# A first turn longer than this (~64K tokens) lands within ~0.2% as drawn; up to it, the server counts it and
-# its filler is fitted (Conversation.fit_first_turn).
-FIT_FIRST_TURN_MAX_CHARS = 262_144
+# A turn's new text longer than this (~64K tokens) lands within ~0.2% as drawn; up to it, the server counts it
+# and its filler is fitted (Conversation.fit_turn).
+FIT_MAX_CHARS = 262_144
 
 
 class Conversation:
@@ -176,10 +185,20 @@ class Conversation:
 
     PIECE_CHARS = 65_536  # one slice of filler; the event loop breathes between slices
 
-    def __init__(self, salt: str, schedule: list[int], calibration: Calibration | None = None):
+    def __init__(
+        self,
+        salt: str,
+        schedule: list[int],
+        calibration: Calibration | None = None,
+        lead: Lead | None = None,
+        source: TextSource | None = None,
+    ):
+        """`lead`: what every session of the run opens with; `source`: the new text (default: salted
+        pseudo-words)."""
         rng = random.Random(salt)
         cal = calibration or Calibration()
         self.salt = salt
+        self.lead = lead or Lead()
         self.schedule = schedule
         self.chars_per_token = cal.chars_per_token
         self.template_tokens = cal.template_tokens
@@ -187,7 +206,7 @@ class Conversation:
         self.tokenize_field = cal.tokenize_field
         self.special_tokens = cal.special_tokens
         self.needle = Needle(rng)
-        self.filler = Filler(rng)
+        self.filler: TextSource = source if source is not None else Filler(rng)
         self.last_prompt_tokens: int | None = None  # the previous turn's reported prompt
         self.last_reply_tokens = 0
         self._pending: tuple[int, int] | None = None  # (turn, filler chars) awaiting usage
@@ -203,9 +222,11 @@ class Conversation:
         self._fixed_measured = (first, later)
 
     def _fixed_tokens(self, turn: int) -> int:
+        """The turn's tokens that are not its new text: salt, fact and question, and on turn 1 the lead."""
+        lead = self.lead.tokens if turn == 1 else 0
         if self._fixed_measured is not None:
-            return self._fixed_measured[0 if turn == 1 else 1]
-        return round(len(self.fixed_text(turn)) / self.chars_per_token)
+            return lead + self._fixed_measured[0 if turn == 1 else 1]
+        return lead + round(len(self.fixed_text(turn)) / self.chars_per_token)
 
     def plan(self, turn: int) -> tuple[int, int]:
         """(filler characters, tokens the new message adds) for turn `turn`."""
@@ -234,7 +255,9 @@ class Conversation:
 
         if turn == 1:
             half = filler_chars // 2
-            # The salt leads, so no two runs or sessions share a prefix.
+            # The salt leads (after the run's shared lead), so no two runs or sessions share more.
+            if self.lead.shared:
+                yield self.lead.opening()
             yield f"[{self.salt}] "
             yield from filler(half)
             yield f"\n{self.needle.fact()}\n"
@@ -244,24 +267,35 @@ class Conversation:
         yield f"\n\n{self.needle.question()}"
         self._pending = (turn, written)
 
-    def fit_first_turn(self, pieces: list[str], tokens: int) -> list[str]:
-        """Turn 1 has no usage to correct it, and a few hundred words drawn at random miss the plan by up to
-        2-3%. Given its message (the pieces of user_message(1, ...)) and the prompt it makes as the server
-        counts it, `tokens`: the message with the filler between the fact and the question extended or
-        trimmed by the difference."""
+    def fit_goal(self, turn: int) -> int:
+        """What fit_turn brings turn `turn`'s count to: turn 1 is counted as the whole prompt (its lead and
+        chat template in it), a later turn as its new message's own text."""
+        _, new_tokens = self.plan(turn)
+        return new_tokens if turn == 1 else new_tokens - self.template_tokens
+
+    def fits(self, turn: int) -> bool:
+        """Whether turn `turn` is counted by the server and fitted before it goes: turn 1 always (it has no
+        usage to correct it), later turns when their text is a corpus's, whose density varies from one
+        stretch to the next (pseudo-words' does not: usage alone lands them)."""
+        return turn == 1 or not isinstance(self.filler, Filler)
+
+    def fit_turn(self, turn: int, pieces: list[str], tokens: int) -> list[str]:
+        """A few hundred words drawn at random (or a stretch of a corpus) miss the plan by up to 2-3% (more).
+        Given turn `turn`'s message (the pieces of user_message(turn, ...)) and `tokens`, its count as the
+        server makes it (see fit_goal): the message with its filler (turn 1: between the fact and the
+        question) extended or trimmed by the difference."""
         fact = f"\n{self.needle.fact()}\n"
-        if self._pending is None or self._pending[0] != 1 or fact not in pieces:
+        if self._pending is None or self._pending[0] != turn or (turn == 1 and fact not in pieces):
             return pieces
-        _, new_tokens = self.plan(1)
-        chars = round((new_tokens - tokens) * self.chars_per_token)
-        at = pieces.index(fact) + 1
+        chars = round((self.fit_goal(turn) - tokens) * self.chars_per_token)
+        at = pieces.index(fact) + 1 if turn == 1 else 0
         rest = "".join(pieces[at:-1])
         # Cut to the character, not to a word: a whole word is ~1% of a few hundred tokens on a byte-level vocabulary.
         if chars > 0:
-            fitted = rest + self.filler.text(chars + 32)[:chars]  # text() ends on a word, up to one word short
+            fitted = rest + self.filler.text(chars + 32)[:chars]  # Filler.text() ends on a word, up to one word short
         else:
             fitted = rest[: max(0, len(rest) + chars)]
-        self._pending = (1, self._pending[1] + len(fitted) - len(rest))
+        self._pending = (turn, self._pending[1] + len(fitted) - len(rest))
         return [*pieces[:at], fitted, pieces[-1]]
 
     def add_reply(self, prompt_tokens: int | None, completion_tokens: int, resent_tokens: int | None = None) -> None:

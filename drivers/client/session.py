@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import ssl
 from collections.abc import Callable
@@ -14,7 +15,7 @@ import httpx
 import msgspec
 
 from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message, stream_chat
-from rampwatch.drivers.client.ramp import FIT_FIRST_TURN_MAX_CHARS, Conversation
+from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation
 from rampwatch.drivers.client.request_options import HeaderTemplate, request_headers
 from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
@@ -34,6 +35,7 @@ class TurnOptions:
     extra_body: dict[str, Any] = field(default_factory=dict)  # --extra-body: merged into every request
     header_templates: tuple[HeaderTemplate, ...] = ()  # --header values with {session}/{turn}/{run} to fill in
     run_id: str = ""  # what {run} stands for (the run's salt)
+    think_time: tuple[float, float] | None = None  # --think-time: seconds the user pauses before each later turn
 
 
 MASKED_CODE = "XXXX-XXXX"  # what a strict-needle history holds where a reply repeated the code
@@ -41,6 +43,8 @@ MASKED_CODE = "XXXX-XXXX"  # what a strict-needle history holds where a reply re
 
 class Gate(Protocol):
     """When the next turn may start (drivers/run/pacing.py's TurnGate)."""
+
+    time_up: bool
 
     async def before(self, turn: int) -> bool: ...
     def after(self, turn: int) -> None: ...
@@ -71,9 +75,12 @@ class SessionRunner:
         self.conn = Connection(self.base_url, clock, tls=tls)
         self.path = urlsplit(self.base_url).path + "/v1/chat/completions"
         self.opts, self.emit, self.clock = opts, emit, clock
-        self.history: list[bytes] = []  # encoded messages, re-sent every turn
+        # Encoded messages, re-sent every turn; the run's system message (--system-prompt) opens them.
+        system = conv.lead.system
+        self.history: list[bytes] = [encode_message("system", [system])] if system is not None else []
         self.failed = False
         self.gate, self.role = gate, role
+        self._think = random.Random(f"{conv.salt}-think")  # the user's pauses: drawn the same for the same salt
         # The server's own counts, where calibration found a /tokenize (None: usage alone corrects the budget).
         self.tokenizer = (
             ServerTokenizer(client, self.base_url, opts.model, headers, conv.tokenize_field, conv.special_tokens)
@@ -102,7 +109,8 @@ class SessionRunner:
         try:
             await self._measure_fixed_text()
             for turn in range(1, len(self.conv.schedule) + 1):
-                if gate is not None and not await gate.before(turn):
+                # Lockstep: the barrier first, then this session's own pause.
+                if (gate is not None and not await gate.before(turn)) or not await self._user_pause(turn):
                     self.emit(
                         ev.Notice(
                             t=self.clock(),
@@ -133,17 +141,31 @@ class SessionRunner:
                 gate.leave()
             self.conn.close()
 
+    async def _user_pause(self, turn: int) -> bool:
+        """--think-time: the user reads the reply and types the next message before every turn after the
+        first. False: the time limit came meanwhile."""
+        span = self.opts.think_time
+        if span is None or turn == 1:
+            return True
+        seconds = self._think.uniform(*span)
+        self.emit(ev.UserPause(t=self.clock(), session=self.sid, turn=turn, seconds=seconds))
+        await asyncio.sleep(seconds)
+        return self.gate is None or not self.gate.time_up
+
     async def _user_message(self, turn: int) -> tuple[bytes, str | None]:
         filler_chars, _ = self.conv.plan(turn)
         pieces = []
         for piece in self.conv.user_message(turn, filler_chars):
             pieces.append(piece)
             await asyncio.sleep(0)  # a 1M-token turn is built without stalling other sessions
-        if turn == 1 and self.tokenizer and filler_chars <= FIT_FIRST_TURN_MAX_CHARS:
-            # Turn 1 has no usage to correct it, and it is the whole prompt: the server counts it before it goes.
-            tokens = await self.tokenizer.prompt("".join(pieces))
+        if self.tokenizer and self.conv.fits(turn) and filler_chars <= FIT_MAX_CHARS:
+            # The server counts the turn before it goes: turn 1 as the whole prompt, a later one as its text.
+            text = "".join(pieces)
+            tokens = await (
+                self.tokenizer.prompt(text, self.conv.lead.system) if turn == 1 else self.tokenizer.text(text)
+            )
             if tokens:
-                pieces = self.conv.fit_first_turn(pieces, tokens)
+                pieces = self.conv.fit_turn(turn, pieces, tokens)
         return encode_message("user", pieces), "".join(pieces) if self.opts.record_text else None
 
     async def run_turn(self, turn: int) -> str:

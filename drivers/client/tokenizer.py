@@ -51,10 +51,12 @@ class ServerTokenizer:
         n = await self.raw(text)
         return max(0, n - self.special_tokens) if n else None
 
-    async def prompt(self, content: str) -> int | None:
-        """The prompt of a conversation of one user message, `content`, as the server counts it (what its
-        usage will report): /tokenize with messages, else (llama.cpp) /apply-template's prompt counted."""
-        messages = [{"role": "user", "content": content}]
+    async def prompt(self, content: str, system: str | None = None) -> int | None:
+        """The prompt of a conversation of one user message, `content` (after a system message, `system`,
+        when given), as the server counts it (what its usage will report): /tokenize with messages, else
+        (llama.cpp) /apply-template's prompt counted."""
+        messages = [{"role": "system", "content": system}] if system is not None else []
+        messages.append({"role": "user", "content": content})
         n = await self._ask({"messages": messages})
         if n:
             return n

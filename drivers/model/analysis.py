@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from rampwatch.drivers.model.endpoints import EndpointView
+from rampwatch.drivers.model.events import PromptShape
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
@@ -51,6 +52,7 @@ class RunInfo(msgspec.Struct):
     time_limit_s: float | None
     extra_body: dict[str, Any]  # --extra-body as recorded
     request_headers: dict[str, str]  # --header as recorded (credentials hidden)
+    prompts: PromptShape | None = None  # the shared lead, the corpus and the think time (None: none of them)
 
 
 class Interference(msgspec.Struct):
@@ -206,6 +208,7 @@ def build_report(state: RunState) -> Report:
             time_limit_s=h.time_limit_s if h else None,
             extra_body=h.extra_body if h else {},
             request_headers=h.request_headers if h else {},
+            prompts=h.prompts if h else None,
         ),
         sessions=sessions,
         interference=Interference(

@@ -47,6 +47,24 @@ def endpoint_name(url: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class PromptShape(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """How a run's prompts are made beyond salted pseudo-words: the lead every session shares
+    (--system-prompt, --shared-prefix), the text new turns are read from (--corpus) and the user's
+    pauses (--think-time)."""
+
+    system_prompt_chars: int = 0
+    system_prompt_sha256: str = ""
+    system_prompt: str | None = None  # the text itself, only with --record-text
+    shared_prefix_tokens: int = 0  # the shared block's size asked for
+    shared_prefix_measured: int | None = None  # its size as the server's /tokenize counts it
+    lead_tokens: int = 0  # what the system message and the shared block add to every session's turn 1
+    corpus: str = ""  # the --corpus path ("": pseudo-words)
+    corpus_files: int = 0
+    corpus_chars: int = 0
+    corpus_sha256: str = ""
+    think_time_s: tuple[float, float] | None = None  # a pause drawn uniformly from this range before each later turn
+
+
 class Header(msgspec.Struct, tag="header", kw_only=True):
     """First line of a recording: what ran, against what, when."""
 
@@ -73,6 +91,7 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     endpoints: list[Endpoint] = []  # every server sent to or scraped (older recordings: none listed)
     extra_body: dict[str, Any] = {}  # --extra-body, merged into every chat request (key-like strings hidden)
     request_headers: dict[str, str] = {}  # --header as given ({session} etc. unfilled; credentials hidden)
+    prompts: PromptShape | None = None  # None: salted pseudo-words, no shared lead, no pauses
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
@@ -101,6 +120,14 @@ class RequestSent(Event):
     body_bytes: int
     attempt: int = 1
     text: str | None = None  # the new user message, only with --record-text
+
+
+class UserPause(Event):
+    """--think-time: the user pauses from `t` for `seconds` (reading the reply, typing) before sending `turn`."""
+
+    session: str
+    turn: int
+    seconds: float
 
 
 class FirstToken(Event):
@@ -217,6 +244,7 @@ AnyEvent = (
     | RequestSent
     | FirstToken
     | TokenTimes
+    | UserPause
     | TurnDone
     | MetricsSample
     | MetricsError

@@ -84,6 +84,7 @@ class RunState:
             sent_t=e.t,
             attempt=e.attempt,
             prev_prompt_tokens=s.last_prompt_tokens,
+            think_s=s.pause.seconds if s.pause is not None and s.pause.turn == e.turn else None,
             cache_at_sent=self._cache_counters(),
             kv_peak=self.server.values.get("kv_usage"),
         )
@@ -91,6 +92,10 @@ class RunState:
         s.recent.clear()
         s.prefill_spans.append([e.t, None])
         self._prefilling[e.session] = rec
+
+    def _on_pause(self, e: ev.UserPause) -> None:
+        s = self._session(e.session)
+        s.pause, s.state = e, "user idle"
 
     def _on_first(self, e: ev.FirstToken) -> None:
         s = self._session(e.session)
@@ -438,6 +443,7 @@ _HANDLERS = {
     ev.RequestSent: RunState._on_sent,
     ev.FirstToken: RunState._on_first,
     ev.TokenTimes: RunState._on_times,
+    ev.UserPause: RunState._on_pause,
     ev.TurnDone: RunState._on_done,
     ev.MetricsSample: RunState._on_metrics,
     ev.MetricsError: RunState._on_metrics_error,

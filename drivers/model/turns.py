@@ -43,6 +43,7 @@ class TurnRecord:
     done_t: float | None = None
     kv_peak: float | None = None
     server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp), to set beside the TTFT
+    think_s: float | None = None  # the user's pause before this turn (--think-time)
     # The server's prefix-cache (queries, hits) counters when the turn was sent and done: a tuple, not a
     # dict, because a long run keeps every finished turn.
     cache_at_sent: tuple[float, float] | None = None
@@ -179,6 +180,7 @@ class TurnRow(msgspec.Struct):
     gaps_over_1s: int
     server_prefill_s: float | None  # the server's own prompt time where it reports one per request (llama.cpp)
     client_busy: bool  # a stamp of this turn was taken while the driver's loop ran over 5 ms late
+    think_s: float | None = None  # the user's pause before the turn (--think-time)
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
@@ -203,6 +205,7 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         gaps_over_1s=gaps.over_1s if gaps else 0,
         server_prefill_s=rec.server_prefill_s,
         client_busy=rec.client_busy,
+        think_s=rec.think_s,
     )
 
 

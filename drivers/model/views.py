@@ -10,7 +10,8 @@ from typing import Literal
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s
 
-SessionState = Literal["queued", "prefilling", "decoding", "idle", "failed", "done", "cancelled"]
+# "user idle": the user's own pause (--think-time) before the next turn, not the model's.
+SessionState = Literal["queued", "prefilling", "decoding", "idle", "user idle", "failed", "done", "cancelled"]
 
 DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
 TIMELINE_BUCKET_S = 1.0
@@ -63,6 +64,11 @@ class SessionView:
     prefill_spans: deque[list[float | None]] = field(default_factory=lambda: deque(maxlen=64))  # [sent, first|None]
     failed_turns: int = 0
     endpoint: str = ""  # the name of the server its turns go to
+    pause: ev.UserPause | None = None  # the user's latest pause (--think-time)
+
+    def user_idle(self, now: float) -> float | None:
+        """Seconds the user has paused so far, while the session is in its pause."""
+        return max(0.0, now - self.pause.t) if self.state == "user idle" and self.pause is not None else None
 
     @property
     def context_tokens(self) -> int | None:

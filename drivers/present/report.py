@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rampwatch.drivers.model.analysis import Report
+from rampwatch.drivers.model.events import PromptShape
+from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRow
 from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
@@ -73,6 +75,8 @@ def summary_lines(rep: Report) -> list[str]:
             f"client: event-loop lag worst {rep.client_lag_max_ms:.0f} ms; {busy} of {len(turns)} turns client busy "
             "(a stamp taken while it ran over 5 ms late)"
         )
+    if run.prompts is not None:
+        lines.append(prompts_line(run.prompts, [t.think_s for s in rep.sessions for t in s.turns]))
     lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
     return lines
 
@@ -82,6 +86,26 @@ def request_options_text(extra_body: dict[str, Any], headers: dict[str, str]) ->
     parts = [f"body {msgspec.json.encode(extra_body).decode()}"] if extra_body else []
     parts += [f"header {name}: {value}" for name, value in headers.items()]
     return "; ".join(parts)
+
+
+def prompts_line(p: PromptShape, pauses: list[float | None]) -> str:
+    """How the prompts were made: the shared lead, the corpus, the user's pauses."""
+    parts = []
+    if p.system_prompt_chars:
+        parts.append(f"system prompt {p.system_prompt_chars:,} chars (sha256 {p.system_prompt_sha256[:12]})")
+    if p.shared_prefix_tokens:
+        counted = f", {p.shared_prefix_measured:,} counted" if p.shared_prefix_measured is not None else ""
+        parts.append(f"shared prefix {p.shared_prefix_tokens:,} tokens{counted}")
+    if p.lead_tokens:
+        parts.append(f"{p.lead_tokens:,} tokens open every session")
+    if p.corpus:
+        parts.append(f"corpus {p.corpus} ({p.corpus_files:,} files, {p.corpus_chars:,} chars)")
+    if p.think_time_s is not None:
+        low, high = p.think_time_s
+        taken = [x for x in pauses if x is not None]
+        spec = f"{low:g}s" if low == high else f"{low:g}s..{high:g}s"
+        parts.append(f"think time {spec}" + (f" (median pause {median(taken):.2f}s)" if taken else ""))
+    return "prompts: " + "; ".join(parts)
 
 
 def _gaps(g: GapStats | None) -> str:

@@ -62,6 +62,10 @@ class RunConfig:
     serve_metrics: str | None = None  # [HOST:]PORT: expose rampwatch's own figures for Prometheus
     extra_body: dict[str, Any] = field(default_factory=dict)  # request options merged into every chat request
     request_headers: list[HeaderTemplate] = field(default_factory=list)  # --header: to the inference servers only
+    system_prompt: str | None = None  # --system-prompt: the system message every session opens with
+    shared_prefix: int = 0  # --shared-prefix: tokens every session shares after it, before its own salt
+    corpus: Path | None = None  # --corpus: new text is read from these files instead of pseudo-words
+    think_time: tuple[float, float] | None = None  # --think-time: the user's pause before each later turn (s)
 
     @property
     def base_url(self) -> str:

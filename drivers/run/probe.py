@@ -78,11 +78,16 @@ def _suggest(limit: int) -> str:
     return f"{k}k" if k else str(int(limit * 0.95))
 
 
-async def calibrate(client: httpx.AsyncClient, cfg: RunConfig, model: str, probe_conv: Conversation) -> Calibration:
-    """Measure the server's tokenizer once: filler chars per token, chat-template
-    tokens around a message, and the needle's fixed text. Falls back to rough
-    figures where /tokenize is missing (usage then corrects from turn 2)."""
-    sample = Filler(random.Random(7)).text(20_000)
+CALIBRATION_CHARS = 20_000
+
+
+async def calibrate(
+    client: httpx.AsyncClient, cfg: RunConfig, model: str, probe_conv: Conversation, sample: str | None = None
+) -> Calibration:
+    """Measure the server's tokenizer once: new text's chars per token (on `sample`, the run's own kind of
+    text; default pseudo-words), chat-template tokens around a message, and the needle's fixed text. Falls
+    back to rough figures where /tokenize is missing (usage then corrects from turn 2)."""
+    sample = sample or Filler(random.Random(7)).text(CALIBRATION_CHARS)
     tok = ServerTokenizer(client, cfg.base_url, model, cfg.headers())
     plain = await tok.raw(sample)
     if not plain:

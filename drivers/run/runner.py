@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 import rampwatch.drivers as drivers
+from rampwatch.drivers.client.prompts import Corpus, CorpusReader, Lead
 from rampwatch.drivers.client.ramp import Calibration, Conversation
 from rampwatch.drivers.client.session import SessionRunner, TurnOptions
 from rampwatch.drivers.client.tls import TlsError, tls_context
@@ -27,7 +28,8 @@ from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.loop_lag import LoopLagMonitor
 from rampwatch.drivers.run.pacing import TurnGate
-from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, probe
+from rampwatch.drivers.run.probe import CALIBRATION_CHARS, ServerInfo, calibrate, check_schedule, probe
+from rampwatch.drivers.run.prompt_shape import corpus_offset, load_corpus, prompt_shape, shared_lead
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.scrub import scrub_json, shown_headers
 from rampwatch.drivers.telemetry.gpu import GpuSampler
@@ -78,6 +80,8 @@ class Run:
         self.info: ServerInfo | None = None
         self.salt = secrets.token_hex(6)
         self.calibration = Calibration()
+        self.corpus: Corpus | None = None  # --corpus, read once prepare() starts
+        self.lead = Lead()  # what every session opens with (--system-prompt, --shared-prefix)
         self.exit_code = 0
         self.interrupted_by: int | None = None
         self._client: httpx.AsyncClient | None = None
@@ -124,7 +128,10 @@ class Run:
                     )
                 check_schedule(cfg, other)
             check_schedule(cfg, info)
-            self.calibration = await calibrate(client, cfg, info.model, self.conversation(1))
+            self.corpus = corpus = load_corpus(cfg.corpus)
+            sample = corpus.sample(CALIBRATION_CHARS) if corpus else None
+            self.calibration = await calibrate(client, cfg, info.model, self.conversation(1), sample)
+            self.lead = await shared_lead(client, cfg, info.model, self.calibration, corpus, self.salt)
         self.info = info
         header = self.header()
         if self.record:
@@ -142,8 +149,21 @@ class Run:
             self.state.header = header
 
     def conversation(self, k: int) -> Conversation:
-        """Session k's conversation (1-based): its own salt, so sessions share no prefix."""
-        return Conversation(f"{self.salt}-s{k}", self.cfg.schedule, self.calibration)
+        """Session k's conversation (1-based): its own salt, so sessions share no prefix beyond the run's
+        lead; with --corpus, its own place in the corpus."""
+        source = (
+            CorpusReader(self.corpus, corpus_offset(self.corpus, self.salt, k, self.cfg.sessions + 1))
+            if self.corpus
+            else None
+        )
+        return Conversation(f"{self.salt}-s{k}", self.cfg.schedule, self.calibration, self.lead, source)
+
+    def one_shot_conversation(self) -> Conversation:
+        """The baseline's: a fresh salt, the run's lead (a new user of the same deployment), the last turn's
+        size; with --corpus, a place in it of its own."""
+        salt = f"{self.salt}-one-shot-{secrets.token_hex(4)}"
+        source = CorpusReader(self.corpus, corpus_offset(self.corpus, salt, 0, 1)) if self.corpus else None
+        return Conversation(salt, self.cfg.schedule[-1:], self.calibration, self.lead, source)
 
     def header(self) -> ev.Header:
         info = self.info
@@ -170,6 +190,7 @@ class Run:
             endpoints=self.cfg.endpoints(),
             extra_body=scrub_json(self.cfg.extra_body),
             request_headers=shown_headers(self.cfg.request_headers),
+            prompts=prompt_shape(self.cfg, self.lead, self.corpus),
         )
 
     @property
@@ -235,6 +256,7 @@ class Run:
                 extra_body=cfg.extra_body,
                 header_templates=tuple(h for h in cfg.request_headers if h.per_request),
                 run_id=self.salt,
+                think_time=cfg.think_time,
             )
             gate = TurnGate(self.ramp_sessions, lockstep=cfg.lockstep)
             for k in range(self.ramp_sessions):
@@ -255,10 +277,9 @@ class Run:
                 emit(r.plan_event())
             baseline = None
             if cfg.one_shot:
-                conv = Conversation(f"{self.salt}-one-shot-{secrets.token_hex(4)}", cfg.schedule[-1:], self.calibration)
                 baseline = SessionRunner(
                     "one-shot",
-                    conv,
+                    self.one_shot_conversation(),
                     self._client_for(),
                     cfg.target_for("one-shot", 1),
                     cfg.headers(),

@@ -10,6 +10,12 @@ from typing import Any
 from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
 from rampwatch.drivers.client.request_options import parse_extra_body, parse_header
 from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
+from rampwatch.drivers.run.prompt_shape import (
+    check_corpus_path,
+    load_system_prompt,
+    parse_think_time,
+    shared_prefix_size,
+)
 from rampwatch.drivers.run.scrub import scrub_argv, scrub_header_arg
 from rampwatch.drivers.telemetry.exporter import parse_listen
 from rampwatch.drivers.telemetry.prometheus import Match, parse_match, parse_matchers
@@ -86,6 +92,18 @@ def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
         time_limit=args.time_limit,
         grace=args.grace,
         **request_settings(args),
+        **prompt_shape_settings(args),
+    )
+
+
+def prompt_shape_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """--system-prompt, --shared-prefix, --corpus and --think-time, checked."""
+    check_corpus_path(args.corpus)
+    return dict(
+        system_prompt=load_system_prompt(args.system_prompt),
+        shared_prefix=shared_prefix_size(args.shared_prefix),
+        corpus=args.corpus,
+        think_time=parse_think_time(args.think_time),
     )
 
 

@@ -283,6 +283,37 @@ def add_ramp_args(
         metavar="S",
         help="with --time-limit: cancel turns still in flight S seconds after the limit (default 0: let them finish)",
     )
+    add_prompt_shape_args(p)
+
+
+def add_prompt_shape_args(p: argparse.ArgumentParser) -> None:
+    """How the prompts are made: a shared lead, real text, the user's pauses."""
+    p.add_argument(
+        "--system-prompt",
+        metavar="TEXT|@FILE",
+        help="a system message every session opens with (the same text: sessions share its prefix), "
+        "e.g. @prompts/system.txt",
+    )
+    p.add_argument(
+        "--shared-prefix",
+        metavar="TOKENS",
+        help="a block of TOKENS tokens every session of the run shares, after the system prompt and before "
+        "its own salt, e.g. 8k (counted in each turn's target)",
+    )
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        metavar="PATH",
+        help="read the conversations' new text from this file or directory of text or code files (read "
+        "recursively, sorted; binary files skipped; each session starts at its own place, wrapping at the end) "
+        "instead of pseudo-words",
+    )
+    p.add_argument(
+        "--think-time",
+        metavar="S|A..B",
+        help="the user's pause between a reply and the next turn, e.g. 10s, or drawn uniformly from a range "
+        "like 5s..30s (seeded by the run's salt); with --lockstep the barrier first, then each session's pause",
+    )
 
 
 def add_topology_arg(p: argparse.ArgumentParser, flag: str) -> None:

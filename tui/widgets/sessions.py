@@ -26,12 +26,13 @@ STATE_STYLE: dict[SessionState, str] = {
     "prefilling": "bold yellow",
     "decoding": "bold green",
     "idle": "cyan",
+    "user idle": "italic cyan",
     "failed": "bold red",
     "done": "bold blue",
     "cancelled": "magenta",
 }
 STATE_ORDER: dict[str, int] = {
-    s: k for k, s in enumerate(("prefilling", "decoding", "queued", "idle", "failed", "cancelled", "done"))
+    s: k for k, s in enumerate(("prefilling", "decoding", "queued", "user idle", "idle", "failed", "cancelled", "done"))
 }
 COLUMNS = (
     ("", 5, "<"),
@@ -96,6 +97,8 @@ def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] |
     label = s.state
     if s.state == "prefilling" and s.current is not None:
         label = f"{place[0] if place else 'prefilling'} {duration(now - s.current.sent_t)}"
+    elif (paused := s.user_idle(now)) is not None:
+        label = f"user idle {duration(paused)}"  # the user's pause (--think-time), never the model's
     last = s.last_done
     tok_s = s.decode_rate_now() if s.state == "decoding" else None
     stall, stalled = stall_cell(s, now)
@@ -123,7 +126,7 @@ def aggregate_lines(state: RunState, width: int) -> list[Text]:
     a = state.aggregate()
     counts = Text(no_wrap=True, overflow="ellipsis")
     counts.append(f"{a.total} sessions", style="bold")
-    for name in ("decoding", "prefilling", "queued", "idle", "done", "failed", "cancelled"):
+    for name in ("decoding", "prefilling", "queued", "user idle", "idle", "done", "failed", "cancelled"):
         if a.by_state.get(name):
             counts.append(" · ")
             counts.append(f"{a.by_state[name]} {name}", style=STATE_STYLE.get(name, ""))  # type: ignore[call-overload]
