@@ -26,7 +26,7 @@ class Corpus:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()
+        return text_sha256(self.text)
 
     def sample(self, chars: int, slices: int = 10) -> str:
         """`chars` characters from `slices` places spread over the corpus: what its text averages to per

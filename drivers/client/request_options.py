@@ -29,14 +29,21 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _SECRET_HEADER = re.compile(r".*(?:auth|cookie|key|token|secret|passw).*", re.I)
 
 
+def text_or_file(spec: str) -> str:
+    """A flag's TEXT as given, or @FILE's text (UTF-8); ValueError says why a file cannot be read."""
+    if not spec.startswith("@"):
+        return spec
+    try:
+        return Path(spec[1:]).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"{spec}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{spec}: not UTF-8 text") from None
+
+
 def parse_extra_body(text: str) -> dict[str, Any]:
     """--extra-body JSON or @FILE -> the object merged into every request; ValueError says why not."""
-    source = text
-    if text.startswith("@"):
-        try:
-            source = Path(text[1:]).read_text()
-        except OSError as e:
-            raise ValueError(f"{text[1:]}: {e.strerror or e}") from None
+    source = text_or_file(text)
     try:
         body = json.loads(source)
     except json.JSONDecodeError as e:

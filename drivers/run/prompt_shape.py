@@ -10,6 +10,7 @@ import httpx
 
 from rampwatch.drivers.client.prompts import Corpus, CorpusError, CorpusReader, Lead, read_corpus, text_sha256
 from rampwatch.drivers.client.ramp import Calibration, Filler, ScheduleError, TextSource, parse_tokens
+from rampwatch.drivers.client.request_options import text_or_file
 from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import BadInput, RunConfig, parse_duration
@@ -23,13 +24,10 @@ def load_system_prompt(spec: str | None) -> str | None:
     """--system-prompt TEXT, or @FILE for a file's text."""
     if spec is None:
         return None
-    text = spec
-    if spec.startswith("@"):
-        try:
-            text = Path(spec[1:]).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise BadInput(f"--system-prompt {spec}: {why}") from None
+    try:
+        text = text_or_file(spec)
+    except ValueError as e:
+        raise BadInput(f"--system-prompt {e}") from None
     if not text.strip():
         raise BadInput(f"--system-prompt {spec!r}: empty")
     return text
