@@ -229,7 +229,7 @@ def build_report(state: RunState) -> Report:
             for role in ("prefill", "decode", "both")
             if any(f.role == role for f in servers)
         ],
-        client_lag_max_ms=state.client_lag_worst_ms,
+        client_lag_max_ms=state.client.worst_ms,
     )
 
 

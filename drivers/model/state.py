@@ -12,6 +12,7 @@ import math
 from collections import deque
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView, merge_endpoints
 from rampwatch.drivers.model.log import LogEntry
 from rampwatch.drivers.model.stats import median
@@ -19,8 +20,6 @@ from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, t
 from rampwatch.drivers.model.views import DECODE_WINDOW_S, PrefillProgress, SessionsAggregate, SessionView
 
 LOG_LEN = 500
-CLIENT_LAG_SHOWN_S = 2.5  # a lag report older than this (the driver reports each second) is not "now"
-STAMPS_KEPT_S = 3.0  # longer than the driver's lag report (each second): every stamp is judged by one
 
 
 class RunState:
@@ -48,10 +47,7 @@ class RunState:
         self.recording_error: str | None = None
         self._prefilling: dict[str, TurnRecord] = {}
         self._last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
-        self.client_lag: ev.ClientLag | None = None  # the driver's own loop over the last second it reported
-        self.client_lag_worst_ms: float | None = None  # over the whole run
-        # Recent stamps, each batch with its turn, until the driver's lag report for their second has come.
-        self._recent_stamps: deque[tuple[TurnRecord, list[float]]] = deque()
+        self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
 
     # -- folding -------------------------------------------------------------
 
@@ -103,7 +99,7 @@ class RunState:
         if rec is None or rec.turn != e.turn:
             return
         rec.first_t = e.t
-        self._stamped(rec, [e.t])
+        self.client.stamped(rec, [e.t])
         s.state = "decoding"
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = e.t
@@ -131,7 +127,7 @@ class RunState:
                     rec.max_gap = dt
             prev = t
         rec.last_t = prev
-        self._stamped(rec, times)
+        self.client.stamped(rec, times)
         rec.chunks += len(times)
         recent = s.recent
         recent.extend(times)
@@ -139,20 +135,8 @@ class RunState:
             recent.popleft()
         s.count_arrivals(times)
 
-    def _stamped(self, rec: TurnRecord, times: list[float]) -> None:
-        stamps = self._recent_stamps
-        stamps.append((rec, times))
-        while stamps[0][1][-1] < times[-1] - STAMPS_KEPT_S:
-            stamps.popleft()
-
     def _on_client_lag(self, e: ev.ClientLag) -> None:
-        """Marks the turns with a stamp taken while the driver's loop ran late (their times may be late too)."""
-        self.client_lag = e
-        self.client_lag_worst_ms = max(e.max_ms, self.client_lag_worst_ms or 0.0)
-        for a, b in e.busy:
-            for rec, times in self._recent_stamps:
-                if not rec.client_busy and times[0] <= b and times[-1] >= a and any(a <= t <= b for t in times):
-                    rec.client_busy = True
+        self.client.apply(e)
 
     def _on_done(self, e: ev.TurnDone) -> None:
         s = self._session(e.session)
@@ -403,13 +387,6 @@ class RunState:
                 for i in range(first, last + 1):
                     cells[i] = True
         return cells
-
-    def client_lag_ms(self, now: float) -> float | None:
-        """The driver's worst loop lag in its latest second, while that is recent and over the busy bar."""
-        lag = self.client_lag
-        if lag is None or now - lag.t > CLIENT_LAG_SHOWN_S or lag.max_ms <= 1000 * ev.CLIENT_BUSY_S:
-            return None
-        return lag.max_ms
 
     def last_turn_hit_rate(self) -> float | None:
         finished = [r for r in self.turns if r.status == "ok"]

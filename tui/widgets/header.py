@@ -26,7 +26,7 @@ class HeaderBar(ChangingStatic):
             else "bold black on green",
         )
         t.append(f" {clock(now)} ", style="bold")
-        lag = state.client_lag_ms(now)
+        lag = state.client.lag_ms(now)
         if lag is not None:  # the driver's own stamps may be late by as much: said before anything else
             t.append(f" client lag {lag:.0f}ms ", style="bold black on yellow")
         if h is not None:
