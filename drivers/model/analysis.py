@@ -13,7 +13,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
 
-REPORT_SCHEMA = 3  # the JSON report's schema (README: "The JSON schema"); bump on any change
+REPORT_SCHEMA = 4  # the JSON report's schema (README: "The JSON schema"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):
@@ -21,6 +21,9 @@ class SessionSummary(msgspec.Struct):
     ttft_max_s: float
     decode_tok_s_median: float | None
     needle_found: int
+    needle_no_answer: int  # turns cut at the token cap before any answer
+    reasoning_tokens: int  # summed over the turns
+    ttfa_sum_s: float  # summed time to first answer token (answered turns)
     turns: int  # finished attempts (failed ones included)
     planned_turns: int
     reached_turn: int  # the last turn that finished ok (a time limit can stop a ramp early)
@@ -47,6 +50,9 @@ class RunInfo(msgspec.Struct):
     needle_mode: str
     one_shot: bool
     time_limit_s: float | None
+    reasoning: str  # --reasoning: off, on or auto (the server's default)
+    max_tokens: int | None  # --max-tokens: the cap on reasoning + answer; None: the answer budget (output_tokens)
+    output_tokens: int
 
 
 class Interference(msgspec.Struct):
@@ -131,6 +137,9 @@ def _summary(state: RunState, sid: str, rows: list[TurnRow], records: list[TurnR
         ttft_max_s=max(ttfts, default=0.0),
         decode_tok_s_median=median([r.decode_tok_s for r in rows if r.decode_tok_s is not None]),
         needle_found=sum(1 for r in rows if r.needle),
+        needle_no_answer=sum(1 for r in rows if r.no_answer),
+        reasoning_tokens=sum(r.reasoning_tokens for r in rows),
+        ttfa_sum_s=sum(r.ttfa_s for r in rows if r.ttfa_s is not None),
         turns=len(rows),
         planned_turns=len(state.sessions[sid].schedule),
         reached_turn=max((r.turn for r in records if r.status == "ok"), default=0),
@@ -199,6 +208,9 @@ def build_report(state: RunState) -> Report:
             needle_mode=h.needle_mode if h else "verbatim",
             one_shot=h.one_shot if h else False,
             time_limit_s=h.time_limit_s if h else None,
+            reasoning=h.reasoning if h else "auto",
+            max_tokens=h.max_tokens if h else None,
+            output_tokens=h.output_tokens if h else 0,
         ),
         sessions=sessions,
         interference=Interference(

@@ -23,6 +23,7 @@ TurnOutcome = Literal["ok", "failed", "cancelled"]
 RunStatus = Literal["done", "failed", "interrupted", "crashed", "time-limit"]
 NeedleMode = Literal["verbatim", "strict"]
 SessionRole = Literal["ramp", "one-shot"]
+ReasoningMode = Literal["off", "on", "auto"]
 # What an endpoint does in the deployment: a replica does both; a prefill/decode split has one of each.
 EndpointRole = Literal["prefill", "decode", "both"]
 ENDPOINT_ROLES: tuple[str, ...] = get_args(EndpointRole)
@@ -71,6 +72,8 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     grace_s: float = 0.0  # a turn in flight at the limit is cancelled after this (0: it finishes)
     tls_verified: bool = True  # False: --insecure, no certificate was checked
     endpoints: list[Endpoint] = []  # every server sent to or scraped (older recordings: none listed)
+    reasoning: ReasoningMode = "auto"  # --reasoning: the thinking switches sent (auto: none, the server's default)
+    max_tokens: int | None = None  # --max-tokens: the cap on all generated (reasoning + answer); None: output_tokens
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
@@ -104,6 +107,14 @@ class RequestSent(Event):
 class FirstToken(Event):
     session: str
     turn: int
+    reasoning: bool = False  # the first generated text was reasoning: the answer starts later (FirstAnswer)
+
+
+class FirstAnswer(Event):
+    """The first chunk of the answer (content) of a turn whose first generated text was reasoning."""
+
+    session: str
+    turn: int
 
 
 class TokenTimes(Event):
@@ -128,6 +139,9 @@ class TurnDone(Event):
     reply_chars: int = 0
     text: str | None = None  # the reply, only with --record-text
     server_prefill_s: float | None = None  # the server's own prompt time for this request (llama.cpp timings)
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where the server says
+    reasoning_chunks: int = 0  # chunks that carried reasoning and no answer
+    finish_reason: str | None = None  # the server's: stop, length, ...
 
 
 class MetricsSample(Event):
@@ -200,6 +214,7 @@ AnyEvent = (
     SessionPlanned
     | RequestSent
     | FirstToken
+    | FirstAnswer
     | TokenTimes
     | TurnDone
     | MetricsSample

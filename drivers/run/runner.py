@@ -166,6 +166,8 @@ class Run:
             grace_s=self.cfg.grace,
             tls_verified=not self.cfg.insecure,
             endpoints=self.cfg.endpoints(),
+            reasoning=self.cfg.reasoning,  # type: ignore[arg-type]
+            max_tokens=self.cfg.max_tokens,
         )
 
     @property
@@ -219,6 +221,7 @@ class Run:
             opts = TurnOptions(
                 model=self.info.model,
                 output_tokens=cfg.output_tokens,
+                max_tokens=cfg.max_tokens,
                 ignore_eos=cfg.ignore_eos,
                 retries=cfg.retries,
                 reconnect_timeout=cfg.reconnect_timeout,

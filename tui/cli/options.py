@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
+from rampwatch.drivers.client.reasoning import with_reasoning
 from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
 from rampwatch.drivers.run.scrub import scrub_argv
 from rampwatch.drivers.telemetry.exporter import parse_listen
@@ -74,6 +75,11 @@ def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
         stagger=args.stagger,
         schedule=schedule_from(args),
         output_tokens=args.output_tokens,
+        # Reasoning models: the cap on all generated, and the thinking switches (a user's own --extra-body
+        # chat_template_kwargs win over them: with_reasoning).
+        max_tokens=args.max_tokens,
+        reasoning=args.reasoning,
+        extra_body=with_reasoning({}, args.reasoning),
         ignore_eos=args.ignore_eos,
         retries=max(0, args.retries),
         request_timeout=args.request_timeout,
