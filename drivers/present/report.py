@@ -13,9 +13,10 @@ from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.turns import GapStats, TurnRow
 from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
-from rampwatch.drivers.present.turn_table import BY_HEAD, row_cells, shown_columns
+from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, row_cells, shown_columns
 
 FORMATS = ("table", "md", "csv", "json")
+REASONING_WIDTH = 30
 
 
 def needle_count(found: int, asked: int, no_answer: int) -> str:
@@ -115,12 +116,14 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
             parts.append("")
         parts += [f"- {line}" for line in summary_lines(rep)]
         return "\n".join(parts) + "\n"
+    # The reasoning columns (and a 'no answer' needle) come on top of the width the table was laid out for.
+    width += REASONING_WIDTH if len(heads) > len(COLUMNS) else 0
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(title)
     for _, title, rows in _turn_tables(rep):
         t = Table(title=title, title_justify="left")
         for c in heads:
-            t.add_column(c, justify=BY_HEAD[c].align)
+            t.add_column(c, justify=BY_HEAD[c].align, no_wrap=c == "needle")  # 'no answer' on one line
         for row in rows:
             t.add_row(*row_cells(row, heads))
         console.print(t)
