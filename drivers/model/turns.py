@@ -93,8 +93,10 @@ class TurnRecord:
 
 def reasoning_tokens(reported: int | None, reasoning_chunks: int, completion_tokens: int, chunks: int) -> int:
     """A reply's reasoning tokens: the server's count where usage gives one, else its reasoning chunks
-    scaled by the reply's tokens per chunk (1 where usage gives no completion tokens)."""
-    if reported is not None:
+    scaled by the reply's tokens per chunk (1 where usage gives no completion tokens). A count below the
+    reasoning chunks is an undercount (each chunk carried a token at least): vLLM counts only tokens between
+    a generated <think> and </think>, so a chat template that opens the block in the prompt reports 0."""
+    if reported is not None and reported >= reasoning_chunks:
         return reported
     if not reasoning_chunks:
         return 0
