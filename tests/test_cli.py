@@ -100,8 +100,11 @@ def test_report_json_schema(recorded):
         "needle_mode",
         "one_shot",
         "time_limit_s",
+        "reasoning",
+        "max_tokens",
+        "output_tokens",
     }
-    assert rep["run"]["schema"] == 3 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 4 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",
@@ -122,6 +125,10 @@ def test_report_json_schema(recorded):
         "gaps_over_100ms",
         "gaps_over_1s",
         "server_prefill_s",
+        "ttfa_s",
+        "reasoning_tokens",
+        "answer_tokens",
+        "no_answer",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
@@ -131,6 +138,9 @@ def test_report_json_schema(recorded):
             "ttft_max_s",
             "decode_tok_s_median",
             "needle_found",
+            "needle_no_answer",
+            "reasoning_tokens",
+            "ttfa_sum_s",
             "turns",
             "planned_turns",
             "reached_turn",
