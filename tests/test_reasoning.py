@@ -136,6 +136,13 @@ def test_every_report_format_shows_the_reasoning_figures(runs):
     assert "TTFA" not in plain and "no answer" not in plain
 
 
+def test_the_exported_picture_marks_a_turn_with_no_answer(runs, tmp_path):
+    svg = tmp_path / "auto.svg"
+    assert rw("export", str(runs["auto"][0]), "--svg", str(svg)).returncode == 0
+    marks = [m for m in svg.read_text().split('class="needle"')[1:]]
+    assert len(marks) == 3 and all("∅" in m.split("</text>")[0] for m in marks)
+
+
 def test_compare_sets_the_answer_times_side_by_side(runs):
     auto, on = str(runs["auto"][0]), str(runs["on"][0])
     out = rw("compare", auto, on, env={"COLUMNS": "250"}).stdout
