@@ -49,6 +49,7 @@ class SessionScreen(Screen[None]):
         self.session = session
         self._turns_shown = -1
         self._lane_key: tuple[object, ...] | None = None
+        self._columns: tuple[str, ...] = ()  # the table's columns: the reasoning ones join once a turn reasoned
 
     def compose(self) -> ComposeResult:
         yield ChangingStatic(id="focus-head")
@@ -57,9 +58,6 @@ class SessionScreen(Screen[None]):
         lane.border_title = "Decode tokens/s"
         yield lane
         yield Footer()
-
-    def on_mount(self) -> None:
-        self._columns: tuple[str, ...] = ()
 
     def action_back(self) -> None:
         self.app.pop_screen()
@@ -76,7 +74,7 @@ class SessionScreen(Screen[None]):
         if len(records) != self._turns_shown:
             self._turns_shown = len(records)
             rows = [turn_row(rec) for rec in records]
-            columns = shown_columns(rows, TURN_COLUMNS)  # the reasoning columns once a turn reasoned
+            columns = shown_columns(rows, TURN_COLUMNS)
             table = self.query_one(DataTable)
             table.clear(columns=columns != self._columns)
             if columns != self._columns:
