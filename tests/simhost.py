@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from rampwatch.drivers.sim.app import SimServer
 from rampwatch.drivers.sim.faults import SimFaults
@@ -95,3 +99,64 @@ class TextServer:
 
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
+
+
+class CaptureRelay:
+    """A loopback TCP relay in front of a server that keeps every byte clients send through it, per connection:
+    for tests of what reaches a real server (headers, request bodies) without asking the server to log it."""
+
+    def __init__(self, target_url: str):
+        self.target = urlsplit(target_url)
+        self.sent: list[bytearray] = []  # what each connection's client sent, in order
+        self._lock = threading.Lock()
+        self.listener = loopback_socket()
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def requests_to(self, path: str) -> list[bytes]:
+        """Each request (head and body, framed by its Content-Length) whose request line names `path`."""
+        with self._lock:
+            streams = [bytes(b) for b in self.sent]
+        out = []
+        for data in streams:
+            while (end := data.find(b"\r\n\r\n")) >= 0:
+                head = data[:end]
+                length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+                size = end + 4 + (int(length.group(1)) if length else 0)
+                if head.split(b" ", 2)[1] == path.encode():
+                    out.append(data[:size])
+                data = data[size:]
+        return out
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((self.target.hostname, self.target.port))
+            kept = bytearray()
+            with self._lock:
+                self.sent.append(kept)
+            threading.Thread(target=self._pipe, args=(client, upstream, kept), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, None), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, kept: bytearray | None) -> None:
+        try:
+            while data := src.recv(65536):
+                if kept is not None:
+                    with self._lock:
+                        kept += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def __enter__(self) -> CaptureRelay:
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.listener.close()

@@ -100,11 +100,13 @@ def test_report_json_schema(recorded):
         "needle_mode",
         "one_shot",
         "time_limit_s",
+        "extra_body",
+        "request_headers",
         "reasoning",
         "max_tokens",
         "output_tokens",
     }
-    assert rep["run"]["schema"] == 4 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 5 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",

@@ -252,6 +252,16 @@ def test_demo_reasoning_tokens_reach_its_simulated_engine(tmp_path):
     assert [(t["reasoning_tokens"], t["no_answer"]) for t in turns] == [(16, True), (16, True)]
 
 
+def test_a_users_own_extra_body_switches_win_over_reasoning(reasoning_sim, tmp_path):
+    mine = '{"chat_template_kwargs": {"enable_thinking": true, "thinking": true}, "top_k": 20}'
+    _, rep = reasoned_run(reasoning_sim, tmp_path, "mine", "--reasoning", "off", "--extra-body", mine)
+    assert all(t["reasoning_tokens"] == 128 and t["no_answer"] for t in turns_of(rep))  # it thought: mine won
+    assert rep["run"]["extra_body"] == {
+        "chat_template_kwargs": {"enable_thinking": True, "thinking": True},
+        "top_k": 20,
+    }
+
+
 def test_switches_and_a_users_own_template_kwargs():
     assert reasoning_switches("auto") == {}
     assert reasoning_switches("off") == {"chat_template_kwargs": {"enable_thinking": False, "thinking": False}}

@@ -15,6 +15,7 @@ import msgspec
 
 from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message, stream_chat
 from rampwatch.drivers.client.ramp import FIT_FIRST_TURN_MAX_CHARS, Conversation
+from rampwatch.drivers.client.request_options import HeaderTemplate, request_headers
 from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 from rampwatch.drivers.model import events as ev
@@ -33,6 +34,8 @@ class TurnOptions:
     record_text: bool = False
     strict_needle: bool = False  # replies go back into the history with the needle's code masked
     extra_body: dict[str, Any] = field(default_factory=dict)  # --extra-body: merged into every request
+    header_templates: tuple[HeaderTemplate, ...] = ()  # --header values with {session}/{turn}/{run} to fill in
+    run_id: str = ""  # what {run} stands for (the run's salt)
 
 
 MASKED_CODE = "XXXX-XXXX"  # what a strict-needle history holds where a reply repeated the code
@@ -151,6 +154,7 @@ class SessionRunner:
         user, user_text = await self._user_message(turn)
         o = self.opts
         body = chat_body(o.model, [*self.history, user], o.max_tokens or o.output_tokens, o.ignore_eos, o.extra_body)
+        headers = {**self.headers, **request_headers(list(o.header_templates), self.sid, turn, o.run_id)}
         target = self.conv.schedule[turn - 1]
         attempt = 0
         while True:
@@ -172,7 +176,7 @@ class SessionRunner:
                     self.conn,
                     self.path,
                     body,
-                    self.headers,
+                    headers,
                     self._on_first(turn),
                     self._on_times(turn),
                     self.opts.request_timeout,

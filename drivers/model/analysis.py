@@ -6,6 +6,8 @@ live run, its replay and `rampwatch report` print the same figures.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from rampwatch.drivers.model.endpoints import EndpointView
@@ -13,7 +15,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
 
-REPORT_SCHEMA = 4  # the JSON report's schema (README: "The JSON schema"); bump on any change
+REPORT_SCHEMA = 5  # the JSON report's schema (README: "The JSON schema"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):
@@ -50,6 +52,8 @@ class RunInfo(msgspec.Struct):
     needle_mode: str
     one_shot: bool
     time_limit_s: float | None
+    extra_body: dict[str, Any]  # --extra-body as recorded
+    request_headers: dict[str, str]  # --header as recorded (credentials hidden)
     reasoning: str  # --reasoning: off, on or auto (the server's default)
     max_tokens: int | None  # --max-tokens: the cap on reasoning + answer; None: the answer budget (output_tokens)
     output_tokens: int
@@ -208,6 +212,8 @@ def build_report(state: RunState) -> Report:
             needle_mode=h.needle_mode if h else "verbatim",
             one_shot=h.one_shot if h else False,
             time_limit_s=h.time_limit_s if h else None,
+            extra_body=h.extra_body if h else {},
+            request_headers=h.request_headers if h else {},
             reasoning=h.reasoning if h else "auto",
             max_tokens=h.max_tokens if h else None,
             output_tokens=h.output_tokens if h else 0,

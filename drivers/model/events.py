@@ -8,7 +8,7 @@ JSON object per line and decodes back into the same types.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
@@ -72,6 +72,8 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     grace_s: float = 0.0  # a turn in flight at the limit is cancelled after this (0: it finishes)
     tls_verified: bool = True  # False: --insecure, no certificate was checked
     endpoints: list[Endpoint] = []  # every server sent to or scraped (older recordings: none listed)
+    extra_body: dict[str, Any] = {}  # --extra-body, merged into every chat request (key-like strings hidden)
+    request_headers: dict[str, str] = {}  # --header as given ({session} etc. unfilled; credentials hidden)
     reasoning: ReasoningMode = "auto"  # --reasoning: the thinking switches sent (auto: none, the server's default)
     max_tokens: int | None = None  # --max-tokens: the cap on all generated (reasoning + answer); None: output_tokens
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import Any
 
 import msgspec
 from rich.console import Console
@@ -76,8 +77,17 @@ def summary_lines(rep: Report) -> list[str]:
         if m
     ]
     lines.append(f"run: {run.status or 'running'}" + (f" ({', '.join(modes)})" if modes else ""))
+    if run.extra_body or run.request_headers:
+        lines.append("requests: " + request_options_text(run.extra_body, run.request_headers))
     lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
     return lines
+
+
+def request_options_text(extra_body: dict[str, Any], headers: dict[str, str]) -> str:
+    """--extra-body and --header in one line, as the report and the run's header show them."""
+    parts = [f"body {msgspec.json.encode(extra_body).decode()}"] if extra_body else []
+    parts += [f"header {name}: {value}" for name, value in headers.items()]
+    return "; ".join(parts)
 
 
 def _gaps(g: GapStats | None) -> str:

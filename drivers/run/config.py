@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
+from rampwatch.drivers.client.request_options import HeaderTemplate, fixed_headers
 from rampwatch.drivers.model.events import ENDPOINT_ROLES, Endpoint, endpoint_name
 from rampwatch.drivers.telemetry.metrics import redact_url
 from rampwatch.drivers.telemetry.prometheus import Match
@@ -62,6 +63,7 @@ class RunConfig:
     prometheus_gpu_match: str = ""  # which GPUs it reads (PromQL label matchers; empty: all)
     serve_metrics: str | None = None  # [HOST:]PORT: expose rampwatch's own figures for Prometheus
     extra_body: dict[str, Any] = field(default_factory=dict)  # request options merged into every chat request
+    request_headers: list[HeaderTemplate] = field(default_factory=list)  # --header: to the inference servers only
 
     @property
     def base_url(self) -> str:
@@ -117,8 +119,12 @@ class RunConfig:
         return urls[(k - 1) % len(urls)]
 
     def headers(self) -> dict[str, str]:
-        """Authorization for the inference servers' requests: the API key as Bearer, else user:password@ from
-        the URL as Basic."""
+        """Every request to the inference servers carries these: the API key as Bearer, else user:password@
+        from the URL as Basic, then the --header values without placeholders (so one of them may replace
+        the Authorization)."""
+        return {**self._authorization(), **fixed_headers(self.request_headers)}
+
+    def _authorization(self) -> dict[str, str]:
         if self.api_key:
             return {"Authorization": f"Bearer {self.api_key}"}
         u = urlsplit(self.url)

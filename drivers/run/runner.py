@@ -28,6 +28,7 @@ from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.probe import ServerInfo, calibrate, check_schedule, probe
 from rampwatch.drivers.run.recording import Recorder
+from rampwatch.drivers.run.scrub import scrub_json, shown_headers
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.telemetry.metrics import MetricsScraper
 from rampwatch.drivers.telemetry.prometheus import PrometheusReader, check_prometheus
@@ -166,6 +167,8 @@ class Run:
             grace_s=self.cfg.grace,
             tls_verified=not self.cfg.insecure,
             endpoints=self.cfg.endpoints(),
+            extra_body=scrub_json(self.cfg.extra_body),
+            request_headers=shown_headers(self.cfg.request_headers),
             reasoning=self.cfg.reasoning,  # type: ignore[arg-type]
             max_tokens=self.cfg.max_tokens,
         )
@@ -229,6 +232,8 @@ class Run:
                 request_timeout=cfg.request_timeout,
                 strict_needle=cfg.strict_needle,
                 extra_body=cfg.extra_body,
+                header_templates=tuple(h for h in cfg.request_headers if h.per_request),
+                run_id=self.salt,
             )
             gate = TurnGate(self.ramp_sessions, lockstep=cfg.lockstep)
             for k in range(self.ramp_sessions):

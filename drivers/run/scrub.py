@@ -4,7 +4,9 @@ recorded, and an error line that quotes what the user typed, both pass through s
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from rampwatch.drivers.client.request_options import HeaderTemplate, is_secret_header
 from rampwatch.drivers.telemetry.metrics import redact_url
 
 HIDDEN = "***"
@@ -40,9 +42,48 @@ def scrub_arg(arg: str, after_secret_flag: bool = False) -> str:
     return redact_url(arg) if "://" in arg else arg
 
 
+def scrub_header_value(name: str, value: str) -> str:
+    """A request header's value as shown: hidden when its name says credential or it looks like a key."""
+    words = value.split()
+    return HIDDEN if is_secret_header(name) or any(looks_secret(w) for w in words) else value
+
+
+def scrub_header_arg(spec: str) -> str:
+    """A --header 'NAME: VALUE' argument with a credential's value hidden."""
+    name, colon, value = spec.partition(":")
+    if not colon:
+        return scrub_arg(spec)
+    shown = scrub_header_value(name, value.strip())
+    return spec if shown == value.strip() else f"{name.strip()}: {shown}"
+
+
+def shown_headers(templates: list[HeaderTemplate]) -> dict[str, str]:
+    """--header as the recording keeps it and the report prints it."""
+    return {h.name: scrub_header_value(h.name, h.value) for h in templates}
+
+
+def scrub_json(value: Any) -> Any:
+    """--extra-body as recorded: any string in it that looks like a key hidden."""
+    if isinstance(value, dict):
+        return {k: scrub_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_json(v) for v in value]
+    return HIDDEN if isinstance(value, str) and looks_secret(value) else value
+
+
 def scrub_argv(argv: list[str]) -> list[str]:
-    """The command line as recorded and as quoted back: every argument through scrub_arg."""
-    return [scrub_arg(a, k > 0 and _secret_flag(argv[k - 1])) for k, a in enumerate(argv)]
+    """The command line as recorded and as quoted back: every argument through scrub_arg, and a
+    --header's value through scrub_header_arg."""
+    out = []
+    for k, arg in enumerate(argv):
+        before = argv[k - 1] if k else ""
+        if before == "--header":
+            out.append(scrub_header_arg(arg))
+        elif arg.startswith("--header="):
+            out.append("--header=" + scrub_header_arg(arg.removeprefix("--header=")))
+        else:
+            out.append(scrub_arg(arg, bool(before) and _secret_flag(before)))
+    return out
 
 
 def scrub_message(message: str, argv: list[str]) -> str:

@@ -9,8 +9,9 @@ from typing import Any
 
 from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
 from rampwatch.drivers.client.reasoning import with_reasoning
+from rampwatch.drivers.client.request_options import parse_extra_body, parse_header
 from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
-from rampwatch.drivers.run.scrub import scrub_argv
+from rampwatch.drivers.run.scrub import scrub_argv, scrub_header_arg
 from rampwatch.drivers.telemetry.exporter import parse_listen
 from rampwatch.drivers.telemetry.prometheus import Match, parse_match, parse_matchers
 
@@ -75,11 +76,8 @@ def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
         stagger=args.stagger,
         schedule=schedule_from(args),
         output_tokens=args.output_tokens,
-        # Reasoning models: the cap on all generated, and the thinking switches (a user's own --extra-body
-        # chat_template_kwargs win over them: with_reasoning).
-        max_tokens=args.max_tokens,
+        max_tokens=args.max_tokens,  # reasoning models: the cap on all generated (reasoning + answer)
         reasoning=args.reasoning,
-        extra_body=with_reasoning({}, args.reasoning),
         ignore_eos=args.ignore_eos,
         retries=max(0, args.retries),
         request_timeout=args.request_timeout,
@@ -90,7 +88,24 @@ def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
         strict_needle=args.strict_needle,
         time_limit=args.time_limit,
         grace=args.grace,
+        **request_settings(args),
     )
+
+
+def request_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """--extra-body and --header, checked: what every chat request carries besides the conversation."""
+    try:
+        extra_body = parse_extra_body(args.extra_body) if args.extra_body else {}
+    except ValueError as e:
+        raise BadInput(f"--extra-body: {e}") from None
+    headers = []
+    for spec in args.header:
+        try:
+            headers.append(parse_header(spec))
+        except ValueError as e:
+            raise BadInput(f"--header {scrub_header_arg(spec)!r}: {e}") from None
+    # --reasoning's thinking switches join the body; a user's own chat_template_kwargs keys win over them.
+    return dict(extra_body=with_reasoning(extra_body, args.reasoning), request_headers=headers)
 
 
 def watch_settings(args: argparse.Namespace) -> dict[str, Any]:

@@ -230,6 +230,21 @@ def add_ramp_args(
         action="store_true",
         help="ask the server to generate exactly --output-tokens (ignore_eos / min_tokens)",
     )
+    p.add_argument(
+        "--extra-body",
+        metavar="JSON|@FILE",
+        help="request options merged into every chat request, e.g. '{\"top_k\": 20}' or "
+        '\'{"chat_template_kwargs": {"enable_thinking": false}}\' (keys rampwatch sets itself are refused)',
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="an HTTP header for the inference servers, repeatable; {session}, {turn} and {run} are filled in "
+        "per request, e.g. 'x-session-id: {session}' for a router's session affinity (credential headers are "
+        "never recorded or printed)",
+    )
     p.add_argument("--retries", type=int, default=0, metavar="N", help="retry a failed turn N times (default 0)")
     p.add_argument(
         "--request-timeout",
