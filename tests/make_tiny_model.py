@@ -4,7 +4,11 @@ Runs inside the vLLM virtualenv (needs torch, transformers, tokenizers); no hub
 downloads. Head dimension 64 (hidden 128, 2 heads) because vLLM's CPU
 attention needs at least that.
 
-usage: python make_tiny_model.py OUT_DIR
+usage: python make_tiny_model.py OUT_DIR [--think]
+
+--think: a "reasoning model": <think> and </think> in the vocabulary (a reasoning parser looks them up) and a
+chat template that opens a think block after the assistant's role, so everything it generates is reasoning
+until it happens to sample </think>; enable_thinking=false (Qwen3's switch) closes the block in the prompt.
 """
 
 from __future__ import annotations
@@ -17,6 +21,13 @@ from pathlib import Path
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+THINK_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n<think>\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}\n</think>\n\n{% endif %}{% endif %}"
 )
 
 
@@ -35,7 +46,7 @@ def corpus(n: int = 20000) -> list[str]:
     return lines
 
 
-def main(out: Path) -> None:
+def main(out: Path, think: bool = False) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -56,6 +67,9 @@ def main(out: Path) -> None:
     tok.train_from_iterator(corpus(), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     fast.chat_template = CHAT_TEMPLATE
+    if think:
+        fast.add_tokens(["<think>", "</think>"])
+        fast.chat_template = THINK_TEMPLATE
     fast.save_pretrained(out)
 
     torch.manual_seed(0)
@@ -81,4 +95,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), think="--think" in sys.argv[2:])

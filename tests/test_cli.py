@@ -104,6 +104,9 @@ def test_report_json_schema(recorded):
         "extra_body",
         "request_headers",
         "prompts",
+        "reasoning",
+        "max_tokens",
+        "output_tokens",
     }
     assert rep["run"]["schema"] == 4 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
@@ -128,6 +131,10 @@ def test_report_json_schema(recorded):
         "server_prefill_s",
         "client_busy",
         "think_s",
+        "ttfa_s",
+        "reasoning_tokens",
+        "answer_tokens",
+        "no_answer",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
@@ -137,6 +144,9 @@ def test_report_json_schema(recorded):
             "ttft_max_s",
             "decode_tok_s_median",
             "needle_found",
+            "needle_no_answer",
+            "reasoning_tokens",
+            "ttfa_sum_s",
             "turns",
             "planned_turns",
             "reached_turn",

@@ -43,7 +43,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
     )
     cmp = json.loads(out["json"].stdout)
     assert (
-        cmp["schema"] == 2 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
+        cmp["schema"] == 3 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
     )
     assert "schedules differ" in " ".join(cmp["notes"])
     for row, path in zip(cmp["runs"], runs):
@@ -81,6 +81,9 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         "kv_peak",
         "needle_found",
         "needle_asked",
+        "needle_no_answer",
+        "ttfa_max_s",
+        "reasoning_tokens",
         "worst_gap_during_foreign_prefill_s",
         "failed_turns",
     }

@@ -25,16 +25,22 @@ class Delta(msgspec.Struct):
 class Choice(msgspec.Struct):
     delta: Delta | None = None
     text: str | None = None  # /v1/completions
+    finish_reason: str | None = None
 
 
 class PromptDetails(msgspec.Struct):
     cached_tokens: int | None = None
 
 
+class CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
 class Usage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: PromptDetails | None = None
+    completion_tokens_details: CompletionDetails | None = None
 
 
 class Timings(msgspec.Struct):
@@ -68,6 +74,10 @@ class StreamResult(msgspec.Struct):
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    reasoning_chunks: int = 0  # chunks that carried reasoning and no answer
+    answer_t: float | None = None  # the first chunk of the answer (content or a tool call)
+    finish_reason: str | None = None
     server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp's timings.prompt_ms)
     server_cached: int | None = None  # the server's own cached prompt tokens (llama.cpp's timings.cache_n)
 
@@ -125,12 +135,21 @@ class ChatStreamParser:
     """Server-sent events of a chat completion, fed as body bytes arrive.
 
     `on_first(t)` fires at the first text chunk; `on_times(batch)` gets the
-    arrival times of text chunks every `flush_every` seconds and at the end."""
+    arrival times of text chunks every `flush_every` seconds and at the end.
+    A reply that reasons first: `on_reasoning(t)`, where given, fires at its
+    first chunk instead of `on_first`, and `on_answer(t)` at the first chunk
+    of its answer (content or a tool call)."""
 
     def __init__(
-        self, on_first: Callable[[float], None], on_times: Callable[[list[float]], None], flush_every: float = 0.25
+        self,
+        on_first: Callable[[float], None],
+        on_times: Callable[[list[float]], None],
+        flush_every: float = 0.25,
+        on_reasoning: Callable[[float], None] | None = None,
+        on_answer: Callable[[float], None] | None = None,
     ):
         self.on_first, self.on_times, self.flush_every = on_first, on_times, flush_every
+        self.on_reasoning, self.on_answer = on_reasoning, on_answer
         self.res = StreamResult()
         self.done = False  # saw data: [DONE]
         self._text: list[str] = []
@@ -160,14 +179,23 @@ class ChatStreamParser:
                 if chunk.error is not None:
                     raise StreamError(error_text(_encode(chunk.error)))
                 for choice in chunk.choices:
+                    if choice.finish_reason:
+                        res.finish_reason = choice.finish_reason
                     d = choice.delta
                     piece = choice.text if d is None else d.content
                     thought = None if d is None else (d.reasoning or d.reasoning_content)
-                    if piece or thought or (d is not None and d.tool_calls):
+                    answer = bool(piece or (d is not None and d.tool_calls))
+                    if answer or thought:
                         if res.first_t is None:
                             res.first_t = t
-                            self.on_first(t)
+                            (self.on_reasoning if not answer and self.on_reasoning else self.on_first)(t)
                             self._next_flush = t + self.flush_every
+                        if answer and res.answer_t is None:
+                            res.answer_t = t
+                            if res.reasoning_chunks and self.on_answer is not None:
+                                self.on_answer(t)
+                        if not answer:
+                            res.reasoning_chunks += 1
                         res.last_t = t
                         res.chunks += 1
                         self._batch.append(t)
@@ -185,6 +213,8 @@ class ChatStreamParser:
                 if u is not None:
                     res.prompt_tokens = u.prompt_tokens
                     res.completion_tokens = u.completion_tokens
+                    if u.completion_tokens_details is not None:
+                        res.reasoning_tokens = u.completion_tokens_details.reasoning_tokens
                     if u.prompt_tokens_details is not None:
                         res.cached_tokens = u.prompt_tokens_details.cached_tokens
         if self._batch and (t >= self._next_flush or self.done):
@@ -214,9 +244,11 @@ async def stream_chat(
     on_first: Callable[[float], None],
     on_times: Callable[[list[float]], None],
     timeout: float | None = None,
+    on_reasoning: Callable[[float], None] | None = None,
+    on_answer: Callable[[float], None] | None = None,
 ) -> StreamResult:
-    """POST a streaming chat request on `conn` and read it to the end."""
-    parser = ChatStreamParser(on_first, on_times)
+    """POST a streaming chat request on `conn` and read it to the end (callbacks: ChatStreamParser's)."""
+    parser = ChatStreamParser(on_first, on_times, on_reasoning=on_reasoning, on_answer=on_answer)
     error_body: list[bytes] = []
 
     def on_body(status: int, data: bytes, t: float) -> None:

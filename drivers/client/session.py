@@ -20,12 +20,14 @@ from rampwatch.drivers.client.request_options import HeaderTemplate, request_hea
 from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.turns import no_answer, reasoning_tokens
 
 
 @dataclass(frozen=True)
 class TurnOptions:
     model: str
     output_tokens: int = 128
+    max_tokens: int | None = None  # --max-tokens: caps reasoning + answer (None: the request asks output_tokens)
     ignore_eos: bool = False
     retries: int = 0
     reconnect_timeout: float = 180.0
@@ -173,7 +175,7 @@ class SessionRunner:
         _, new_est = self.conv.plan(turn)
         user, user_text = await self._user_message(turn)
         o = self.opts
-        body = chat_body(o.model, [*self.history, user], o.output_tokens, o.ignore_eos, o.extra_body)
+        body = chat_body(o.model, [*self.history, user], o.max_tokens or o.output_tokens, o.ignore_eos, o.extra_body)
         headers = {**self.headers, **request_headers(list(o.header_templates), self.sid, turn, o.run_id)}
         target = self.conv.schedule[turn - 1]
         attempt = 0
@@ -200,6 +202,8 @@ class SessionRunner:
                     self._on_first(turn),
                     self._on_times(turn),
                     self.opts.request_timeout,
+                    on_reasoning=self._on_first(turn, reasoning=True),
+                    on_answer=self._on_answer(turn),
                 )
             except asyncio.CancelledError:
                 self.emit(
@@ -236,8 +240,10 @@ class SessionRunner:
                     await asyncio.sleep(min(30.0, 2.0**attempt))
                     continue
                 return "failed"
-            needle = self.conv.needle.found_in(res.text)
             completion = res.completion_tokens if res.completion_tokens is not None else res.chunks
+            # Cut before any answer: the needle was not answered (None), which is not a wrong answer.
+            needle = None if no_answer(res.finish_reason, len(res.text)) else self.conv.needle.found_in(res.text)
+            reasoning = reasoning_tokens(res.reasoning_tokens, res.reasoning_chunks, completion, res.chunks)
             self.emit(
                 ev.TurnDone(
                     t=self.clock(),
@@ -252,16 +258,20 @@ class SessionRunner:
                     reply_chars=len(res.text),
                     text=res.text if self.opts.record_text else None,
                     server_prefill_s=res.server_prefill_s,
+                    reasoning_tokens=res.reasoning_tokens,
+                    reasoning_chunks=res.reasoning_chunks,
+                    finish_reason=res.finish_reason,
                 )
             )
             kept = self._kept_reply(res.text)
-            self.conv.add_reply(res.prompt_tokens, completion, await self._resent_tokens(kept))
+            # The next turn re-sends the answer alone (never the reasoning), as chat clients do.
+            self.conv.add_reply(res.prompt_tokens, max(0, completion - reasoning), await self._resent_tokens(kept))
             self.history += [user, encode_message("assistant", [kept])]
             return "ok"
 
     async def _resent_tokens(self, reply: str) -> int | None:
         """The reply's tokens as the next turn will re-send it (None without /tokenize:
-        completion tokens then stand in)."""
+        the answer's completion tokens then stand in)."""
         return await self.tokenizer.text(reply) if reply and self.tokenizer else None
 
     async def _measure_fixed_text(self) -> None:
@@ -324,8 +334,11 @@ class SessionRunner:
         )
         return None
 
-    def _on_first(self, turn: int) -> Callable[[float], None]:
-        return lambda t: self.emit(ev.FirstToken(t=t, session=self.sid, turn=turn))
+    def _on_first(self, turn: int, reasoning: bool = False) -> Callable[[float], None]:
+        return lambda t: self.emit(ev.FirstToken(t=t, session=self.sid, turn=turn, reasoning=reasoning))
+
+    def _on_answer(self, turn: int) -> Callable[[float], None]:
+        return lambda t: self.emit(ev.FirstAnswer(t=t, session=self.sid, turn=turn))
 
     def _on_times(self, turn: int) -> Callable[[list[float]], None]:
         return lambda times: self.emit(ev.TokenTimes(t=times[-1], session=self.sid, turn=turn, times=times))

@@ -24,6 +24,9 @@ class SessionSummary(msgspec.Struct):
     ttft_max_s: float
     decode_tok_s_median: float | None
     needle_found: int
+    needle_no_answer: int  # turns cut at the token cap before any answer
+    reasoning_tokens: int  # summed over the turns
+    ttfa_sum_s: float  # summed time to first answer token (answered turns)
     turns: int  # finished attempts (failed ones included)
     planned_turns: int
     reached_turn: int  # the last turn that finished ok (a time limit can stop a ramp early)
@@ -53,6 +56,9 @@ class RunInfo(msgspec.Struct):
     extra_body: dict[str, Any]  # --extra-body as recorded
     request_headers: dict[str, str]  # --header as recorded (credentials hidden)
     prompts: PromptShape | None = None  # the shared lead, the corpus and the think time (None: none of them)
+    reasoning: str  # --reasoning: off, on or auto (the server's default)
+    max_tokens: int | None  # --max-tokens: the cap on reasoning + answer; None: the answer budget (output_tokens)
+    output_tokens: int
 
 
 class Interference(msgspec.Struct):
@@ -138,6 +144,9 @@ def _summary(state: RunState, sid: str, rows: list[TurnRow], records: list[TurnR
         ttft_max_s=max(ttfts, default=0.0),
         decode_tok_s_median=median([r.decode_tok_s for r in rows if r.decode_tok_s is not None]),
         needle_found=sum(1 for r in rows if r.needle),
+        needle_no_answer=sum(1 for r in rows if r.no_answer),
+        reasoning_tokens=sum(r.reasoning_tokens for r in rows),
+        ttfa_sum_s=sum(r.ttfa_s for r in rows if r.ttfa_s is not None),
         turns=len(rows),
         planned_turns=len(state.sessions[sid].schedule),
         reached_turn=max((r.turn for r in records if r.status == "ok"), default=0),
@@ -209,6 +218,9 @@ def build_report(state: RunState) -> Report:
             extra_body=h.extra_body if h else {},
             request_headers=h.request_headers if h else {},
             prompts=h.prompts if h else None,
+            reasoning=h.reasoning if h else "auto",
+            max_tokens=h.max_tokens if h else None,
+            output_tokens=h.output_tokens if h else 0,
         ),
         sessions=sessions,
         interference=Interference(

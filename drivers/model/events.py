@@ -23,6 +23,7 @@ TurnOutcome = Literal["ok", "failed", "cancelled"]
 RunStatus = Literal["done", "failed", "interrupted", "crashed", "time-limit"]
 NeedleMode = Literal["verbatim", "strict"]
 SessionRole = Literal["ramp", "one-shot"]
+ReasoningMode = Literal["off", "on", "auto"]
 # What an endpoint does in the deployment: a replica does both; a prefill/decode split has one of each.
 EndpointRole = Literal["prefill", "decode", "both"]
 ENDPOINT_ROLES: tuple[str, ...] = get_args(EndpointRole)
@@ -92,6 +93,8 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     extra_body: dict[str, Any] = {}  # --extra-body, merged into every chat request (key-like strings hidden)
     request_headers: dict[str, str] = {}  # --header as given ({session} etc. unfilled; credentials hidden)
     prompts: PromptShape | None = None  # None: salted pseudo-words, no shared lead, no pauses
+    reasoning: ReasoningMode = "auto"  # --reasoning: the thinking switches sent (auto: none, the server's default)
+    max_tokens: int | None = None  # --max-tokens: the cap on all generated (reasoning + answer); None: output_tokens
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
@@ -133,6 +136,14 @@ class UserPause(Event):
 class FirstToken(Event):
     session: str
     turn: int
+    reasoning: bool = False  # the first generated text was reasoning: the answer starts later (FirstAnswer)
+
+
+class FirstAnswer(Event):
+    """The first chunk of the answer (content) of a turn whose first generated text was reasoning."""
+
+    session: str
+    turn: int
 
 
 class TokenTimes(Event):
@@ -157,6 +168,9 @@ class TurnDone(Event):
     reply_chars: int = 0
     text: str | None = None  # the reply, only with --record-text
     server_prefill_s: float | None = None  # the server's own prompt time for this request (llama.cpp timings)
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where the server says
+    reasoning_chunks: int = 0  # chunks that carried reasoning and no answer
+    finish_reason: str | None = None  # the server's: stop, length, ...
 
 
 class MetricsSample(Event):
@@ -243,6 +257,7 @@ AnyEvent = (
     SessionPlanned
     | RequestSent
     | FirstToken
+    | FirstAnswer
     | TokenTimes
     | UserPause
     | TurnDone

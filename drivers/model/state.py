@@ -17,7 +17,14 @@ from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView
 from rampwatch.drivers.model.log import LogEntry
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line
-from rampwatch.drivers.model.views import DECODE_WINDOW_S, PrefillProgress, SessionsAggregate, SessionView
+from rampwatch.drivers.model.views import (
+    DECODE_WINDOW_S,
+    GENERATING,
+    NO_ANSWER,
+    PrefillProgress,
+    SessionsAggregate,
+    SessionView,
+)
 
 LOG_LEN = 500
 
@@ -100,10 +107,20 @@ class RunState:
             return
         rec.first_t = e.t
         self.client.stamped(rec, [e.t])
-        s.state = "decoding"
+        if not e.reasoning:
+            rec.answer_t = e.t
+        s.state = "reasoning" if e.reasoning else "decoding"
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = e.t
         self._prefilling.pop(e.session, None)
+
+    def _on_answer(self, e: ev.FirstAnswer) -> None:
+        s = self._session(e.session)
+        rec = s.current
+        if rec is None or rec.turn != e.turn:
+            return
+        rec.answer_t = e.t
+        s.state = "decoding"
 
     def _on_times(self, e: ev.TokenTimes) -> None:
         s = self._session(e.session)
@@ -147,6 +164,8 @@ class RunState:
         rec.prompt_tokens, rec.cached_tokens = e.prompt_tokens, e.cached_tokens
         rec.completion_tokens, rec.needle, rec.error = e.completion_tokens, e.needle, e.error
         rec.server_prefill_s = e.server_prefill_s
+        rec.reasoning_reported, rec.reasoning_chunks = e.reasoning_tokens, e.reasoning_chunks
+        rec.finish_reason, rec.reply_chars = e.finish_reason, e.reply_chars
         rec.cache_at_done = self._cache_counters()
         if rec.chunks == 0:
             rec.chunks = e.chunks
@@ -169,7 +188,7 @@ class RunState:
         s.recent.clear()
         if e.status == "ok":
             s.state = "done" if e.turn >= len(s.schedule) else "idle"
-            s.needles.append(e.needle)
+            s.needles.append(NO_ANSWER if rec.no_answer else e.needle)
             self._log(LogEntry(e.t, "info", turn_line(rec), rec.ttft))
         else:
             s.state = "failed" if e.status == "failed" else "cancelled"
@@ -295,7 +314,7 @@ class RunState:
             by_state[s.state] = by_state.get(s.state, 0) + 1
             if s.last_done is not None and s.last_done.ttft is not None:
                 ttfts.append(s.last_done.ttft)
-            if s.state == "decoding" and (r := s.decode_rate_now()) is not None:
+            if s.state in GENERATING and (r := s.decode_rate_now()) is not None:
                 rates.append(r)
         return SessionsAggregate(
             total=len(self.sessions),
@@ -359,10 +378,10 @@ class RunState:
         node holds it, waiting for its KV), decode, queued. None when the
         deployment is not split or the session is not in a turn."""
         split = self.split()
-        if split is None or s.state not in ("prefilling", "decoding"):
+        if split is None or s.state not in ("prefilling", *GENERATING):
             return None
         pre, dec = split
-        if s.state == "decoding":
+        if s.state in GENERATING:
             return ("decode", dec[0].name if len(dec) == 1 else "")
         if busy := [x.name for x in pre if x.values.get("running", 0) > 0]:
             return ("prefill", busy[0])
@@ -419,6 +438,7 @@ _HANDLERS = {
     ev.SessionPlanned: RunState._on_planned,
     ev.RequestSent: RunState._on_sent,
     ev.FirstToken: RunState._on_first,
+    ev.FirstAnswer: RunState._on_answer,
     ev.TokenTimes: RunState._on_times,
     ev.UserPause: RunState._on_pause,
     ev.TurnDone: RunState._on_done,

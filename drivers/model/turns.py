@@ -44,6 +44,11 @@ class TurnRecord:
     kv_peak: float | None = None
     server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp), to set beside the TTFT
     think_s: float | None = None  # the user's pause before this turn (--think-time)
+    answer_t: float | None = None  # the first answer (content) chunk; first_t when the reply did not reason first
+    reasoning_reported: int | None = None  # the server's usage.completion_tokens_details.reasoning_tokens
+    reasoning_chunks: int = 0  # chunks that carried reasoning and no answer
+    finish_reason: str | None = None
+    reply_chars: int = 0
     # The server's prefix-cache (queries, hits) counters when the turn was sent and done: a tuple, not a
     # dict, because a long run keeps every finished turn.
     cache_at_sent: tuple[float, float] | None = None
@@ -60,6 +65,24 @@ class TurnRecord:
         return None if self.first_t is None else self.first_t - self.sent_t
 
     @property
+    def ttfa(self) -> float | None:
+        """Time to the first answer token (the TTFT when nothing was reasoned first)."""
+        return None if self.answer_t is None else self.answer_t - self.sent_t
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return reasoning_tokens(self.reasoning_reported, self.reasoning_chunks, self.completion_tokens, self.chunks)
+
+    @property
+    def answer_tokens(self) -> int:
+        return max(0, self.tokens - self.reasoning_tokens)
+
+    @property
+    def no_answer(self) -> bool:
+        """The reply was cut (the token cap) before any answer: nothing to find the needle in."""
+        return no_answer(self.finish_reason, self.reply_chars)
+
+    @property
     def tokens(self) -> int:
         """Generated tokens: the server's usage when it reported them, else text chunks."""
         return self.completion_tokens or self.chunks
@@ -68,6 +91,24 @@ class TurnRecord:
     def tokens_per_chunk(self) -> float:
         """How many tokens one streamed chunk carried on average (1 until usage says otherwise)."""
         return self.completion_tokens / self.chunks if self.completion_tokens and self.chunks else 1.0
+
+
+def reasoning_tokens(reported: int | None, reasoning_chunks: int, completion_tokens: int, chunks: int) -> int:
+    """A reply's reasoning tokens: the server's count where usage gives one, else its reasoning chunks
+    scaled by the reply's tokens per chunk (1 where usage gives no completion tokens). A count below the
+    reasoning chunks is an undercount (each chunk carried a token at least): vLLM counts only tokens between
+    a generated <think> and </think>, so a chat template that opens the block in the prompt reports 0."""
+    if reported is not None and reported >= reasoning_chunks:
+        return reported
+    if not reasoning_chunks:
+        return 0
+    per_chunk = completion_tokens / chunks if completion_tokens and chunks else 1.0
+    return min(round(reasoning_chunks * per_chunk), completion_tokens or reasoning_chunks)
+
+
+def no_answer(finish_reason: str | None, reply_chars: int) -> bool:
+    """Cut at the token cap before any answer came (a reasoning model that spent its budget thinking)."""
+    return finish_reason == "length" and reply_chars == 0
 
 
 def decode_tok_s(tokens: float, first_t: float | None, last_t: float | None) -> float | None:
@@ -180,6 +221,10 @@ class TurnRow(msgspec.Struct):
     gaps_over_1s: int
     server_prefill_s: float | None  # the server's own prompt time where it reports one per request (llama.cpp)
     client_busy: bool  # a stamp of this turn was taken while the driver's loop ran over 5 ms late
+    ttfa_s: float | None  # time to the first answer token (= ttft_s when nothing was reasoned first)
+    reasoning_tokens: int  # of output_tokens, those spent reasoning
+    answer_tokens: int  # output_tokens - reasoning_tokens
+    no_answer: bool  # cut at the token cap before any answer: the needle was not answered (needle is null)
     think_s: float | None = None  # the user's pause before the turn (--think-time)
 
 
@@ -206,6 +251,10 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         server_prefill_s=rec.server_prefill_s,
         client_busy=rec.client_busy,
         think_s=rec.think_s,
+        ttfa_s=rec.ttfa,
+        reasoning_tokens=rec.reasoning_tokens,
+        answer_tokens=rec.answer_tokens,
+        no_answer=rec.no_answer,
     )
 
 
@@ -215,11 +264,17 @@ def turn_line(rec: TurnRecord) -> str:
     parts = [f"{rec.session} turn {rec.turn}"]
     if row.ttft_s is not None:
         parts.append(f"TTFT {row.ttft_s:.2f}s")
+    if row.reasoning_tokens:
+        parts.append(f"reasoning {row.reasoning_tokens:,} tok")
+        if row.ttfa_s is not None:
+            parts.append(f"answer {row.ttfa_s:.2f}s")
     if row.decode_tok_s is not None:
         parts.append(f"decode {row.decode_tok_s:.1f} tok/s")
     if row.gap_max_s is not None:
         parts.append(f"max gap {row.gap_max_s:.2f}s")
-    if row.needle is not None:
+    if row.no_answer:
+        parts.append("needle: no answer")
+    elif row.needle is not None:
         parts.append("needle ✓" if row.needle else "needle ✗")
     parts.append(f"ctx {row.context_tokens:,}")
     if row.cached_tokens is not None:

@@ -10,8 +10,13 @@ from typing import Literal
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s
 
+# reasoning: generating, but the answer has not started (a reasoning model's thinking); decoding: answering.
 # "user idle": the user's own pause (--think-time) before the next turn, not the model's.
-SessionState = Literal["queued", "prefilling", "decoding", "idle", "user idle", "failed", "done", "cancelled"]
+SessionState = Literal[
+    "queued", "prefilling", "reasoning", "decoding", "idle", "user idle", "failed", "done", "cancelled"
+]
+GENERATING: tuple[SessionState, ...] = ("reasoning", "decoding")  # tokens are streaming: a decode rate applies
+NO_ANSWER = "no answer"  # a turn's needle mark when the reply was cut before any answer
 
 DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
 TIMELINE_BUCKET_S = 1.0
@@ -56,7 +61,7 @@ class SessionView:
     last_done: TurnRecord | None = None
     last_prompt_tokens: int | None = None  # the last reported prompt, so the next turn knows its new tokens
     tokens_per_chunk: float = 1.0  # from the last finished turn's usage: turns chunk counts into tokens
-    needles: list[bool | None] = field(default_factory=list)
+    needles: list[bool | str | None] = field(default_factory=list)  # found, missed, NO_ANSWER or not asked
     recent: deque[float] = field(default_factory=deque)  # arrival times inside the decode window
     # Text chunks per TIMELINE_BUCKET_S: timeline[i] is bucket timeline_first + i (a flat list the chart slices).
     timeline: list[int] = field(default_factory=list)
@@ -86,9 +91,9 @@ class SessionView:
         return rec.cached_tokens / rec.prompt_tokens
 
     def current_gap(self, now: float) -> float | None:
-        """While decoding: seconds since the last text chunk arrived (a stall, when long)."""
+        """While generating: seconds since the last text chunk arrived (a stall, when long)."""
         rec = self.current
-        if self.state != "decoding" or rec is None or rec.last_t is None:
+        if self.state not in GENERATING or rec is None or rec.last_t is None:
             return None
         return max(0.0, now - rec.last_t)
 

@@ -9,7 +9,7 @@ import msgspec
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.stats import median
 
-COMPARE_SCHEMA = 2  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
+COMPARE_SCHEMA = 3  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
 NO_HIT_COUNTERS = "n/a: engine exposes no prefix-cache counters"
 
 
@@ -38,6 +38,9 @@ class RunRow(msgspec.Struct):
     kv_peak: float | None
     needle_found: int
     needle_asked: int
+    needle_no_answer: int  # turns cut at the token cap before any answer (reasoning models)
+    ttfa_max_s: float | None  # the longest time to the first answer token
+    reasoning_tokens: int  # summed over every session's turns
     worst_gap_during_foreign_prefill_s: float | None
     failed_turns: int
 
@@ -103,6 +106,9 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         kv_peak=rep.server.kv_peak,
         needle_found=sum(s.summary.needle_found for s in sessions),
         needle_asked=len(ok),
+        needle_no_answer=sum(s.summary.needle_no_answer for s in sessions),
+        ttfa_max_s=max((t.ttfa_s for t in ok if t.ttfa_s is not None), default=None),
+        reasoning_tokens=sum(s.summary.reasoning_tokens for s in sessions),
         worst_gap_during_foreign_prefill_s=gaps.max_s if gaps else None,
         failed_turns=sum(1 for t in rows if t.error is not None and t.error != "cancelled"),
     )

@@ -26,6 +26,8 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.0f}%"
 
 
-def needle_mark(x: bool | None) -> str:
-    """✓ found, ✗ missed, - not asked."""
+def needle_mark(x: bool | None, no_answer: bool = False) -> str:
+    """✓ found, ✗ missed, 'no answer' (the reply was cut before it answered), - not asked."""
+    if no_answer:
+        return "no answer"
     return "-" if x is None else ("✓" if x else "✗")

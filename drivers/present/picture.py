@@ -204,12 +204,9 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
                     f'height="{LANE_H}" fill="{"#c62828" if failed else _rate_colour(row.decode_tok_s, top)}">'
                     f"<title>{_esc(tip)}</title></rect>"
                 )
-            if r.needle is not None and r.done_t is not None:
-                parts.append(
-                    f'<text class="needle" x="{x(r.done_t):.1f}" y="{y - 1}" '
-                    f'fill="{"#2e7d32" if r.needle else "#c62828"}">'
-                    f"{'✓' if r.needle else '✗'}</text>"
-                )
+            if (r.needle is not None or r.no_answer) and r.done_t is not None:
+                mark, colour = ("∅", "#b26a00") if r.no_answer else ("✓", "#2e7d32") if r.needle else ("✗", "#c62828")
+                parts.append(f'<text class="needle" x="{x(r.done_t):.1f}" y="{y - 1}" fill="{colour}">{mark}</text>')
         parts.append("</g>")
         y += LANE_H + LANE_GAP
     for title, line, top_value, unit in (

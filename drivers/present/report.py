@@ -16,9 +16,15 @@ from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRow
 from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
-from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, row_cells
+from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, row_cells, shown_columns
 
 FORMATS = ("table", "md", "csv", "json")
+REASONING_WIDTH = 30
+
+
+def needle_count(found: int, asked: int, no_answer: int) -> str:
+    """found/asked, and how many of those turns were cut before any answer."""
+    return f"{found}/{asked}" + (f" ({no_answer} no answer)" if no_answer else "")
 
 
 def summary_lines(rep: Report) -> list[str]:
@@ -26,9 +32,14 @@ def summary_lines(rep: Report) -> list[str]:
     for s in rep.sessions:
         m = s.summary
         reached = f", reached turn {m.reached_turn}/{m.planned_turns}" if m.reached_turn < m.planned_turns else ""
+        answered = any(t.ttfa_s is not None for t in s.turns)
+        reasoned = f", reasoning {m.reasoning_tokens:,} tok" if m.reasoning_tokens else ""
+        if reasoned and answered:
+            reasoned += f", time to first answer sum {m.ttfa_sum_s:.2f}s"
         lines.append(
             f"{s.id}: {m.turns} turns{reached}, TTFT sum {m.ttft_sum_s:.2f}s, longest {m.ttft_max_s:.2f}s, "
-            f"decode median {fmt_num(m.decode_tok_s_median, '.1f')} tok/s, needle {m.needle_found}/{m.turns}"
+            f"decode median {fmt_num(m.decode_tok_s_median, '.1f')} tok/s, "
+            f"needle {needle_count(m.needle_found, m.turns, m.needle_no_answer)}" + reasoned
         )
     i = rep.interference
     if i.overlapping_turns:
@@ -62,6 +73,8 @@ def summary_lines(rep: Report) -> list[str]:
             "lockstep" if run.lockstep else "",
             "strict needle" if run.needle_mode == "strict" else "",
             f"time limit {run.time_limit_s:g}s" if run.time_limit_s else "",
+            f"reasoning {run.reasoning}" if run.reasoning != "auto" else "",
+            f"max tokens {run.max_tokens}" if run.max_tokens else "",
         )
         if m
     ]
@@ -135,22 +148,25 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
         return out.getvalue()
     r = rep.run
     title = f"rampwatch report: {r.model} on {r.engine} at {r.server}, started {r.started_at}"
+    heads = shown_columns([t for _, _, rows in _turn_tables(rep) for t in rows])
     if fmt == "md":
         parts = [f"## {title}", ""]
         for _, title, rows in _turn_tables(rep):
-            parts += [f"### {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-            parts += ["| " + " | ".join(row_cells(t)) + " |" for t in rows]
+            parts += [f"### {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+            parts += ["| " + " | ".join(row_cells(t, heads)) + " |" for t in rows]
             parts.append("")
         parts += [f"- {line}" for line in summary_lines(rep)]
         return "\n".join(parts) + "\n"
+    # The reasoning columns (and a 'no answer' needle) come on top of the width the table was laid out for.
+    width += REASONING_WIDTH if len(heads) > len(COLUMNS) else 0
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(title)
     for _, title, rows in _turn_tables(rep):
         t = Table(title=title, title_justify="left")
-        for c in COLUMNS:
-            t.add_column(c, justify=BY_HEAD[c].align)
+        for c in heads:
+            t.add_column(c, justify=BY_HEAD[c].align, no_wrap=c == "needle")  # 'no answer' on one line
         for row in rows:
-            t.add_row(*row_cells(row))
+            t.add_row(*row_cells(row, heads))
         console.print(t)
     for line in summary_lines(rep):
         console.print(line)
@@ -172,15 +188,21 @@ COMPARE_COLUMNS = (
     ("decode tok/s", lambda r: fmt_num(r.decode_tok_s_median, ".1f")),
     ("hit last", lambda r: "n/a" if isinstance(r.hit_rate_last_turn, str) else pct(r.hit_rate_last_turn)),
     ("KV peak", lambda r: pct(r.kv_peak)),
-    ("needle", lambda r: f"{r.needle_found}/{r.needle_asked}"),
+    ("TTFA longest s", lambda r: fmt_num(r.ttfa_max_s, ".2f")),
+    ("reasoning", lambda r: format_tokens(r.reasoning_tokens)),
+    ("needle", lambda r: needle_count(r.needle_found, r.needle_asked, r.needle_no_answer)),
     ("worst stall s", lambda r: fmt_num(r.worst_gap_during_foreign_prefill_s, ".2f")),
     ("failed", lambda r: str(r.failed_turns)),
 )
+
+COMPARE_REASONING_HEADS = ("TTFA longest s", "reasoning")  # shown where some run reasoned
 
 
 # Where a terminal is too narrow for every column, these are left out, first to last (the rest are the
 # campaign's comparison: run, turns, context, TTFT sum, longest, needle, failed).
 COMPARE_DROP_ORDER = (
+    "reasoning",
+    "TTFA longest s",
     "one-shot s",
     "worst stall s",
     "prefill tok/s first",
@@ -248,8 +270,10 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
     terminal's (columns are left out to fit, and said); None: a file or a pipe gets every column."""
     if fmt == "json":
         return msgspec.json.format(msgspec.json.encode(cmp).decode(), indent=2)
-    heads = [name for name, _ in COMPARE_COLUMNS]
-    rows = [[cell(r) for _, cell in COMPARE_COLUMNS] for r in cmp.runs]
+    reasoned = any(r.reasoning_tokens or r.needle_no_answer for r in cmp.runs)
+    columns = [c for c in COMPARE_COLUMNS if reasoned or c[0] not in COMPARE_REASONING_HEADS]
+    heads = [name for name, _ in columns]
+    rows = [[cell(r) for _, cell in columns] for r in cmp.runs]
     turn_heads = (
         ["turn"] + [f"{r.label} TTFT s" for r in cmp.runs] + [f"{r.label} / {cmp.baseline}" for r in cmp.runs[1:]]
     )

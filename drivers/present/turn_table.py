@@ -24,9 +24,11 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn("new", "new_tokens", lambda r: format_tokens(r.new_tokens)),
     TurnColumn("cached", "cached_tokens", lambda r: format_tokens(r.cached_tokens)),
     TurnColumn("TTFT s", "ttft_s", lambda r: fmt_num(r.ttft_s, ".2f")),
+    TurnColumn("TTFA s", "ttfa_s", lambda r: fmt_num(r.ttfa_s, ".2f")),
     TurnColumn("prefill tok/s", "prefill_tok_s", lambda r: fmt_num(r.prefill_tok_s, ",.0f")),
     TurnColumn("decode tok/s", "decode_tok_s", lambda r: fmt_num(r.decode_tok_s, ".1f")),
     TurnColumn("out", "output_tokens", lambda r: str(r.output_tokens)),
+    TurnColumn("reasoning", "reasoning_tokens", lambda r: str(r.reasoning_tokens)),
     TurnColumn("hit", "hit_rate", lambda r: pct(r.hit_rate)),
     TurnColumn("KV peak", "kv_peak", lambda r: pct(r.kv_peak)),
     TurnColumn("gap p50", "gap_p50_s", lambda r: fmt_num(r.gap_p50_s, ".3f")),
@@ -34,12 +36,21 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn("max gap", "gap_max_s", lambda r: fmt_num(r.gap_max_s, ".2f")),
     TurnColumn(">100ms", "gaps_over_100ms", lambda r: str(r.gaps_over_100ms)),
     TurnColumn(">1s", "gaps_over_1s", lambda r: str(r.gaps_over_1s)),
-    TurnColumn("needle", "needle", lambda r: needle_mark(r.needle), "left"),
+    TurnColumn("needle", "needle", lambda r: needle_mark(r.needle, r.no_answer), "left"),
     TurnColumn("client", "client_busy", lambda r: "busy" if r.client_busy else "", "left"),
     TurnColumn("error", "error", lambda r: r.error or "", "left"),
 )
-COLUMNS = tuple(c.head for c in TURN_COLUMNS)
+ALL_COLUMNS = tuple(c.head for c in TURN_COLUMNS)
 BY_HEAD = {c.head: c for c in TURN_COLUMNS}
+REASONING_HEADS = ("TTFA s", "reasoning")  # shown where some turn reasoned: else TTFA is the TTFT and reasoning 0
+COLUMNS = tuple(h for h in ALL_COLUMNS if h not in REASONING_HEADS)  # the table of a run that did not reason
+
+
+def shown_columns(rows: list[TurnRow], heads: tuple[str, ...] = ALL_COLUMNS) -> tuple[str, ...]:
+    """`heads`, less the reasoning columns when no turn of `rows` reasoned."""
+    if any(r.reasoning_tokens or r.no_answer for r in rows):
+        return heads
+    return tuple(h for h in heads if h not in REASONING_HEADS)
 
 
 def row_cells(r: TurnRow, heads: tuple[str, ...] | list[str] = COLUMNS) -> list[str]:

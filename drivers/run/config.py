@@ -36,6 +36,8 @@ class RunConfig:
     stagger: float = 0.0
     schedule: list[int] = field(default_factory=list)
     output_tokens: int = 128
+    max_tokens: int | None = None  # caps reasoning + answer; None: each request asks output_tokens
+    reasoning: str = "auto"  # off | on | auto: the thinking switches sent in extra_body (auto: none)
     ignore_eos: bool = False
     metrics_urls: list[str] = field(default_factory=list)  # [ROLE:][NAME=]URL each; default URL/metrics per server
     gpu: str | list[str] = "auto"  # auto | none | dcgm-exporter URLs (one per node)

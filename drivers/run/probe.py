@@ -66,10 +66,11 @@ async def probe(client: httpx.AsyncClient, cfg: RunConfig, base: str | None = No
 
 
 def check_schedule(cfg: RunConfig, info: ServerInfo) -> None:
-    if info.max_model_len and cfg.schedule[-1] + cfg.output_tokens > info.max_model_len:
+    out = cfg.max_tokens or cfg.output_tokens  # what each request asks for
+    if info.max_model_len and cfg.schedule[-1] + out > info.max_model_len:
         raise BadInput(
-            f"the ramp's last turn ({cfg.schedule[-1]:,} tokens + {cfg.output_tokens} output) exceeds the server's "
-            f"max_model_len {info.max_model_len:,}; try --scale-to {_suggest(info.max_model_len - cfg.output_tokens)}"
+            f"the ramp's last turn ({cfg.schedule[-1]:,} tokens + {out} output) exceeds the server's "
+            f"max_model_len {info.max_model_len:,}; try --scale-to {_suggest(info.max_model_len - out)}"
         )
 
 

@@ -191,6 +191,8 @@ class Run:
             extra_body=scrub_json(self.cfg.extra_body),
             request_headers=shown_headers(self.cfg.request_headers),
             prompts=prompt_shape(self.cfg, self.lead, self.corpus),
+            reasoning=self.cfg.reasoning,  # type: ignore[arg-type]
+            max_tokens=self.cfg.max_tokens,
         )
 
     @property
@@ -247,6 +249,7 @@ class Run:
             opts = TurnOptions(
                 model=self.info.model,
                 output_tokens=cfg.output_tokens,
+                max_tokens=cfg.max_tokens,
                 ignore_eos=cfg.ignore_eos,
                 retries=cfg.retries,
                 reconnect_timeout=cfg.reconnect_timeout,

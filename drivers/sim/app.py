@@ -50,6 +50,7 @@ class ChatBody(msgspec.Struct):
     ignore_eos: bool = False
     min_tokens: int = 0
     kv_transfer_params: dict[str, Any] | None = None  # from a prefill/decode proxy: the KV is on the prefill node
+    chat_template_kwargs: dict[str, Any] | None = None  # enable_thinking / thinking false: no reasoning
 
 
 _enc = msgspec.json.encode
@@ -69,12 +70,16 @@ class SimServer:
         flavor: str = "vllm",
         cache_report: bool = False,
         clock: SimClock | None = None,
+        reasoning_tokens: int = 0,
     ):
         """`gpus` > 0: also serve a simulated dcgm-exporter for that many GPUs of node `node` at /dcgm/metrics.
         `flavor` sglang: SGLang's metric names, /get_model_info and /get_server_info, and cached tokens in
         usage only with `cache_report` (SGLang's --enable-cache-report). `clock`: the engine's (the wall's
-        unless a test checks the model on a virtual one)."""
+        unless a test checks the model on a virtual one).
+        `reasoning_tokens` > 0: a reasoning model that thinks that many tokens before each chat answer (unless the
+        request's chat_template_kwargs switch thinking off)."""
         self.profile, self.model, self.api_key, self.flavor = profile, model, api_key, flavor
+        self.reasoning_tokens = reasoning_tokens
         self.cache_report = cache_report or flavor == "vllm"
         self.faults = faults or SimFaults()
         self.metrics = metrics_for(flavor, profile, model)
@@ -242,7 +247,9 @@ class SimServer:
                 f"{n + max_tokens} tokens ({n} in the messages, {max_tokens} in the completion). "
                 "Please reduce the length of the messages or completion.",
             )
-        req = self.engine.make_request(prompt, max_tokens, body.ignore_eos or body.min_tokens >= max_tokens)
+        req = self.engine.make_request(
+            prompt, max_tokens, body.ignore_eos or body.min_tokens >= max_tokens, self._reasoning(body) if chat else 0
+        )
         if (body.kv_transfer_params or {}).get("do_remote_prefill"):
             # Only what this node's prefix cache lacks crosses the link; the request waits for it.
             req.remote_kv = True
@@ -259,9 +266,12 @@ class SimServer:
         except asyncio.CancelledError:
             self.engine.abort(req)
             raise
-        text = "".join(req.out)
+        text = "".join(req.out[req.reasoning :])
+        message = {"role": "assistant", "content": text}
+        if req.reasoning:
+            message["reasoning_content"] = "".join(req.out[: req.reasoning])
         choice = (
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": req.finish_reason}
+            {"index": 0, "message": message, "finish_reason": req.finish_reason}
             if chat
             else {"index": 0, "text": text, "finish_reason": req.finish_reason}
         )
@@ -276,6 +286,14 @@ class SimServer:
             }
         )
 
+    def _reasoning(self, body: ChatBody) -> int:
+        """Tokens to think before answering: none where the request's chat_template_kwargs switch thinking off
+        (enable_thinking, Qwen3's switch, or thinking, DeepSeek V3.1's and GLM's)."""
+        kwargs = body.chat_template_kwargs or {}
+        if kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False:
+            return 0
+        return self.reasoning_tokens
+
     def _usage(self, req: SimRequest) -> dict[str, Any]:
         usage: dict[str, Any] = {
             "prompt_tokens": req.prompt_tokens,
@@ -284,6 +302,8 @@ class SimServer:
         }
         if self.cache_report:
             usage["prompt_tokens_details"] = {"cached_tokens": req.cached_tokens}
+        if self.reasoning_tokens:
+            usage["completion_tokens_details"] = {"reasoning_tokens": min(req.generated, req.reasoning)}
         return usage
 
     async def _stream(self, req: SimRequest, chat: bool, include_usage: bool) -> AsyncIterator[bytes]:
@@ -300,8 +320,10 @@ class SimServer:
         )
         if chat:
             pre, post = b'{"index":0,"delta":{"content":', b'},"logprobs":null,"finish_reason":null}]}\n\n'
+            thinking = b'{"index":0,"delta":{"reasoning_content":'
         else:
             pre, post = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":null}]}\n\n'
+            thinking = pre  # text completions never reason
         sent = 0
         try:
             if chat:
@@ -335,7 +357,7 @@ class SimServer:
                                 yield b"".join(out)
                             self.engine.abort(req)
                             raise SimulatedDrop("simulated connection drop")
-                        out.append(head + pre + _enc(w) + post)
+                        out.append(head + (thinking if req.is_reasoning(sent - 1) else pre) + _enc(w) + post)
                     yield b"".join(out)
                 if req.finished:
                     break

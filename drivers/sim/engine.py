@@ -62,6 +62,9 @@ def reply_words(prompt: bytes, seed: int) -> tuple[list[str], bool]:
     return [" " + rng.choice(_REPLY_WORDS) for _ in range(64)], False
 
 
+# A reasoning model's thinking, as the simulated engine streams it (never the needle's code).
+_REASONING_WORDS = [" " + w for w in "let me think about what was asked and where the fact was".split()]
+
 CATCH_UP_S = 0.05  # the most modelled time the engine makes up after its loop was held up
 
 
@@ -92,6 +95,7 @@ class SimRequest:
     ready_at: float = 0.0  # ... and is here (the engine's clock) once the transfer is done
     local_cached: int = 0  # of cached_tokens, those this node's own prefix cache held
     registered: int = 0  # prompt blocks findable in the prefix cache so far
+    reasoning: int = 0  # tokens of thinking before the answer (a reasoning model's), streamed as reasoning_content
 
     @property
     def target_len(self) -> int:
@@ -99,12 +103,17 @@ class SimRequest:
         return self.prompt_tokens + max(0, self.generated - 1) if self.first_t else self.prompt_tokens
 
     def next_word(self) -> str:
-        return self.words[self.generated % len(self.words)]
+        k = self.generated - self.reasoning
+        return _REASONING_WORDS[self.generated % len(_REASONING_WORDS)] if k < 0 else self.words[k % len(self.words)]
+
+    def is_reasoning(self, k: int) -> bool:
+        """Whether generated token k (0-based) is thinking rather than answer."""
+        return k < self.reasoning
 
     def wants_more(self) -> bool:
         if self.generated >= self.max_tokens:
             return False
-        return self.ignore_eos or not (self.ends_itself and self.generated >= len(self.words))
+        return self.ignore_eos or not (self.ends_itself and self.generated >= self.reasoning + len(self.words))
 
 
 @dataclass
@@ -132,7 +141,8 @@ class SimEngine:
 
     # -- requests ------------------------------------------------------------
 
-    def make_request(self, prompt: bytes, max_tokens: int, ignore_eos: bool) -> SimRequest:
+    def make_request(self, prompt: bytes, max_tokens: int, ignore_eos: bool, reasoning: int = 0) -> SimRequest:
+        """`reasoning`: tokens of thinking before the answer (all counted against max_tokens)."""
         p = self.profile
         n = count_tokens(prompt, p.chars_per_token)
         block_bytes = p.block_size * p.chars_per_token
@@ -151,6 +161,7 @@ class SimEngine:
             words=words,
             ends_itself=ends,
             arrival=self.clock.now(),
+            reasoning=reasoning,
         )
 
     def submit(self, req: SimRequest) -> None:

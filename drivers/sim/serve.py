@@ -25,6 +25,16 @@ from rampwatch.drivers.sim.surfaces import FLAVORS
 from rampwatch.drivers.sim.topology import Topology
 
 
+def _not_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
 def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> None:
     p.add_argument(
         "--profile",
@@ -61,6 +71,15 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
         "--enable-cache-report",
         action="store_true",
         help="sglang flavour: put cached tokens in usage, as SGLang's --enable-cache-report does",
+    )
+    p.add_argument(
+        "--reasoning-tokens",
+        type=_not_negative,
+        default=None,
+        metavar="N",
+        help="a reasoning model: think N tokens (streamed as reasoning_content, counted in usage's "
+        "reasoning_tokens and against max_tokens) before each answer, unless the request's chat_template_kwargs "
+        "set enable_thinking or thinking false (default 0)",
     )
     p.add_argument(
         "--gpus",
@@ -144,6 +163,13 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
     key = os.environ.get(key_var) if key_var else None
     urls = ["http://{}:{}".format(*sock.getsockname()[:2]) for sock in socks]
     gpus = args.gpus or 0
+    server = {
+        "gpus": gpus,
+        "node": args.node,
+        "flavor": args.flavor,
+        "cache_report": args.enable_cache_report,
+        "reasoning_tokens": getattr(args, "reasoning_tokens", None) or 0,
+    }
     if announce:
         print(
             f"rampwatch sim: SIMULATED engine '{profile.name}' (time scale {profile.time_scale:g}), "
@@ -152,8 +178,9 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
         )
         for line in topology.describe(urls, gpus):
             print(f"  {line}", flush=True)
+        if server["reasoning_tokens"]:
+            print(f"  a reasoning model: {server['reasoning_tokens']} tokens of thinking per answer", flush=True)
         print(f"  try: rampwatch run {' '.join(topology.run_args(urls, gpus))}   (Ctrl-C to stop)", flush=True)
-    server = {"gpus": gpus, "node": args.node, "flavor": args.flavor, "cache_report": args.enable_cache_report}
     hang_up_as_terminate()
     try:
         asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, server), socks))
@@ -190,6 +217,7 @@ def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
         "gpus",
         "node",
         "flavor",
+        "reasoning_tokens",
     ):
         v = getattr(args, name, None)
         if v is not None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
+from rampwatch.drivers.client.reasoning import with_reasoning
 from rampwatch.drivers.client.request_options import parse_extra_body, parse_header
 from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
 from rampwatch.drivers.run.prompt_shape import (
@@ -81,6 +82,8 @@ def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
         stagger=args.stagger,
         schedule=schedule_from(args),
         output_tokens=args.output_tokens,
+        max_tokens=args.max_tokens,  # reasoning models: the cap on all generated (reasoning + answer)
+        reasoning=args.reasoning,
         ignore_eos=args.ignore_eos,
         retries=max(0, args.retries),
         request_timeout=args.request_timeout,
@@ -119,7 +122,8 @@ def request_settings(args: argparse.Namespace) -> dict[str, Any]:
             headers.append(parse_header(spec))
         except ValueError as e:
             raise BadInput(f"--header {scrub_header_arg(spec)!r}: {e}") from None
-    return dict(extra_body=extra_body, request_headers=headers)
+    # --reasoning's thinking switches join the body; a user's own chat_template_kwargs keys win over them.
+    return dict(extra_body=with_reasoning(extra_body, args.reasoning), request_headers=headers)
 
 
 def watch_settings(args: argparse.Namespace) -> dict[str, Any]:

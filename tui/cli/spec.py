@@ -212,6 +212,20 @@ def add_ramp_args(
         "--output-tokens", type=positive_int, default=128, metavar="N", help="tokens to ask for each turn (default 128)"
     )
     p.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        metavar="N",
+        help="cap on all a turn generates, reasoning and answer together (default: --output-tokens, the answer "
+        "budget); e.g. 4096 for a model that thinks",
+    )
+    p.add_argument(
+        "--reasoning",
+        choices=("off", "on", "auto"),
+        default="auto",
+        help="thinking of reasoning models: off or on sends chat_template_kwargs enable_thinking and thinking "
+        "false or true (Qwen3, DeepSeek V3.1, GLM templates); auto sends nothing, the server's default (default)",
+    )
+    p.add_argument(
         "--ignore-eos",
         action="store_true",
         help="ask the server to generate exactly --output-tokens (ignore_eos / min_tokens)",

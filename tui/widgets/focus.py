@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import turn_row
 from rampwatch.drivers.model.views import TIMELINE_BUCKET_S
-from rampwatch.drivers.present.turn_table import row_cells
+from rampwatch.drivers.present.turn_table import row_cells, shown_columns
 from rampwatch.tui.fmt import sparkline
 from rampwatch.tui.widgets.base import ChangingStatic
 from rampwatch.tui.widgets.sessions import session_row
@@ -27,12 +27,14 @@ TURN_COLUMNS = (
     "new",
     "cached",
     "TTFT s",
+    "TTFA s",
     "prefill tok/s",
     "decode tok/s",
     "gap p99",
     "max gap",
     ">100ms",
     "hit",
+    "reasoning",
     "needle",
     "client",
 )
@@ -48,6 +50,7 @@ class SessionScreen(Screen[None]):
         self.session = session
         self._turns_shown = -1
         self._lane_key: tuple[object, ...] | None = None
+        self._columns: tuple[str, ...] = ()  # the table's columns: the reasoning ones join once a turn reasoned
 
     def compose(self) -> ComposeResult:
         yield ChangingStatic(id="focus-head")
@@ -56,9 +59,6 @@ class SessionScreen(Screen[None]):
         lane.border_title = "Decode tokens/s"
         yield lane
         yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one(DataTable).add_columns(*TURN_COLUMNS)
 
     def action_back(self) -> None:
         self.app.pop_screen()
@@ -74,10 +74,15 @@ class SessionScreen(Screen[None]):
         records = [r for r in state.turns if r.session == self.session]
         if len(records) != self._turns_shown:
             self._turns_shown = len(records)
+            rows = [turn_row(rec) for rec in records]
+            columns = shown_columns(rows, TURN_COLUMNS)
             table = self.query_one(DataTable)
-            table.clear()
-            for rec in records:
-                table.add_row(*row_cells(turn_row(rec), TURN_COLUMNS))
+            table.clear(columns=columns != self._columns)
+            if columns != self._columns:
+                self._columns = columns
+                table.add_columns(*columns)
+            for row in rows:
+                table.add_row(*row_cells(row, columns))
         self._show_lane(state, now)
 
     def _show_lane(self, state: RunState, now: float) -> None:

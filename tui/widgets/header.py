@@ -36,6 +36,8 @@ class HeaderBar(ChangingStatic):
                     "lockstep" if h.lockstep else "",
                     "strict needle" if h.needle_mode == "strict" else "",
                     "one-shot" if h.one_shot else "",
+                    f"reasoning {h.reasoning}" if h.reasoning != "auto" else "",
+                    f"max {h.max_tokens} tok" if h.max_tokens else "",
                 )
                 if m
             ]

@@ -14,11 +14,11 @@ from textual.widgets import DataTable, Footer, Static
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.turns import TurnRow
 from rampwatch.drivers.present.report import summary_lines
-from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, row_cells
+from rampwatch.drivers.present.turn_table import BY_HEAD, row_cells, shown_columns
 
 # Dropped first when the terminal is narrow; turn, context, TTFT, decode tok/s, max gap and needle stay.
 DROP_ORDER = (
-    *("gap p50", ">1s", "out", "KV peak", "client", "error"),
+    *("gap p50", ">1s", "reasoning", "out", "KV peak", "client", "error"),
     *("cached", "gap p99", ">100ms", "prefill tok/s", "new", "hit"),
 )
 BAR_WIDTH = 40
@@ -26,13 +26,15 @@ BAR_WIDTH = 40
 
 def fitted_columns(tables: list[list[TurnRow]], width: int) -> list[str]:
     """The report's columns that fit in `width` cells, dropping DROP_ORDER's first."""
-    cells = [row_cells(r) for rows in tables for r in rows]
-    need = {c: max([len(c)] + [len(row[k]) for row in cells]) + 2 for k, c in enumerate(COLUMNS)}
-    shown = list(COLUMNS)
+    heads = shown_columns([r for rows in tables for r in rows])
+    cells = [row_cells(r, heads) for rows in tables for r in rows]
+    need = {c: max([len(c)] + [len(row[k]) for row in cells]) + 2 for k, c in enumerate(heads)}
+    shown = list(heads)
     for name in DROP_ORDER:
         if sum(need[c] for c in shown) <= width:
             break
-        shown.remove(name)
+        if name in shown:
+            shown.remove(name)
     return shown
 
 

@@ -17,13 +17,14 @@ from textual.strip import Strip
 
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import STALL_S
-from rampwatch.drivers.model.views import SessionState, SessionView
+from rampwatch.drivers.model.views import GENERATING, NO_ANSWER, SessionState, SessionView
 from rampwatch.tui.fmt import duration, format_tokens, pct, rate
 from rampwatch.tui.widgets.dirty import Cell, cells, dirty_regions
 
 STATE_STYLE: dict[SessionState, str] = {
     "queued": "dim",
     "prefilling": "bold yellow",
+    "reasoning": "bold magenta",
     "decoding": "bold green",
     "idle": "cyan",
     "user idle": "italic cyan",
@@ -32,7 +33,10 @@ STATE_STYLE: dict[SessionState, str] = {
     "cancelled": "magenta",
 }
 STATE_ORDER: dict[str, int] = {
-    s: k for k, s in enumerate(("prefilling", "decoding", "queued", "user idle", "idle", "failed", "cancelled", "done"))
+    s: k
+    for k, s in enumerate(
+        ("prefilling", "reasoning", "decoding", "queued", "user idle", "idle", "failed", "cancelled", "done")
+    )
 }
 COLUMNS = (
     ("", 5, "<"),
@@ -63,7 +67,7 @@ SORTS = (
     ("id", _natural, False),
     ("state", lambda s: (STATE_ORDER.get(s.state, 9), _natural(s)), False),
     ("TTFT", _last_ttft, True),
-    ("tok/s", lambda s: s.decode_rate_now() if s.state == "decoding" else float("inf"), False),
+    ("tok/s", lambda s: s.decode_rate_now() if s.state in GENERATING else float("inf"), False),
     ("turn", lambda s: (s.turn, _natural(s)), False),
 )
 
@@ -78,18 +82,22 @@ def stall_cell(s: SessionView, now: float) -> tuple[str, bool]:
     return (duration(rec.max_gap) if rec is not None and rec.max_gap else "-"), False
 
 
-def needle_marks(needles: list[bool | None], room: int) -> Text:
-    """One mark per turn (✓ found, ✗ missed) when they fit, else found/asked and the last mark."""
+NEEDLE_MARK = {True: ("✓", "green"), False: ("✗", "bold red"), NO_ANSWER: ("∅", "bold yellow")}
+
+
+def needle_marks(needles: list[bool | str | None], room: int) -> Text:
+    """One mark per turn (✓ found, ✗ missed, ∅ no answer: cut before answering) when they fit, else
+    found/asked and the last mark."""
     if not needles:
         return Text()  # no turn finished yet (however narrow the panel)
     if len(needles) <= room:
         out = Text()
         for n in needles:
-            out.append("✓" if n else ("✗" if n is False else "·"), style="green" if n else "bold red")
+            out.append(*NEEDLE_MARK.get(n, ("·", "bold red")))
         return out
-    found = sum(1 for n in needles if n)
-    last = needles[-1]
-    return Text(f"{'✓' if last else '✗'}{found}/{len(needles)}", style="green" if found == len(needles) else "bold red")
+    found = sum(1 for n in needles if n is True)
+    mark, _ = NEEDLE_MARK.get(needles[-1], ("✗", ""))
+    return Text(f"{mark}{found}/{len(needles)}", style="green" if found == len(needles) else "bold red")
 
 
 def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] | None = None) -> Text:
@@ -100,7 +108,7 @@ def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] |
     elif (paused := s.user_idle(now)) is not None:
         label = f"user idle {duration(paused)}"  # the user's pause (--think-time), never the model's
     last = s.last_done
-    tok_s = s.decode_rate_now() if s.state == "decoding" else None
+    tok_s = s.decode_rate_now() if s.state in GENERATING else None
     stall, stalled = stall_cell(s, now)
     cells = (
         "1shot" if s.role == "one-shot" else s.id,
@@ -126,7 +134,7 @@ def aggregate_lines(state: RunState, width: int) -> list[Text]:
     a = state.aggregate()
     counts = Text(no_wrap=True, overflow="ellipsis")
     counts.append(f"{a.total} sessions", style="bold")
-    for name in ("decoding", "prefilling", "queued", "user idle", "idle", "done", "failed", "cancelled"):
+    for name in ("decoding", "reasoning", "prefilling", "queued", "user idle", "idle", "done", "failed", "cancelled"):
         if a.by_state.get(name):
             counts.append(" · ")
             counts.append(f"{a.by_state[name]} {name}", style=STATE_STYLE.get(name, ""))  # type: ignore[call-overload]

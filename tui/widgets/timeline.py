@@ -7,7 +7,7 @@ from rich.console import Group
 from rich.text import Text
 
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.model.views import TIMELINE_BUCKET_S, SessionView
+from rampwatch.drivers.model.views import GENERATING, TIMELINE_BUCKET_S, SessionView
 from rampwatch.tui.fmt import sparkline
 from rampwatch.tui.widgets.base import Panel
 
@@ -94,7 +94,7 @@ class TimelinePanel(Panel):
         def key(s: SessionView) -> tuple[int, float]:
             if s.state == "prefilling" and s.current is not None:
                 return (0, s.current.sent_t)
-            if s.state == "decoding":
+            if s.state in GENERATING:
                 return (1, s.decode_rate_now() or 0.0)
             return (2, 0.0)
 
