@@ -55,10 +55,10 @@ class RunInfo(msgspec.Struct):
     time_limit_s: float | None
     extra_body: dict[str, Any]  # --extra-body as recorded
     request_headers: dict[str, str]  # --header as recorded (credentials hidden)
-    prompts: PromptShape | None = None  # the shared lead, the corpus and the think time (None: none of them)
     reasoning: str  # --reasoning: off, on or auto (the server's default)
     max_tokens: int | None  # --max-tokens: the cap on reasoning + answer; None: the answer budget (output_tokens)
     output_tokens: int
+    prompts: PromptShape | None = None  # the shared lead, the corpus and the think time (None: none of them)
 
 
 class Interference(msgspec.Struct):
