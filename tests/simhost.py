@@ -138,7 +138,11 @@ class CaptureRelay:
 
     def _relay(self, client: socket.socket) -> None:
         time.sleep(self.connect_delay_s)
-        upstream = socket.create_connection((self.target.hostname, self.target.port))
+        try:
+            upstream = socket.create_connection((self.target.hostname, self.target.port))
+        except OSError:  # the server is gone (the test is ending): the client sees its connection close
+            client.close()
+            return
         kept = bytearray()
         with self._lock:
             self.sent.append(kept)
