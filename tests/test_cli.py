@@ -362,7 +362,7 @@ def test_demo_serves_its_sessions_metrics(tmp_path):
             "--schedule",
             "1k,2k",
             "--output-tokens",
-            "16",
+            "200",  # many steps: a decode rate needs more than one delivery, even when a loaded machine batches reads
             "--serve-metrics",
             f"127.0.0.1:{port}",
         ],

@@ -248,7 +248,10 @@ def test_two_sessions_interfere():
     assert run.exit_code == 0
     rep = build_report(run.state)
     a, b = (sess.turns[0].ttft_s for sess in rep.sessions)  # turn 1: both sent together, both prefill
-    assert 1.6 <= max(a, b) / min(a, b) <= 2.4, (a, b)
+    # The second waits for the first's prefill: ~2x on an idle machine. The lower bound leaves room for a loaded
+    # one, whose overhead adds to both (1.56 seen beside two other suites); test_experiments pins the exact
+    # ratio on the engine's virtual clock.
+    assert 1.3 <= max(a, b) / min(a, b) <= 2.4, (a, b)
     i = rep.interference
     assert i.overlapping_turns > 0
     assert i.decode_tok_s_during_foreign_prefill_median < i.decode_tok_s_alone_median / 3
