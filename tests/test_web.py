@@ -26,6 +26,9 @@ from tests.test_export import chromium, headless_chromium
 ROOT = Path(__file__).resolve().parents[1]
 GLM = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+# How long Chromium and rampwatch --web may take to start: only a waiting limit (both start in seconds when idle;
+# beside two other suites, load average 33, neither had in 30 and 60 s).
+STARTUP_S = 120
 
 # Before the page's own script runs: keep every frame its websocket receives (what xterm.js draws).
 KEEP_FRAMES = """
@@ -62,7 +65,7 @@ class Browser:
         self._id = 0
 
     async def __aenter__(self) -> Browser:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STARTUP_S
         while True:
             try:
                 pages = httpx.get(f"http://127.0.0.1:{self.port}/json", timeout=1).json()
@@ -127,7 +130,7 @@ def serve(args: list[str]) -> tuple[subprocess.Popen, str]:
         text=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + STARTUP_S
     while not answers(url):
         if proc.poll() is not None:
             pytest.fail(f"rampwatch --web exited {proc.returncode}: {proc.stderr.read()[-1000:]}")
