@@ -14,7 +14,8 @@ from tests.conftest import run_against_real_server, vllm
 
 pytestmark = pytest.mark.vllm
 
-REST_MAX_S = 1.0  # the client's and the API server's part of a TTFT on these 2 shared cores (measured: docs)
+REST_MAX_S = 2.0  # the client's and the API server's part of a TTFT on these 2 shared cores under load (measured: docs)
+REST_MEDIAN_MAX_S = 0.5
 
 
 @pytest.fixture(scope="session")
@@ -53,4 +54,5 @@ def test_every_turn_has_vllms_queue_and_prefill_time(vllm_timed, tmp_path: Path)
     sent = [e for e in read_recording(rec).events if type(e).__name__ == "RequestSent"]
     assert len({e.request_id for e in sent}) == len(sent) == 20
     rests = sorted(t["ttft_rest_s"] for t in rows)
+    assert rests[len(rests) // 2] < REST_MEDIAN_MAX_S, rests
     print(f"rest of the TTFT: median {rests[len(rests) // 2] * 1000:.0f} ms, max {rests[-1] * 1000:.0f} ms")
