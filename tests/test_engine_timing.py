@@ -205,3 +205,30 @@ def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
     rests.sort()
     assert rests[len(rests) // 2] < REST_MEDIAN_MAX_S, rests
     print(f"client's rest of the TTFT: median {rests[len(rests) // 2] * 1000:.1f} ms, max {rests[-1] * 1000:.1f} ms")
+
+
+SPEC_SCRAPE = """# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny"} DRAFTED
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} ACCEPTED
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 1.0
+"""
+
+
+def test_the_server_panel_shows_speculative_acceptance_live():
+    from rampwatch.drivers.model.state import RunState
+    from rampwatch.drivers.telemetry.metrics import normalize
+    from rampwatch.tui.widgets.server import spec_line
+
+    state = RunState()
+    for t, (drafted, accepted) in enumerate([(100.0, 90.0), (239.0, 228.0)]):
+        engine, values, missing = normalize(
+            SPEC_SCRAPE.replace("DRAFTED", str(drafted)).replace("ACCEPTED", str(accepted))
+        )
+        assert "spec_drafted" not in missing and values["spec_drafted"] == drafted
+        state.apply(ev.MetricsSample(t=float(t), source="e", engine=engine, values=values, missing=missing))
+    line = spec_line(state.server.values, 12.5)
+    assert line is not None and line.plain == "spec decode accepted 138/139 draft tokens (99%) · decode 12 tok/s"
+    _, values, missing = normalize('vllm:num_requests_running{engine="0"} 1.0\n')
+    assert "spec_drafted" not in values and "spec_drafted" not in missing  # a server that does not speculate

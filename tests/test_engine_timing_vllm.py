@@ -56,3 +56,29 @@ def test_every_turn_has_vllms_queue_and_prefill_time(vllm_timed, tmp_path: Path)
     rests = sorted(t["ttft_rest_s"] for t in rows)
     assert rests[len(rests) // 2] < REST_MEDIAN_MAX_S, rests
     print(f"rest of the TTFT: median {rests[len(rests) // 2] * 1000:.0f} ms, max {rests[-1] * 1000:.0f} ms")
+
+
+NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
+
+
+@pytest.fixture(scope="session")
+def vllm_speculating(tiny_model, tmp_path_factory):
+    """A real vLLM CPU server with n-gram speculative decoding, reporting each request's acceptance (ENGINES.md
+    §1.10: the random model at temperature 0 repeats itself, so a later turn's prompt holds what it generates)."""
+    spec = ("--speculative-config", NGRAM, "--per-request-spec-decode-metrics", "summary")
+    with vllm(tiny_model, tmp_path_factory.mktemp("vllm-spec-log"), "--enable-per-request-metrics", *spec) as url:
+        yield url
+
+
+def test_speculative_acceptance_per_turn_and_live(vllm_speculating, tmp_path: Path):
+    rec = tmp_path / "spec.jsonl"
+    rep = run_against_real_server(
+        vllm_speculating, "--schedule", "2k,4k,6k", "--output-tokens", "32", "--ignore-eos", record=rec
+    )
+    rows = rep["sessions"][0]["turns"]
+    drafted = [t for t in rows if t["spec_drafted"]]
+    assert drafted, rows  # turn 2 on re-sends turn 1's repeated token: the proposer finds it
+    assert all(0 <= t["spec_accepted"] <= t["spec_drafted"] for t in drafted)
+    samples = [e for e in read_recording(rec).events if type(e).__name__ == "MetricsSample"]
+    assert max(s.values.get("spec_drafted", 0.0) for s in samples) >= sum(t["spec_drafted"] for t in drafted)
+    print("spec per turn:", [(t["spec_accepted"], t["spec_drafted"]) for t in rows])

@@ -196,6 +196,8 @@ COMPARE_COLUMNS = (
     ("turns", lambda r: f"{r.turns_completed}/{r.turns_planned}"),
     ("context", lambda r: format_tokens(r.context_reached)),
     ("slowest TTFT sum s", lambda r: fmt_num(r.slowest_session_ttft_sum_s, ".2f")),
+    ("queued sum s", lambda r: fmt_num(r.slowest_session_queued_sum_s, ".2f")),
+    ("engine prefill sum s", lambda r: fmt_num(r.slowest_session_engine_prefill_sum_s, ".2f")),
     ("longest s", lambda r: fmt_num(r.ttft_max_s, ".2f")),
     ("last turn s", lambda r: fmt_num(r.last_turn_ttft_s, ".2f")),
     ("one-shot s", lambda r: fmt_num(r.one_shot_ttft_s, ".2f")),
@@ -212,11 +214,14 @@ COMPARE_COLUMNS = (
 )
 
 COMPARE_REASONING_HEADS = ("TTFA longest s", "reasoning")  # shown where some run reasoned
+COMPARE_ENGINE_HEADS = ("queued sum s", "engine prefill sum s")  # shown where the engine timed some run's turns
 
 
 # Where a terminal is too narrow for every column, these are left out, first to last (the rest are the
 # campaign's comparison: run, turns, context, TTFT sum, longest, needle, failed).
 COMPARE_DROP_ORDER = (
+    "queued sum s",
+    "engine prefill sum s",
     "reasoning",
     "TTFA longest s",
     "one-shot s",
@@ -287,7 +292,9 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
     if fmt == "json":
         return msgspec.json.format(msgspec.json.encode(cmp).decode(), indent=2)
     reasoned = any(r.reasoning_tokens or r.needle_no_answer for r in cmp.runs)
-    columns = [c for c in COMPARE_COLUMNS if reasoned or c[0] not in COMPARE_REASONING_HEADS]
+    timed = any(r.slowest_session_engine_prefill_sum_s is not None for r in cmp.runs)
+    hidden = (() if reasoned else COMPARE_REASONING_HEADS) + (() if timed else COMPARE_ENGINE_HEADS)
+    columns = [c for c in COMPARE_COLUMNS if c[0] not in hidden]
     heads = [name for name, _ in columns]
     rows = [[cell(r) for _, cell in columns] for r in cmp.runs]
     turn_heads = (
