@@ -135,6 +135,11 @@ def test_report_json_schema(recorded):
         "reasoning_tokens",
         "answer_tokens",
         "no_answer",
+        "engine_prefill_s",
+        "queued_s",
+        "ttft_rest_s",
+        "spec_accepted",
+        "spec_drafted",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
@@ -152,6 +157,8 @@ def test_report_json_schema(recorded):
             "reached_turn",
             "gaps_alone",
             "gaps_during_foreign_prefill",
+            "queued_sum_s",
+            "engine_prefill_sum_s",
         }
         assert s["summary"]["reached_turn"] == s["summary"]["planned_turns"] == 10
         assert set(s["summary"]["gaps_alone"]) == gap_keys
@@ -167,6 +174,8 @@ def test_report_json_schema(recorded):
         "overlapping_turns",
         "gaps_alone",
         "gaps_during_foreign_prefill",
+        "extra_wait_s",
+        "extra_wait_queued_s",
     }
     assert set(rep["server"]) == {"kv_peak", "hit_rate_last_turn"}
     server_keys = {
@@ -191,7 +200,8 @@ def test_report_json_schema(recorded):
     assert rep["servers_total"]["generation_tokens"] == rep["servers"][0]["generation_tokens"] > 0
     assert [r["name"] for r in rep["roles"]] == ["both"]
     for spread in rep["turn_spread"]:
-        assert set(spread) == {"turn", "slowest_ttft_s", "fastest_ttft_s", "ratio"} and spread["ratio"] >= 1
+        assert set(spread) == {"turn", "slowest_ttft_s", "fastest_ttft_s", "ratio", "extra_queued_s"}
+        assert spread["ratio"] >= 1
 
 
 def test_report_md_and_csv(recorded):

@@ -86,6 +86,8 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         "reasoning_tokens",
         "worst_gap_during_foreign_prefill_s",
         "failed_turns",
+        "slowest_session_queued_sum_s",
+        "slowest_session_engine_prefill_sum_s",
     }
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3

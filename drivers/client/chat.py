@@ -50,11 +50,30 @@ class Timings(msgspec.Struct):
     cache_n: int | None = None  # prompt tokens reused from its cache
 
 
+class SpecDecoding(msgspec.Struct):
+    """vLLM's metrics.speculative_decoding (needs --per-request-spec-decode-metrics summary)."""
+
+    num_accepted_draft_tokens: int | None = None
+    num_draft_tokens: int | None = None
+    num_spec_steps: int | None = None
+
+
+class EngineMetrics(msgspec.Struct):
+    """vLLM's per-request metrics (--enable-per-request-metrics), beside usage on the last chunk; in ms."""
+
+    queue_time_ms: float | None = None  # queued to scheduled
+    time_to_first_token_ms: float | None = None  # scheduled to first token: the engine's prefill
+    generation_time_ms: float | None = None  # first to last token
+    mean_itl_ms: float | None = None
+    speculative_decoding: SpecDecoding | None = None
+
+
 class Chunk(msgspec.Struct):
     choices: list[Choice] = []
     usage: Usage | None = None
     error: Any = None
     timings: Timings | None = None
+    metrics: EngineMetrics | None = None
 
 
 _decode_chunk = msgspec.json.Decoder(Chunk).decode
@@ -78,8 +97,12 @@ class StreamResult(msgspec.Struct):
     reasoning_chunks: int = 0  # chunks that carried reasoning and no answer
     answer_t: float | None = None  # the first chunk of the answer (content or a tool call)
     finish_reason: str | None = None
-    server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp's timings.prompt_ms)
+    # The engine's prefill: vLLM's metrics.time_to_first_token_ms, else llama.cpp's timings.prompt_ms.
+    server_prefill_s: float | None = None
     server_cached: int | None = None  # the server's own cached prompt tokens (llama.cpp's timings.cache_n)
+    queued_s: float | None = None  # vLLM's metrics.queue_time_ms
+    engine_decode_s: float | None = None  # vLLM's metrics.generation_time_ms
+    spec: SpecDecoding | None = None  # vLLM's metrics.speculative_decoding
 
 
 def encode_message(role: str, pieces: list[str]) -> bytes:
@@ -209,6 +232,8 @@ class ChatStreamParser:
                     if tm.prompt_ms is not None:
                         res.server_prefill_s = tm.prompt_ms / 1000
                     res.server_cached = tm.cache_n
+                if chunk.metrics is not None:
+                    _engine_metrics(res, chunk.metrics)
                 u = chunk.usage
                 if u is not None:
                     res.prompt_tokens = u.prompt_tokens
@@ -234,6 +259,19 @@ class ChatStreamParser:
         self.res.text = "".join(self._text)
         self.res.reasoning = "".join(self._reasoning)
         return self.res
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value / 1000
+
+
+def _engine_metrics(res: StreamResult, m: EngineMetrics) -> None:
+    """vLLM's per-request metrics into the result, in seconds."""
+    res.queued_s = _ms(m.queue_time_ms)
+    if m.time_to_first_token_ms is not None:
+        res.server_prefill_s = m.time_to_first_token_ms / 1000
+    res.engine_decode_s = _ms(m.generation_time_ms)
+    res.spec = m.speculative_decoding
 
 
 async def stream_chat(

@@ -16,6 +16,7 @@ import msgspec
 
 from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message, stream_chat
 from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation
+from rampwatch.drivers.client.request_ids import id_headers
 from rampwatch.drivers.client.request_options import HeaderTemplate, request_headers
 from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
@@ -181,6 +182,8 @@ class SessionRunner:
         attempt = 0
         while True:
             attempt += 1
+            # Each attempt names itself to the engine, so the engine's own record can be joined to it.
+            ids, rid = id_headers(headers, o.run_id or self.conv.salt, self.sid, turn, attempt)
             self.emit(
                 ev.RequestSent(
                     t=self.clock(),
@@ -191,6 +194,7 @@ class SessionRunner:
                     body_bytes=sum(map(len, body)),
                     attempt=attempt,
                     text=user_text,
+                    request_id=rid,
                 )
             )
             try:
@@ -198,7 +202,7 @@ class SessionRunner:
                     self.conn,
                     self.path,
                     body,
-                    headers,
+                    {**headers, **ids},
                     self._on_first(turn),
                     self._on_times(turn),
                     self.opts.request_timeout,
@@ -261,6 +265,11 @@ class SessionRunner:
                     reasoning_tokens=res.reasoning_tokens,
                     reasoning_chunks=res.reasoning_chunks,
                     finish_reason=res.finish_reason,
+                    queued_s=res.queued_s,
+                    engine_decode_s=res.engine_decode_s,
+                    spec_accepted=res.spec.num_accepted_draft_tokens if res.spec else None,
+                    spec_drafted=res.spec.num_draft_tokens if res.spec else None,
+                    spec_steps=res.spec.num_spec_steps if res.spec else None,
                 )
             )
             kept = self._kept_reply(res.text)

@@ -32,6 +32,8 @@ class SessionSummary(msgspec.Struct):
     reached_turn: int  # the last turn that finished ok (a time limit can stop a ramp early)
     gaps_alone: GapStats | None
     gaps_during_foreign_prefill: GapStats | None
+    queued_sum_s: float | None = None  # the engine's queue time summed over the turns it timed (None: none)
+    engine_prefill_sum_s: float | None = None  # the engine's prefill time summed likewise
 
 
 class SessionReport(msgspec.Struct):
@@ -67,6 +69,10 @@ class Interference(msgspec.Struct):
     overlapping_turns: int
     gaps_alone: GapStats | None
     gaps_during_foreign_prefill: GapStats | None
+    # Over the turns in turn_spread the engine timed: how much longer the slowest session waited than the fastest,
+    # and how much of that was the engine's queue (it waited behind another session's prefill).
+    extra_wait_s: float | None = None
+    extra_wait_queued_s: float | None = None
 
 
 class TurnSpread(msgspec.Struct):
@@ -76,6 +82,7 @@ class TurnSpread(msgspec.Struct):
     slowest_ttft_s: float
     fastest_ttft_s: float
     ratio: float
+    extra_queued_s: float | None = None  # the slowest session's engine queue time less the fastest's (None: untimed)
 
 
 class RampVsOneShot(msgspec.Struct):
@@ -137,6 +144,12 @@ class Report(msgspec.Struct):
 MIN_INTERVALS = 3  # decode intervals a turn needs before its split rate counts
 
 
+def _sum(values: list[float | None]) -> float | None:
+    """The sum of the known values; None when none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
 def _summary(state: RunState, sid: str, rows: list[TurnRow], records: list[TurnRecord]) -> SessionSummary:
     ttfts = [r.ttft_s for r in rows if r.ttft_s is not None]
     return SessionSummary(
@@ -152,21 +165,31 @@ def _summary(state: RunState, sid: str, rows: list[TurnRow], records: list[TurnR
         reached_turn=max((r.turn for r in records if r.status == "ok"), default=0),
         gaps_alone=gap_stats([g for r in records for g in r.gaps_alone]),
         gaps_during_foreign_prefill=gap_stats([g for r in records for g in r.gaps_during]),
+        queued_sum_s=_sum([r.queued_s for r in rows]),
+        engine_prefill_sum_s=_sum([r.engine_prefill_s for r in rows]),
     )
 
 
 def turn_spread(state: RunState, ramp: list[str]) -> list[TurnSpread]:
     """Per turn: the slowest and fastest ramp session's TTFT (turns every ramp session finished)."""
-    by_turn: dict[int, list[float]] = {}
+    by_turn: dict[int, list[TurnRecord]] = {}
     for rec in state.turns:
         if rec.session in ramp and rec.status == "ok" and rec.ttft is not None:
-            by_turn.setdefault(rec.turn, []).append(rec.ttft)
+            by_turn.setdefault(rec.turn, []).append(rec)
     out = []
-    for turn, ttfts in sorted(by_turn.items()):
-        if len(ttfts) >= 2 and len(ttfts) == len(ramp) and min(ttfts) > 0:
+    for turn, recs in sorted(by_turn.items()):
+        slow = max(recs, key=lambda r: r.ttft or 0.0)
+        fast = min(recs, key=lambda r: r.ttft or 0.0)
+        slowest, fastest = slow.ttft or 0.0, fast.ttft or 0.0
+        if len(recs) >= 2 and len(recs) == len(ramp) and fastest > 0:
+            queued = None if slow.queued_s is None or fast.queued_s is None else slow.queued_s - fast.queued_s
             out.append(
                 TurnSpread(
-                    turn=turn, slowest_ttft_s=max(ttfts), fastest_ttft_s=min(ttfts), ratio=max(ttfts) / min(ttfts)
+                    turn=turn,
+                    slowest_ttft_s=slowest,
+                    fastest_ttft_s=fastest,
+                    ratio=slowest / fastest,
+                    extra_queued_s=queued,
                 )
             )
     return out
@@ -229,6 +252,8 @@ def build_report(state: RunState) -> Report:
             overlapping_turns=sum(1 for r in ramp_turns if r.gaps_during),
             gaps_alone=gap_stats([g for r in ramp_turns for g in r.gaps_alone]),
             gaps_during_foreign_prefill=gap_stats([g for r in ramp_turns for g in r.gaps_during]),
+            extra_wait_s=_sum([x.slowest_ttft_s - x.fastest_ttft_s for x in spread if x.extra_queued_s is not None]),
+            extra_wait_queued_s=_sum([x.extra_queued_s for x in spread]),
         ),
         server=ServerSummary(kv_peak=state.server.kv_peak, hit_rate_last_turn=state.last_turn_hit_rate()),
         turn_spread=spread,

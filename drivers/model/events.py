@@ -123,6 +123,7 @@ class RequestSent(Event):
     body_bytes: int
     attempt: int = 1
     text: str | None = None  # the new user message, only with --record-text
+    request_id: str = ""  # the X-Request-Id it carried (the engine's name for it; "": older recordings)
 
 
 class UserPause(Event):
@@ -167,10 +168,17 @@ class TurnDone(Event):
     error: str | None = None
     reply_chars: int = 0
     text: str | None = None  # the reply, only with --record-text
-    server_prefill_s: float | None = None  # the server's own prompt time for this request (llama.cpp timings)
+    # The engine's own prefill of this request: vLLM's metrics.time_to_first_token_ms (scheduled to first token,
+    # --enable-per-request-metrics) or llama.cpp's timings.prompt_ms.
+    server_prefill_s: float | None = None
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where the server says
     reasoning_chunks: int = 0  # chunks that carried reasoning and no answer
     finish_reason: str | None = None  # the server's: stop, length, ...
+    queued_s: float | None = None  # the engine's queue time (vLLM metrics.queue_time_ms: queued to scheduled)
+    engine_decode_s: float | None = None  # the engine's first to last token (vLLM metrics.generation_time_ms)
+    spec_accepted: int | None = None  # speculative decoding: draft tokens accepted (metrics.speculative_decoding)
+    spec_drafted: int | None = None  # ... draft tokens proposed
+    spec_steps: int | None = None  # ... verify steps (mean accepted length = 1 + accepted / steps)
 
 
 class MetricsSample(Event):

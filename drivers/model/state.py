@@ -48,6 +48,7 @@ class RunState:
         self.gpu_reason: str | None = None  # why there are none (or why a source has none)
         self._gpu_sources: dict[str, list[ev.GpuReading]] = {}
         self._usage_has_cache: bool | None = None  # any finished turn's usage with cached tokens (None: no turn yet)
+        self._engine_timed: bool | None = None  # any finished turn the engine timed itself (None: no turn yet)
         self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
         self.log_total = 0  # entries ever logged, so a reader can tell which are new
         self.ended: ev.RunEnded | None = None
@@ -163,7 +164,8 @@ class RunState:
         rec.status, rec.done_t = e.status, e.t
         rec.prompt_tokens, rec.cached_tokens = e.prompt_tokens, e.cached_tokens
         rec.completion_tokens, rec.needle, rec.error = e.completion_tokens, e.needle, e.error
-        rec.server_prefill_s = e.server_prefill_s
+        rec.server_prefill_s, rec.queued_s = e.server_prefill_s, e.queued_s
+        rec.spec_accepted, rec.spec_drafted, rec.spec_steps = e.spec_accepted, e.spec_drafted, e.spec_steps
         rec.reasoning_reported, rec.reasoning_chunks = e.reasoning_tokens, e.reasoning_chunks
         rec.finish_reason, rec.reply_chars = e.finish_reason, e.reply_chars
         rec.cache_at_done = self._cache_counters()
@@ -173,6 +175,7 @@ class RunState:
         self._prefilling.pop(e.session, None)
         if e.status == "ok":
             self._usage_has_cache = bool(self._usage_has_cache) or e.cached_tokens is not None
+            self._engine_timed = bool(self._engine_timed) or e.server_prefill_s is not None
             if rec.prompt_tokens is not None:
                 s.last_prompt_tokens = rec.prompt_tokens
             s.tokens_per_chunk = rec.tokens_per_chunk
@@ -414,6 +417,10 @@ class RunState:
     def usage_reports_cache(self) -> bool | None:
         """Whether the server puts cached tokens in usage (None: no turn finished yet)."""
         return self._usage_has_cache
+
+    def engine_times_turns(self) -> bool | None:
+        """Whether the engine reports its own queue and prefill time per request (None: no turn finished yet)."""
+        return self._engine_timed
 
     def preemptions_this_run(self) -> float | None:
         return self.server.values.get("preemptions")  # counters are growth since each server first answered

@@ -42,7 +42,11 @@ class TurnRecord:
     error: str | None = None
     done_t: float | None = None
     kv_peak: float | None = None
-    server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp), to set beside the TTFT
+    server_prefill_s: float | None = None  # the engine's own prefill (vLLM per-request metrics, llama.cpp timings)
+    queued_s: float | None = None  # the engine's own queue time before it scheduled the request (vLLM)
+    spec_accepted: int | None = None  # speculative decoding: draft tokens accepted, drafted, verify steps
+    spec_drafted: int | None = None
+    spec_steps: int | None = None
     think_s: float | None = None  # the user's pause before this turn (--think-time)
     answer_t: float | None = None  # the first answer (content) chunk; first_t when the reply did not reason first
     reasoning_reported: int | None = None  # the server's usage.completion_tokens_details.reasoning_tokens
@@ -91,6 +95,65 @@ class TurnRecord:
     def tokens_per_chunk(self) -> float:
         """How many tokens one streamed chunk carried on average (1 until usage says otherwise)."""
         return self.completion_tokens / self.chunks if self.completion_tokens and self.chunks else 1.0
+
+
+CLOCK_TOLERANCE_S = 0.005  # the engine's figures may exceed the client's TTFT by this much before it is an error
+
+
+@dataclass(frozen=True, slots=True)
+class TtftSplit:
+    """The client's TTFT as the engine accounts for it: queued (None: the engine does not say, llama.cpp) +
+    the engine's prefill + the rest (client, network, HTTP, template, tokenizer)."""
+
+    queued_s: float | None
+    prefill_s: float
+    rest_s: float
+
+    @property
+    def contradicts(self) -> bool:
+        """The engine's figures exceed the client's TTFT beyond clock tolerance: clocks or matching are wrong."""
+        return self.rest_s < -CLOCK_TOLERANCE_S
+
+
+# The server flag that makes each engine time its own requests (llama.cpp always does).
+ENGINE_TIMING_FLAGS = {
+    "vllm": "vLLM: --enable-per-request-metrics",
+    "sglang": "SGLang reports none per request",
+}
+
+
+def engine_timing_hint(engine: str | None) -> str:
+    """One line for a run whose engine timed none of its turns: which server flag would give the figures."""
+    flag = ENGINE_TIMING_FLAGS.get(engine or "", ENGINE_TIMING_FLAGS["vllm"])
+    return f"engine's own queue and prefill time per turn unavailable ({flag})"
+
+
+def ttft_split(ttft: float | None, queued_s: float | None, prefill_s: float | None) -> TtftSplit | None:
+    """TTFT = queued + engine prefill + rest, where the engine gave its prefill time; else None."""
+    if ttft is None or prefill_s is None:
+        return None
+    return TtftSplit(queued_s, prefill_s, ttft - (queued_s or 0.0) - prefill_s)
+
+
+def split_text(ttft: float, split: TtftSplit | None) -> str:
+    """`TTFT 114.8s = queued 57.1 + prefill 57.2 + 0.5`, with a warning where the rest is negative."""
+    head = f"TTFT {ttft:.2f}s"
+    if split is None:
+        return head
+    queued = "" if split.queued_s is None else f"queued {split.queued_s:.2f} + "
+    sign = "-" if split.rest_s < 0 else "+"
+    text = f"{head} = {queued}prefill {split.prefill_s:.2f} {sign} {abs(split.rest_s):.2f}"
+    if split.contradicts:
+        text += f" (engine exceeds TTFT by {-split.rest_s * 1000:.0f} ms: clocks or matching wrong)"
+    return text
+
+
+def spec_text(accepted: int | None, drafted: int | None, steps: int | None) -> str | None:
+    """`spec 138/139 accepted, mean length 3.6`: speculative decoding's acceptance for one turn."""
+    if accepted is None or not drafted:
+        return None
+    text = f"spec {accepted:,}/{drafted:,} accepted"
+    return text + f", mean length {1 + accepted / steps:.2f}" if steps else text
 
 
 def reasoning_tokens(reported: int | None, reasoning_chunks: int, completion_tokens: int, chunks: int) -> int:
@@ -219,17 +282,23 @@ class TurnRow(msgspec.Struct):
     gap_max_s: float | None
     gaps_over_100ms: int
     gaps_over_1s: int
-    server_prefill_s: float | None  # the server's own prompt time where it reports one per request (llama.cpp)
+    server_prefill_s: float | None  # = engine_prefill_s; the name schema 3 gave it (llama.cpp only then)
     client_busy: bool  # a stamp of this turn was taken while the driver's loop ran over 5 ms late
     ttfa_s: float | None  # time to the first answer token (= ttft_s when nothing was reasoned first)
     reasoning_tokens: int  # of output_tokens, those spent reasoning
     answer_tokens: int  # output_tokens - reasoning_tokens
     no_answer: bool  # cut at the token cap before any answer: the needle was not answered (needle is null)
     think_s: float | None = None  # the user's pause before the turn (--think-time)
+    engine_prefill_s: float | None = None  # the engine's prefill (vLLM: scheduled to first token; llama.cpp: prompt)
+    queued_s: float | None = None  # the engine's queue time (vLLM --enable-per-request-metrics)
+    ttft_rest_s: float | None = None  # ttft_s - queued_s - engine_prefill_s: client, network, HTTP, tokenizer
+    spec_accepted: int | None = None  # speculative decoding: draft tokens accepted ...
+    spec_drafted: int | None = None  # ... of those drafted
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
     gaps = gap_stats(rec.gaps_alone + rec.gaps_during)
+    split = ttft_split(rec.ttft, rec.queued_s, rec.server_prefill_s)
     return TurnRow(
         turn=rec.turn,
         context_tokens=rec.prompt_tokens if rec.prompt_tokens is not None else rec.target,
@@ -249,6 +318,11 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         gaps_over_100ms=gaps.over_100ms if gaps else 0,
         gaps_over_1s=gaps.over_1s if gaps else 0,
         server_prefill_s=rec.server_prefill_s,
+        engine_prefill_s=rec.server_prefill_s,
+        queued_s=rec.queued_s,
+        ttft_rest_s=split.rest_s if split else None,
+        spec_accepted=rec.spec_accepted,
+        spec_drafted=rec.spec_drafted,
         client_busy=rec.client_busy,
         think_s=rec.think_s,
         ttfa_s=rec.ttfa,
@@ -263,7 +337,7 @@ def turn_line(rec: TurnRecord) -> str:
     row = turn_row(rec)
     parts = [f"{rec.session} turn {rec.turn}"]
     if row.ttft_s is not None:
-        parts.append(f"TTFT {row.ttft_s:.2f}s")
+        parts.append(split_text(row.ttft_s, ttft_split(row.ttft_s, row.queued_s, row.engine_prefill_s)))
     if row.reasoning_tokens:
         parts.append(f"reasoning {row.reasoning_tokens:,} tok")
         if row.ttfa_s is not None:
@@ -272,6 +346,9 @@ def turn_line(rec: TurnRecord) -> str:
         parts.append(f"decode {row.decode_tok_s:.1f} tok/s")
     if row.gap_max_s is not None:
         parts.append(f"max gap {row.gap_max_s:.2f}s")
+    spec = spec_text(rec.spec_accepted, rec.spec_drafted, rec.spec_steps)
+    if spec:
+        parts.append(spec)
     if row.no_answer:
         parts.append("needle: no answer")
     elif row.needle is not None:

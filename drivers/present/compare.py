@@ -43,6 +43,9 @@ class RunRow(msgspec.Struct):
     reasoning_tokens: int  # summed over every session's turns
     worst_gap_during_foreign_prefill_s: float | None
     failed_turns: int
+    # The slowest session's summed engine queue and prefill time (None: the engine timed no turn).
+    slowest_session_queued_sum_s: float | None = None
+    slowest_session_engine_prefill_sum_s: float | None = None
 
 
 class TurnColumn(msgspec.Struct):
@@ -111,6 +114,8 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         reasoning_tokens=sum(s.summary.reasoning_tokens for s in sessions),
         worst_gap_during_foreign_prefill_s=gaps.max_s if gaps else None,
         failed_turns=sum(1 for t in rows if t.error is not None and t.error != "cancelled"),
+        slowest_session_queued_sum_s=worst.summary.queued_sum_s if worst else None,
+        slowest_session_engine_prefill_sum_s=worst.summary.engine_prefill_sum_s if worst else None,
     )
 
 

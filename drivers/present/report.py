@@ -10,16 +10,15 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from rampwatch.drivers.model.analysis import Report
+from rampwatch.drivers.model.analysis import Report, SessionSummary
 from rampwatch.drivers.model.events import PromptShape
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import GapStats, TurnRow
+from rampwatch.drivers.model.turns import GapStats, TurnRow, engine_timing_hint
 from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
-from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, row_cells, shown_columns
+from rampwatch.drivers.present.turn_table import BY_HEAD, extra_width, row_cells, shown_columns
 
 FORMATS = ("table", "md", "csv", "json")
-REASONING_WIDTH = 30
 
 
 def needle_count(found: int, asked: int, no_answer: int) -> str:
@@ -39,7 +38,7 @@ def summary_lines(rep: Report) -> list[str]:
         lines.append(
             f"{s.id}: {m.turns} turns{reached}, TTFT sum {m.ttft_sum_s:.2f}s, longest {m.ttft_max_s:.2f}s, "
             f"decode median {fmt_num(m.decode_tok_s_median, '.1f')} tok/s, "
-            f"needle {needle_count(m.needle_found, m.turns, m.needle_no_answer)}" + reasoned
+            f"needle {needle_count(m.needle_found, m.turns, m.needle_no_answer)}" + reasoned + _engine_sums(m)
         )
     i = rep.interference
     if i.overlapping_turns:
@@ -49,6 +48,15 @@ def summary_lines(rep: Report) -> list[str]:
             f"{fmt_num(i.decode_tok_s_during_foreign_prefill_median, '.1f')} tok/s while another session prefills "
             f"({i.overlapping_turns} overlapping turns); worst gap during a foreign prefill {fmt_num(worst, '.2f')}s"
         )
+    if i.extra_wait_s is not None and i.extra_wait_queued_s is not None:
+        share = f" ({i.extra_wait_queued_s / i.extra_wait_s:.0%})" if i.extra_wait_s > 0 else ""
+        lines.append(
+            f"interference: the slowest session waited {i.extra_wait_s:.2f}s longer in all, "
+            f"{i.extra_wait_queued_s:.2f}s{share} of it queued in the engine (behind another session's prefill)"
+        )
+    turns = [t for s in rep.sessions for t in s.turns]
+    if turns and all(t.engine_prefill_s is None for t in turns):
+        lines.append(engine_timing_hint(rep.run.engine))
     if i.gaps_alone or i.gaps_during_foreign_prefill:
         lines.append(
             f"inter-token gaps: alone {_gaps(i.gaps_alone)}; during another session's prefill "
@@ -92,6 +100,14 @@ def summary_lines(rep: Report) -> list[str]:
         lines.append(prompts_line(run.prompts, [t.think_s for s in rep.sessions for t in s.turns]))
     lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
     return lines
+
+
+def _engine_sums(m: SessionSummary) -> str:
+    """The engine's own account summed over a session's turns, where it gave one."""
+    if m.engine_prefill_sum_s is None:
+        return ""
+    queued = f"queued {m.queued_sum_s:.2f}s, " if m.queued_sum_s is not None else ""
+    return f"; engine: {queued}prefill {m.engine_prefill_sum_s:.2f}s"
 
 
 def request_options_text(extra_body: dict[str, Any], headers: dict[str, str]) -> str:
@@ -157,8 +173,8 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
             parts.append("")
         parts += [f"- {line}" for line in summary_lines(rep)]
         return "\n".join(parts) + "\n"
-    # The reasoning columns (and a 'no answer' needle) come on top of the width the table was laid out for.
-    width += REASONING_WIDTH if len(heads) > len(COLUMNS) else 0
+    # The optional columns (reasoning, the engine's timing, speculation) come on top of the width laid out for.
+    width += extra_width(heads)
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(title)
     for _, title, rows in _turn_tables(rep):
@@ -180,6 +196,8 @@ COMPARE_COLUMNS = (
     ("turns", lambda r: f"{r.turns_completed}/{r.turns_planned}"),
     ("context", lambda r: format_tokens(r.context_reached)),
     ("slowest TTFT sum s", lambda r: fmt_num(r.slowest_session_ttft_sum_s, ".2f")),
+    ("queued sum s", lambda r: fmt_num(r.slowest_session_queued_sum_s, ".2f")),
+    ("engine prefill sum s", lambda r: fmt_num(r.slowest_session_engine_prefill_sum_s, ".2f")),
     ("longest s", lambda r: fmt_num(r.ttft_max_s, ".2f")),
     ("last turn s", lambda r: fmt_num(r.last_turn_ttft_s, ".2f")),
     ("one-shot s", lambda r: fmt_num(r.one_shot_ttft_s, ".2f")),
@@ -196,11 +214,14 @@ COMPARE_COLUMNS = (
 )
 
 COMPARE_REASONING_HEADS = ("TTFA longest s", "reasoning")  # shown where some run reasoned
+COMPARE_ENGINE_HEADS = ("queued sum s", "engine prefill sum s")  # shown where the engine timed some run's turns
 
 
 # Where a terminal is too narrow for every column, these are left out, first to last (the rest are the
 # campaign's comparison: run, turns, context, TTFT sum, longest, needle, failed).
 COMPARE_DROP_ORDER = (
+    "queued sum s",
+    "engine prefill sum s",
     "reasoning",
     "TTFA longest s",
     "one-shot s",
@@ -271,7 +292,9 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
     if fmt == "json":
         return msgspec.json.format(msgspec.json.encode(cmp).decode(), indent=2)
     reasoned = any(r.reasoning_tokens or r.needle_no_answer for r in cmp.runs)
-    columns = [c for c in COMPARE_COLUMNS if reasoned or c[0] not in COMPARE_REASONING_HEADS]
+    timed = any(r.slowest_session_engine_prefill_sum_s is not None for r in cmp.runs)
+    hidden = (() if reasoned else COMPARE_REASONING_HEADS) + (() if timed else COMPARE_ENGINE_HEADS)
+    columns = [c for c in COMPARE_COLUMNS if c[0] not in hidden]
     heads = [name for name, _ in columns]
     rows = [[cell(r) for _, cell in columns] for r in cmp.runs]
     turn_heads = (

@@ -7,8 +7,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from rampwatch.drivers.model.turns import TurnRow
+from rampwatch.drivers.model.turns import CLOCK_TOLERANCE_S, TurnRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, needle_mark, pct
+
+
+def rest_wrong(r: TurnRow) -> bool:
+    """The engine's queued + prefill exceed the client's TTFT beyond clock tolerance."""
+    return r.ttft_rest_s is not None and r.ttft_rest_s < -CLOCK_TOLERANCE_S
+
+
+def spec_cell(r: TurnRow) -> str:
+    """Speculative decoding: accepted/drafted draft tokens."""
+    return f"{r.spec_accepted}/{r.spec_drafted}" if r.spec_accepted is not None and r.spec_drafted else "-"
 
 
 class TurnColumn(NamedTuple):
@@ -24,11 +34,16 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn("new", "new_tokens", lambda r: format_tokens(r.new_tokens)),
     TurnColumn("cached", "cached_tokens", lambda r: format_tokens(r.cached_tokens)),
     TurnColumn("TTFT s", "ttft_s", lambda r: fmt_num(r.ttft_s, ".2f")),
+    TurnColumn("queued s", "queued_s", lambda r: fmt_num(r.queued_s, ".2f")),
+    TurnColumn("engine prefill s", "engine_prefill_s", lambda r: fmt_num(r.engine_prefill_s, ".2f")),
+    # The rest of the TTFT (client, network, HTTP, tokenizer); '!' where the engine's figures exceed the TTFT.
+    TurnColumn("rest s", "ttft_rest_s", lambda r: fmt_num(r.ttft_rest_s, ".2f") + ("!" if rest_wrong(r) else "")),
     TurnColumn("TTFA s", "ttfa_s", lambda r: fmt_num(r.ttfa_s, ".2f")),
     TurnColumn("prefill tok/s", "prefill_tok_s", lambda r: fmt_num(r.prefill_tok_s, ",.0f")),
     TurnColumn("decode tok/s", "decode_tok_s", lambda r: fmt_num(r.decode_tok_s, ".1f")),
     TurnColumn("out", "output_tokens", lambda r: str(r.output_tokens)),
     TurnColumn("reasoning", "reasoning_tokens", lambda r: str(r.reasoning_tokens)),
+    TurnColumn("spec", "spec_accepted", lambda r: spec_cell(r)),
     TurnColumn("hit", "hit_rate", lambda r: pct(r.hit_rate)),
     TurnColumn("KV peak", "kv_peak", lambda r: pct(r.kv_peak)),
     TurnColumn("gap p50", "gap_p50_s", lambda r: fmt_num(r.gap_p50_s, ".3f")),
@@ -43,14 +58,26 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
 ALL_COLUMNS = tuple(c.head for c in TURN_COLUMNS)
 BY_HEAD = {c.head: c for c in TURN_COLUMNS}
 REASONING_HEADS = ("TTFA s", "reasoning")  # shown where some turn reasoned: else TTFA is the TTFT and reasoning 0
-COLUMNS = tuple(h for h in ALL_COLUMNS if h not in REASONING_HEADS)  # the table of a run that did not reason
+ENGINE_HEADS = ("queued s", "engine prefill s", "rest s")  # shown where the engine timed some turn itself
+SPEC_HEADS = ("spec",)  # shown where some turn drafted speculative tokens
+# Each optional group of columns, whether a turn calls for it, and the width it adds to the text table.
+OPTIONAL: tuple[tuple[tuple[str, ...], Callable[[TurnRow], bool], int], ...] = (
+    (REASONING_HEADS, lambda r: bool(r.reasoning_tokens or r.no_answer), 30),
+    (ENGINE_HEADS, lambda r: r.engine_prefill_s is not None, 36),
+    (SPEC_HEADS, lambda r: bool(r.spec_drafted), 10),
+)
+COLUMNS = tuple(h for h in ALL_COLUMNS if not any(h in heads for heads, _, _ in OPTIONAL))  # none called for
 
 
 def shown_columns(rows: list[TurnRow], heads: tuple[str, ...] = ALL_COLUMNS) -> tuple[str, ...]:
-    """`heads`, less the reasoning columns when no turn of `rows` reasoned."""
-    if any(r.reasoning_tokens or r.no_answer for r in rows):
-        return heads
-    return tuple(h for h in heads if h not in REASONING_HEADS)
+    """`heads`, less each optional group (reasoning, the engine's timing, speculation) no turn of `rows` calls for."""
+    hidden = {h for group, wanted, _ in OPTIONAL if not any(map(wanted, rows)) for h in group}
+    return tuple(h for h in heads if h not in hidden)
+
+
+def extra_width(heads: tuple[str, ...]) -> int:
+    """What the optional groups shown in `heads` add to a text table's width."""
+    return sum(width for group, _, width in OPTIONAL if group[0] in heads)
 
 
 def row_cells(r: TurnRow, heads: tuple[str, ...] | list[str] = COLUMNS) -> list[str]:

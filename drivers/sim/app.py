@@ -71,14 +71,18 @@ class SimServer:
         cache_report: bool = False,
         clock: SimClock | None = None,
         reasoning_tokens: int = 0,
+        per_request_metrics: bool = False,
     ):
         """`gpus` > 0: also serve a simulated dcgm-exporter for that many GPUs of node `node` at /dcgm/metrics.
         `flavor` sglang: SGLang's metric names, /get_model_info and /get_server_info, and cached tokens in
         usage only with `cache_report` (SGLang's --enable-cache-report). `clock`: the engine's (the wall's
         unless a test checks the model on a virtual one).
         `reasoning_tokens` > 0: a reasoning model that thinks that many tokens before each chat answer (unless the
-        request's chat_template_kwargs switch thinking off)."""
+        request's chat_template_kwargs switch thinking off).
+        `per_request_metrics`: vLLM's --enable-per-request-metrics, the engine's own timing of each request beside
+        usage."""
         self.profile, self.model, self.api_key, self.flavor = profile, model, api_key, flavor
+        self.per_request_metrics = per_request_metrics
         self.reasoning_tokens = reasoning_tokens
         self.cache_report = cache_report or flavor == "vllm"
         self.faults = faults or SimFaults()
@@ -283,6 +287,7 @@ class SimServer:
                 "model": self.model,
                 "choices": [choice],
                 "usage": self._usage(req),
+                **self._metrics(req),
             }
         )
 
@@ -305,6 +310,22 @@ class SimServer:
         if self.reasoning_tokens:
             usage["completion_tokens_details"] = {"reasoning_tokens": min(req.generated, req.reasoning)}
         return usage
+
+    def _metrics(self, req: SimRequest) -> dict[str, Any]:
+        """{"metrics": ...} as vLLM's --enable-per-request-metrics puts it beside usage (none without the flag), from
+        the engine's own clock: when the request was queued, scheduled, and got its first and last token."""
+        if not self.per_request_metrics:
+            return {}
+        m: dict[str, float] = {}
+        if req.scheduled_t is not None:
+            m["queue_time_ms"] = (req.scheduled_t - req.arrival) * 1000
+            if req.first_t is not None:
+                m["time_to_first_token_ms"] = (req.first_t - req.scheduled_t) * 1000
+        if req.first_t is not None and req.last_t is not None:
+            m["generation_time_ms"] = (req.last_t - req.first_t) * 1000
+            if req.generated > 1:
+                m["mean_itl_ms"] = m["generation_time_ms"] / (req.generated - 1)
+        return {"metrics": m}
 
     async def _stream(self, req: SimRequest, chat: bool, include_usage: bool) -> AsyncIterator[bytes]:
         f = self.faults
@@ -368,7 +389,9 @@ class SimServer:
             )
             tail = [head + final % _enc(req.finish_reason)]
             if include_usage:
-                tail.append(head + b'],"usage":' + _enc(self._usage(req)) + b"}\n\n")
+                metrics = self._metrics(req)
+                extra = b',"metrics":' + _enc(metrics["metrics"]) if metrics else b""
+                tail.append(head + b'],"usage":' + _enc(self._usage(req)) + extra + b"}\n\n")
             tail.append(b"data: [DONE]\n\n")
             yield b"".join(tail)
         finally:

@@ -82,6 +82,12 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
         "set enable_thinking or thinking false (default 0)",
     )
     p.add_argument(
+        "--enable-per-request-metrics",
+        action="store_true",
+        help="as vLLM's flag: put the engine's own timing of each request (queue_time_ms, time_to_first_token_ms, "
+        "generation_time_ms, mean_itl_ms) in a 'metrics' object beside usage (the demo turns it on)",
+    )
+    p.add_argument(
         "--gpus",
         type=int,
         default=None,
@@ -169,6 +175,7 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
         "flavor": args.flavor,
         "cache_report": args.enable_cache_report,
         "reasoning_tokens": getattr(args, "reasoning_tokens", None) or 0,
+        "per_request_metrics": bool(getattr(args, "enable_per_request_metrics", False)),
     }
     if announce:
         print(
@@ -222,8 +229,9 @@ def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
         v = getattr(args, name, None)
         if v is not None:
             argv += ["--" + name.replace("_", "-"), str(v)]
-    if getattr(args, "enable_cache_report", False):
-        argv.append("--enable-cache-report")
+    for flag in ("enable_cache_report", "enable_per_request_metrics"):
+        if getattr(args, flag, False):
+            argv.append("--" + flag.replace("_", "-"))
     return argv
 
 

@@ -51,6 +51,15 @@ def _s(*names: str, **labels: str) -> tuple[Series, ...]:
     return tuple(Series(n, tuple(sorted(labels.items()))) for n in names)
 
 
+def SPEC_FIELDS(prefix: str) -> dict[str, tuple[Series, ...]]:  # noqa: N802 (reads as the table it fills)
+    """Speculative decoding's draft tokens accepted and proposed (vLLM and llama.cpp share the names). Only a server
+    that speculates has them: they are not in FIELDS, so a server without is not told it lacks them."""
+    return {
+        "spec_accepted": _s(prefix + "spec_decode_num_accepted_tokens_total"),
+        "spec_drafted": _s(prefix + "spec_decode_num_draft_tokens_total"),
+    }
+
+
 VLLM = Profile(
     engine="vllm",
     prefix="vllm:",
@@ -66,6 +75,7 @@ VLLM = Profile(
         "preemptions": _s("vllm:num_preemptions_total"),
         "ttft_sum": _s("vllm:time_to_first_token_seconds_sum"),
         "ttft_count": _s("vllm:time_to_first_token_seconds_count"),
+        **SPEC_FIELDS("vllm:"),
     },
     why_missing={
         "prefix_queries": "prefix caching off or metric not exposed (--enable-prefix-caching)",
@@ -108,6 +118,7 @@ LLAMACPP = Profile(
         "prompt_computed": _s("llamacpp:prompt_tokens_total"),
         "prefix_hits": _s("llamacpp:prompt_tokens_cached_total"),
         "generation_tokens": _s("llamacpp:tokens_predicted_total"),
+        **SPEC_FIELDS("llamacpp:"),
     },
     why_missing={
         "kv_usage": "llama.cpp exposes no KV-cache occupancy (see /slots)",

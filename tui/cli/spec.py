@@ -379,7 +379,8 @@ def add_demo_args(p: argparse.ArgumentParser) -> None:
     add_topology_arg(p, "--topology")
     # Exactly --output-tokens a turn, so decode (and its interference) stays visible.
     # 8 simulated GPUs per engine, so the GPUs panel shows load that follows the engine's steps.
-    p.set_defaults(time_scale=DEMO_TIME_SCALE, ignore_eos=True, gpus=8)
+    # The engine's own timing of every request, so each TTFT reads as queued + prefill + the rest.
+    p.set_defaults(time_scale=DEMO_TIME_SCALE, ignore_eos=True, gpus=8, enable_per_request_metrics=True)
     p.add_argument("--headless", action="store_true", help="line output instead of the UI")
     add_refresh_arg(p)
     add_serve_metrics_arg(p)

@@ -84,6 +84,9 @@ class ServerPanel(Panel):
         line = Text("throughput ", style="bold")
         line.append(f"prefill {rate(srv.prefill_rate)} · decode {rate(srv.decode_rate)} tok/s")
         lines.append(line)
+        spec = spec_line(v, srv.decode_rate)
+        if spec is not None:
+            lines.append(spec)
         pre = state.preemptions_this_run()
         line = Text("preemptions ", style="bold")
         if pre is None:
@@ -129,6 +132,18 @@ class ServerPanel(Panel):
             f"{whole(v.get('waiting'))} wait · hit {pct(ep.hit_rate_since_start())}"
         )
         return [line]
+
+
+def spec_line(values: dict[str, float], decode_rate: float | None) -> Text | None:
+    """A server that speculates: its draft tokens accepted since it first answered, beside the decode rate."""
+    drafted = values.get("spec_drafted")
+    if not drafted:
+        return None
+    accepted = values.get("spec_accepted", 0.0)
+    line = Text("spec decode ", style="bold")
+    line.append(f"accepted {accepted:,.0f}/{drafted:,.0f} draft tokens ({pct(accepted / drafted)})")
+    line.append(f" · decode {rate(decode_rate)} tok/s")
+    return line
 
 
 # The per-endpoint table's columns, most wanted first: (head, width, cell); kept while they fit.
