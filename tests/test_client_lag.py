@@ -52,6 +52,9 @@ def test_the_fold_marks_exactly_the_turns_stamped_in_a_window():
     state.apply(ev.ClientLag(t=1.0, p50_ms=0.1, p99_ms=40.0, max_ms=40.0, busy=[(0.59, 0.65)]))
     busy = {sid: s.current.client_busy for sid, s in state.sessions.items()}
     assert busy == {"s1": False, "s2": True, "s3": False}
+    # A batch of stamps sent after the lag report that covers it (batches wait up to a quarter second).
+    state.apply(ev.TokenTimes(t=1.1, session="s1", turn=1, times=[0.62, 1.1]))
+    assert state.sessions["s1"].current.client_busy
     assert state.client.worst_ms == 40.0 and state.client.lag_ms(1.5) == 40.0 and state.client.lag_ms(9.0) is None
 
 

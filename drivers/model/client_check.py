@@ -1,7 +1,8 @@
 """The driver's own event loop, as its ClientLag events tell it: which turns' stamps are suspect.
 
-A stamp is judged when the lag report for its second arrives (up to a second after the turn may have
-finished), so the recent stamps wait here, each batch with its turn, until then."""
+Stamps and lag reports come in either order: a lag report covers the last second, and a batch of token
+stamps is sent up to a quarter second after its first stamp. So the recent stamps (each batch with its turn)
+and the recent late windows both wait here, and each new one is judged against the other's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import TurnRecord
 
 SHOWN_S = 2.5  # a lag report older than this (the driver reports each second) is not "now"
-STAMPS_KEPT_S = 3.0  # longer than a lag report's second: every stamp is judged by one
+KEPT_S = 3.0  # longer than a lag report's second plus a stamp batch's delay: every pair is judged
 
 
 class ClientCheck:
@@ -21,21 +22,27 @@ class ClientCheck:
         self.latest: ev.ClientLag | None = None
         self.worst_ms: float | None = None  # None: the recording has no lag reports (made before them)
         self._stamps: deque[tuple[TurnRecord, list[float]]] = deque()
+        self._windows: deque[tuple[float, float]] = deque()
 
     def stamped(self, rec: TurnRecord, times: list[float]) -> None:
         stamps = self._stamps
         stamps.append((rec, times))
-        while stamps[0][1][-1] < times[-1] - STAMPS_KEPT_S:
+        while stamps[0][1][-1] < times[-1] - KEPT_S:
             stamps.popleft()
+        for window in self._windows:
+            _judge(rec, times, window)
 
     def apply(self, e: ev.ClientLag) -> None:
         """Marks the turns with a stamp taken while the driver's loop ran late (their times may be late too)."""
         self.latest = e
         self.worst_ms = max(e.max_ms, self.worst_ms or 0.0)
-        for a, b in e.busy:
+        windows = self._windows
+        windows.extend(e.busy)
+        while windows and windows[0][1] < e.t - KEPT_S:
+            windows.popleft()
+        for window in e.busy:
             for rec, times in self._stamps:
-                if not rec.client_busy and times[0] <= b and times[-1] >= a and any(a <= t <= b for t in times):
-                    rec.client_busy = True
+                _judge(rec, times, window)
 
     def lag_ms(self, now: float) -> float | None:
         """The worst lag of the latest second, while that is recent and over the busy bar."""
@@ -43,3 +50,9 @@ class ClientCheck:
         if lag is None or now - lag.t > SHOWN_S or lag.max_ms <= 1000 * ev.CLIENT_BUSY_S:
             return None
         return lag.max_ms
+
+
+def _judge(rec: TurnRecord, times: list[float], window: tuple[float, float]) -> None:
+    a, b = window
+    if not rec.client_busy and times[0] <= b and times[-1] >= a and any(a <= t <= b for t in times):
+        rec.client_busy = True
