@@ -80,6 +80,7 @@ class StreamResult(msgspec.Struct):
     finish_reason: str | None = None
     server_prefill_s: float | None = None  # the server's own prompt time (llama.cpp's timings.prompt_ms)
     server_cached: int | None = None  # the server's own cached prompt tokens (llama.cpp's timings.cache_n)
+    prefill_leg_s: float | None = None  # a prefill/decode split's front: its prefill server's time (x-prefill-leg-ms)
 
 
 def encode_message(role: str, pieces: list[str]) -> bytes:
@@ -260,4 +261,15 @@ async def stream_chat(
     response = await conn.post(path, body, {"Content-Type": "application/json", **headers}, on_body, timeout)
     if response.status != 200:
         raise StreamError(error_text(b"".join(error_body), response.status))
-    return parser.finish()
+    res = parser.finish()
+    res.prefill_leg_s = prefill_leg_s(response.headers.get("x-prefill-leg-ms"))
+    return res
+
+
+def prefill_leg_s(header: str | None) -> float | None:
+    """A split's front's x-prefill-leg-ms header in seconds (rampwatch's proxy sends it); None where absent or bad."""
+    try:
+        ms = float(header) if header is not None else None
+    except ValueError:
+        return None
+    return ms / 1000 if ms is not None and 0 <= ms < 1e9 else None

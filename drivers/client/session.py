@@ -261,6 +261,7 @@ class SessionRunner:
                     reasoning_tokens=res.reasoning_tokens,
                     reasoning_chunks=res.reasoning_chunks,
                     finish_reason=res.finish_reason,
+                    prefill_leg_s=res.prefill_leg_s,
                 )
             )
             kept = self._kept_reply(res.text)

@@ -16,7 +16,15 @@ HISTORY_LEN = 1800  # KV occupancy samples kept for the server panel's history
 RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
 
 # Normalized counters (drivers/telemetry/metrics.py) that analysis takes deltas of.
-COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed", "generation_tokens", "preemptions")
+COUNTERS = (
+    "prefix_queries",
+    "prefix_hits",
+    "prompt_tokens",
+    "prompt_computed",
+    "generation_tokens",
+    "preemptions",
+    "kv_transferred",
+)
 # The normalized field for one engine instance's KV pool in tokens (never summed over data-parallel ranks):
 # the metrics normalizer writes it, the endpoint views read it.
 ENGINE_POOL = "kv_engine_tokens"

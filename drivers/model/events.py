@@ -171,6 +171,7 @@ class TurnDone(Event):
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where the server says
     reasoning_chunks: int = 0  # chunks that carried reasoning and no answer
     finish_reason: str | None = None  # the server's: stop, length, ...
+    prefill_leg_s: float | None = None  # a split's front: how long its prefill server took (x-prefill-leg-ms)
 
 
 class MetricsSample(Event):

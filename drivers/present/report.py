@@ -16,10 +16,11 @@ from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRow
 from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
-from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, row_cells, shown_columns
+from rampwatch.drivers.present.turn_table import BY_HEAD, COLUMNS, TRANSFER_HEADS, row_cells, shown_columns
 
 FORMATS = ("table", "md", "csv", "json")
 REASONING_WIDTH = 30
+TRANSFER_WIDTH = 14  # each transfer column: its head and a figure
 
 
 def needle_count(found: int, asked: int, no_answer: int) -> str:
@@ -158,7 +159,8 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
         parts += [f"- {line}" for line in summary_lines(rep)]
         return "\n".join(parts) + "\n"
     # The reasoning columns (and a 'no answer' needle) come on top of the width the table was laid out for.
-    width += REASONING_WIDTH if len(heads) > len(COLUMNS) else 0
+    width += REASONING_WIDTH if len(set(heads) - set(COLUMNS) - set(TRANSFER_HEADS)) else 0
+    width += TRANSFER_WIDTH * sum(h in heads for h in TRANSFER_HEADS)  # a split's transfer columns, likewise
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(title)
     for _, title, rows in _turn_tables(rep):

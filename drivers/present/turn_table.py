@@ -23,6 +23,8 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn("context", "context_tokens", lambda r: format_tokens(r.context_tokens)),
     TurnColumn("new", "new_tokens", lambda r: format_tokens(r.new_tokens)),
     TurnColumn("cached", "cached_tokens", lambda r: format_tokens(r.cached_tokens)),
+    TurnColumn("transferred", "transferred_tokens", lambda r: format_tokens(r.transferred_tokens)),
+    TurnColumn("xfer s", "transfer_s", lambda r: fmt_num(r.transfer_s, ".2f")),
     TurnColumn("TTFT s", "ttft_s", lambda r: fmt_num(r.ttft_s, ".2f")),
     TurnColumn("TTFA s", "ttfa_s", lambda r: fmt_num(r.ttfa_s, ".2f")),
     TurnColumn("prefill tok/s", "prefill_tok_s", lambda r: fmt_num(r.prefill_tok_s, ",.0f")),
@@ -43,14 +45,20 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
 ALL_COLUMNS = tuple(c.head for c in TURN_COLUMNS)
 BY_HEAD = {c.head: c for c in TURN_COLUMNS}
 REASONING_HEADS = ("TTFA s", "reasoning")  # shown where some turn reasoned: else TTFA is the TTFT and reasoning 0
-COLUMNS = tuple(h for h in ALL_COLUMNS if h not in REASONING_HEADS)  # the table of a run that did not reason
+TRANSFER_HEADS = ("transferred", "xfer s")  # shown where some turn's KV came from a split's prefill server
+# The table of a run that did not reason and was not split.
+COLUMNS = tuple(h for h in ALL_COLUMNS if h not in REASONING_HEADS + TRANSFER_HEADS)
 
 
 def shown_columns(rows: list[TurnRow], heads: tuple[str, ...] = ALL_COLUMNS) -> tuple[str, ...]:
-    """`heads`, less the reasoning columns when no turn of `rows` reasoned."""
-    if any(r.reasoning_tokens or r.no_answer for r in rows):
-        return heads
-    return tuple(h for h in heads if h not in REASONING_HEADS)
+    """`heads`, less the reasoning columns when no turn of `rows` reasoned, and less the transfer column
+    when no turn was served by a prefill/decode split."""
+    hidden = () if any(r.reasoning_tokens or r.no_answer for r in rows) else REASONING_HEADS
+    if not any(r.transferred_tokens is not None for r in rows):
+        hidden += TRANSFER_HEADS[:1]
+    if not any(r.transfer_s is not None for r in rows):
+        hidden += TRANSFER_HEADS[1:]
+    return tuple(h for h in heads if h not in hidden)
 
 
 def row_cells(r: TurnRow, heads: tuple[str, ...] | list[str] = COLUMNS) -> list[str]:

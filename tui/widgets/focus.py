@@ -26,6 +26,8 @@ TURN_COLUMNS = (
     "context",
     "new",
     "cached",
+    "transferred",
+    "xfer s",
     "TTFT s",
     "TTFA s",
     "prefill tok/s",
