@@ -140,6 +140,9 @@ def test_report_json_schema(recorded):
         "ttft_rest_s",
         "spec_accepted",
         "spec_drafted",
+        "transferred_tokens",
+        "prefill_leg_s",
+        "transfer_s",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
@@ -195,6 +198,7 @@ def test_report_json_schema(recorded):
         "kv_peak",
         "kv_capacity_tokens",
         "last_error",
+        "transferred_tokens",
     }
     assert len(rep["servers"]) == 1 and set(rep["servers"][0]) == server_keys and rep["servers"][0]["role"] == "both"
     assert rep["servers_total"]["generation_tokens"] == rep["servers"][0]["generation_tokens"] > 0

@@ -103,6 +103,7 @@ class StreamResult(msgspec.Struct):
     queued_s: float | None = None  # vLLM's metrics.queue_time_ms
     engine_decode_s: float | None = None  # vLLM's metrics.generation_time_ms
     spec: SpecDecoding | None = None  # vLLM's metrics.speculative_decoding
+    prefill_leg_s: float | None = None  # a prefill/decode split's front: its prefill server's time (x-prefill-leg-ms)
 
 
 def encode_message(role: str, pieces: list[str]) -> bytes:
@@ -298,4 +299,15 @@ async def stream_chat(
     response = await conn.post(path, body, {"Content-Type": "application/json", **headers}, on_body, timeout)
     if response.status != 200:
         raise StreamError(error_text(b"".join(error_body), response.status))
-    return parser.finish()
+    res = parser.finish()
+    res.prefill_leg_s = prefill_leg_s(response.headers.get("x-prefill-leg-ms"))
+    return res
+
+
+def prefill_leg_s(header: str | None) -> float | None:
+    """A split's front's x-prefill-leg-ms header in seconds (rampwatch's proxy sends it); None where absent or bad."""
+    try:
+        ms = float(header) if header is not None else None
+    except ValueError:
+        return None
+    return ms / 1000 if ms is not None and 0 <= ms < 1e9 else None

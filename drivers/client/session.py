@@ -270,6 +270,7 @@ class SessionRunner:
                     spec_accepted=res.spec.num_accepted_draft_tokens if res.spec else None,
                     spec_drafted=res.spec.num_draft_tokens if res.spec else None,
                     spec_steps=res.spec.num_spec_steps if res.spec else None,
+                    prefill_leg_s=res.prefill_leg_s,
                 )
             )
             kept = self._kept_reply(res.text)

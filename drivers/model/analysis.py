@@ -125,6 +125,7 @@ class ServerFigures(msgspec.Struct):
     kv_peak: float | None
     kv_capacity_tokens: float | None
     last_error: str | None
+    transferred_tokens: float | None = None  # KV a split's decode server received (vLLM: external_kv_transfer)
 
 
 class Report(msgspec.Struct):
@@ -297,6 +298,7 @@ def endpoint_figures(ep: EndpointView) -> ServerFigures:
         kv_peak=ep.kv_peak,
         kv_capacity_tokens=v.get("kv_capacity_tokens"),
         last_error=ep.error,
+        transferred_tokens=grown.get("kv_transferred"),
     )
 
 
@@ -327,4 +329,5 @@ def sum_figures(name: str, role: str, figs: list[ServerFigures], kv_peak: float 
         else max((f.kv_peak for f in figs if f.kv_peak is not None), default=None),
         kv_capacity_tokens=total("kv_capacity_tokens"),
         last_error=None,
+        transferred_tokens=total("transferred_tokens"),
     )

@@ -17,6 +17,7 @@ RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
 
 # Normalized counters (drivers/telemetry/metrics.py) that analysis takes deltas of.
 COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed", "generation_tokens", "preemptions")
+COUNTERS += ("kv_transferred",)  # a prefill/decode split's decode side: KV received, not computed or cached
 COUNTERS += ("spec_accepted", "spec_drafted")  # speculative decoding's draft tokens, where the server speculates
 # The normalized field for one engine instance's KV pool in tokens (never summed over data-parallel ranks):
 # the metrics normalizer writes it, the endpoint views read it.

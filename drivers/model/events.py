@@ -179,6 +179,7 @@ class TurnDone(Event):
     spec_accepted: int | None = None  # speculative decoding: draft tokens accepted (metrics.speculative_decoding)
     spec_drafted: int | None = None  # ... draft tokens proposed
     spec_steps: int | None = None  # ... verify steps (mean accepted length = 1 + accepted / steps)
+    prefill_leg_s: float | None = None  # a split's front: how long its prefill server took (x-prefill-leg-ms)
 
 
 class MetricsSample(Event):

@@ -55,6 +55,12 @@ class RunState:
         self.recording_error: str | None = None
         self._prefilling: dict[str, TurnRecord] = {}
         self._last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
+        # A split's finished turns whose decode-side counters do not yet cover their first token: each one's line
+        # is logged once a decode server's sample does (or the run ends), so it never calls transferred KV cached.
+        self._awaiting_transfer: list[TurnRecord] = []
+        # Recently attributed split turns: (first token time, KV transferred, prompt tokens), so a later turn's
+        # counter window does not count their admissions again.
+        self._attributed: deque[tuple[float, float, float]] = deque(maxlen=256)
         self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
 
     # -- folding -------------------------------------------------------------
@@ -90,6 +96,7 @@ class RunState:
             prev_prompt_tokens=s.last_prompt_tokens,
             think_s=s.pause.seconds if s.pause is not None and s.pause.turn == e.turn else None,
             cache_at_sent=self._cache_counters(),
+            transfer_at_sent=self._transfer_counters(),
             kv_peak=self.server.values.get("kv_usage"),
         )
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
@@ -164,11 +171,14 @@ class RunState:
         rec.status, rec.done_t = e.status, e.t
         rec.prompt_tokens, rec.cached_tokens = e.prompt_tokens, e.cached_tokens
         rec.completion_tokens, rec.needle, rec.error = e.completion_tokens, e.needle, e.error
-        rec.server_prefill_s, rec.queued_s = e.server_prefill_s, e.queued_s
+        rec.server_prefill_s, rec.queued_s, rec.prefill_leg_s = e.server_prefill_s, e.queued_s, e.prefill_leg_s
         rec.spec_accepted, rec.spec_drafted, rec.spec_steps = e.spec_accepted, e.spec_drafted, e.spec_steps
         rec.reasoning_reported, rec.reasoning_chunks = e.reasoning_tokens, e.reasoning_chunks
         rec.finish_reason, rec.reply_chars = e.finish_reason, e.reply_chars
         rec.cache_at_done = self._cache_counters()
+        covered = rec.transfer_at_sent is not None and self._transfer_covers(rec)
+        if covered and e.status == "ok":
+            self._attribute_transfer(rec)
         if rec.chunks == 0:
             rec.chunks = e.chunks
         self.turns.append(rec)
@@ -180,7 +190,7 @@ class RunState:
                 s.last_prompt_tokens = rec.prompt_tokens
             s.tokens_per_chunk = rec.tokens_per_chunk
             rate = prefill_tok_s(rec)
-            if self.split() is not None and rec.ttft:
+            if self.split() is not None and rec.ttft and rec.kv_transferred is None:
                 # The decode node reports the transferred KV as cached: the client's estimate is what was new.
                 rate = rec.new_tokens_est / rec.ttft
             if rate:
@@ -192,7 +202,10 @@ class RunState:
         if e.status == "ok":
             s.state = "done" if e.turn >= len(s.schedule) else "idle"
             s.needles.append(NO_ANSWER if rec.no_answer else e.needle)
-            self._log(LogEntry(e.t, "info", turn_line(rec), rec.ttft))
+            if rec.transfer_at_sent is not None and not covered:
+                self._awaiting_transfer.append(rec)
+            else:
+                self._log(LogEntry(e.t, "info", turn_line(rec), rec.ttft))
         else:
             s.state = "failed" if e.status == "failed" else "cancelled"
             s.failed_turns += e.status == "failed"
@@ -233,6 +246,8 @@ class RunState:
                     )  # the session's own server where known
                     rec.kv_peak = here if rec.kv_peak is None else max(rec.kv_peak, here)
         srv.last_sample_t = e.t
+        if self._awaiting_transfer and ep.role == "decode":
+            self._settle_transfers(e.t, final=False)
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
         ep = self._endpoint(e.source)
@@ -276,6 +291,7 @@ class RunState:
         self._log(LogEntry(e.t, e.level, e.message))
 
     def _on_ended(self, e: ev.RunEnded) -> None:
+        self._settle_transfers(e.t, final=True)
         self.ended = e
         if e.status == "crashed":
             self._log(LogEntry(e.t, "error", f"run crashed (exit {e.exit_code}): {e.error or 'unknown cause'}"))
@@ -305,6 +321,54 @@ class RunState:
         """The prefix cache's (queries, hits) since start, for a turn's own hit rate."""
         v = self.server.values
         return (v["prefix_queries"], v["prefix_hits"]) if "prefix_queries" in v and "prefix_hits" in v else None
+
+    def _transfer_counters(self) -> tuple[float, float, float] | None:
+        """A split's decode servers: (KV transferred in, prompt tokens admitted) since start, and when the oldest
+        of them was sampled; None when not split or they do not count transferred KV (outside a split, a
+        connector's KV is a cache: usage's cached tokens)."""
+        split = self.split()
+        if split is None:
+            return None
+        counts = [ep.since_start() for ep in split[1]]
+        if not all("kv_transferred" in c and "prompt_tokens" in c for c in counts):
+            return None
+        t = min(x.last_sample_t or 0.0 for x in split[1])
+        return (sum(c["kv_transferred"] for c in counts), sum(c["prompt_tokens"] for c in counts), t)
+
+    def _attribute_transfer(self, rec: TurnRecord) -> None:
+        """The KV transferred for `rec`: the decode servers' counters from its send to a sample after its first
+        token, less what turns already attributed were admitted in that window (a decode server admits a turn
+        just before its first token); the rest shared with the turns still unattributed by prompt tokens."""
+        a, b = rec.transfer_at_sent, self._transfer_counters()
+        if a is None or b is None or not rec.prompt_tokens:
+            return
+        moved, admitted = b[0] - a[0], b[1] - a[1]
+        for first_t, m, p in self._attributed:
+            if first_t > a[2]:
+                moved, admitted = moved - m, admitted - p
+        if admitted <= 0:
+            return  # the counters never showed the turn (scrapes failed)
+        share = min(1.0, rec.prompt_tokens / admitted)
+        mine = max(0, round(moved * share))
+        rec.kv_transferred = mine if rec.cached_tokens is None else min(mine, rec.cached_tokens)  # usage counts it
+        self._attributed.append((rec.first_t or rec.sent_t, rec.kv_transferred, rec.prompt_tokens))
+
+    def _transfer_covers(self, rec: TurnRecord) -> bool:
+        """Whether every decode server was sampled after the turn's first token (it was admitted before that)."""
+        split = self.split()
+        mark = rec.first_t if rec.first_t is not None else rec.done_t
+        return split is not None and mark is not None and all((x.last_sample_t or 0.0) > mark for x in split[1])
+
+    def _settle_transfers(self, t: float, final: bool) -> None:
+        """Finish the waiting turns the decode servers' counters now cover (all of them at the run's end) and log
+        their lines."""
+        waiting, self._awaiting_transfer = self._awaiting_transfer, []
+        for rec in waiting:
+            if final or self._transfer_covers(rec):
+                self._attribute_transfer(rec)
+                self._log(LogEntry(t, "info", turn_line(rec), rec.ttft))
+            else:
+                self._awaiting_transfer.append(rec)
 
     def prefilling(self) -> list[TurnRecord]:
         return list(self._prefilling.values())

@@ -57,6 +57,11 @@ class TurnRecord:
     # dict, because a long run keeps every finished turn.
     cache_at_sent: tuple[float, float] | None = None
     cache_at_done: tuple[float, float] | None = None
+    # A prefill/decode split's decode side: (KV transferred in, prompt tokens admitted, sample time) when the turn
+    # was sent; then the KV transferred in for this turn, from those counters (state.py attributes it).
+    transfer_at_sent: tuple[float, float, float] | None = None
+    kv_transferred: int | None = None
+    prefill_leg_s: float | None = None  # a split's front: how long its prefill server took with the request
     # Inter-token gaps (between text chunks' arrivals), split by whether another session was prefilling;
     # arrays of doubles: a long run keeps every finished turn's gaps for the report.
     gaps_alone: array[float] = field(default_factory=lambda: array("d"))
@@ -181,12 +186,37 @@ def decode_tok_s(tokens: float, first_t: float | None, last_t: float | None) -> 
     return (tokens - 1) / (last_t - first_t)
 
 
+def transferred_tokens(rec: TurnRecord) -> int | None:
+    """KV a split's decode server received for this turn instead of finding it in its prefix cache (state.py
+    attributes its transferred-in counter to turns); never more than usage's cached tokens, which count it.
+    None outside a split."""
+    moved = rec.kv_transferred
+    if moved is None or rec.cached_tokens is None:
+        return moved
+    return min(moved, rec.cached_tokens)
+
+
+def transfer_s(rec: TurnRecord) -> float | None:
+    """TTFT less the split's prefill leg: the KV transfer, the decode server's first step and the hops between."""
+    ttft = rec.ttft
+    return None if ttft is None or rec.prefill_leg_s is None else max(0.0, ttft - rec.prefill_leg_s)
+
+
+def reused_tokens(rec: TurnRecord) -> int | None:
+    """Prompt tokens the prefix cache supplied: usage's cached tokens less the KV transferred (a split's decode
+    server counts both as cached)."""
+    if rec.cached_tokens is None:
+        return None
+    return rec.cached_tokens - (transferred_tokens(rec) or 0)
+
+
 def new_tokens(rec: TurnRecord) -> int:
-    """Tokens the server had to prefill: prompt - cached when usage says both;
+    """Tokens the server had to prefill: prompt - reused when usage says both;
     else prompt - the previous prompt; else the client's estimate."""
     prompt = rec.prompt_tokens
-    if prompt is not None and rec.cached_tokens is not None:
-        return prompt - rec.cached_tokens
+    reused = reused_tokens(rec)
+    if prompt is not None and reused is not None:
+        return prompt - reused
     if prompt is not None and rec.prev_prompt_tokens is not None:
         return prompt - rec.prev_prompt_tokens
     if prompt is not None and rec.turn == 1:
@@ -201,10 +231,11 @@ def prefill_tok_s(rec: TurnRecord) -> float | None:
 
 
 def hit_rate(rec: TurnRecord) -> float | None:
-    """The request's own cached share when the server reports it; else the
-    server-wide prefix-cache hit rate over the turn (counter deltas)."""
-    if rec.cached_tokens is not None and rec.prompt_tokens:
-        return rec.cached_tokens / rec.prompt_tokens
+    """The request's own prefix-cache share (reused / prompt) when the server reports it; else the
+    server-wide prefix-cache hit rate over the turn (counter deltas). Transferred KV is never a hit."""
+    reused = reused_tokens(rec)
+    if reused is not None and rec.prompt_tokens:
+        return reused / rec.prompt_tokens
     a, b = rec.cache_at_sent, rec.cache_at_done
     if a is None or b is None or b[0] - a[0] <= 0:
         return None
@@ -294,6 +325,12 @@ class TurnRow(msgspec.Struct):
     ttft_rest_s: float | None = None  # ttft_s - queued_s - engine_prefill_s: client, network, HTTP, tokenizer
     spec_accepted: int | None = None  # speculative decoding: draft tokens accepted ...
     spec_drafted: int | None = None  # ... of those drafted
+    # A prefill/decode split: KV the decode server received from the prefill server (not in cached_tokens,
+    # which counts prefix-cache reuse only); where the split's front says how long its prefill leg took, the
+    # rest of the TTFT: the KV transfer and the decode server's first step.
+    transferred_tokens: int | None = None
+    prefill_leg_s: float | None = None
+    transfer_s: float | None = None
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
@@ -303,7 +340,10 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         turn=rec.turn,
         context_tokens=rec.prompt_tokens if rec.prompt_tokens is not None else rec.target,
         new_tokens=new_tokens(rec),
-        cached_tokens=rec.cached_tokens,
+        cached_tokens=reused_tokens(rec),
+        transferred_tokens=transferred_tokens(rec),
+        prefill_leg_s=rec.prefill_leg_s,
+        transfer_s=transfer_s(rec),
         ttft_s=rec.ttft,
         prefill_tok_s=prefill_tok_s(rec),
         decode_tok_s=decode_tok_s(rec.tokens, rec.first_t, rec.last_t),
@@ -356,4 +396,8 @@ def turn_line(rec: TurnRecord) -> str:
     parts.append(f"ctx {row.context_tokens:,}")
     if row.cached_tokens is not None:
         parts.append(f"cached {row.cached_tokens:,}")
+    if row.transferred_tokens is not None:
+        parts.append(f"transferred {row.transferred_tokens:,}")
+    if row.prefill_leg_s is not None and row.transfer_s is not None:
+        parts.append(f"prefill leg {row.prefill_leg_s:.2f}s + transfer {row.transfer_s:.2f}s")
     return "  ".join(parts)

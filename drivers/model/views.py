@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s
+from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, reused_tokens
 
 # reasoning: generating, but the answer has not started (a reasoning model's thinking); decoding: answering.
 # "user idle": the user's own pause (--think-time) before the next turn, not the model's.
@@ -84,11 +84,12 @@ class SessionView:
 
     @property
     def cached_share(self) -> float | None:
-        """Cached share of the last finished turn's prompt (from usage)."""
+        """Prefix-cache share of the last finished turn's prompt (from usage; transferred KV is not cached)."""
         rec = self.last_done
-        if rec is None or rec.cached_tokens is None or not rec.prompt_tokens:
+        reused = None if rec is None else reused_tokens(rec)
+        if rec is None or reused is None or not rec.prompt_tokens:
             return None
-        return rec.cached_tokens / rec.prompt_tokens
+        return reused / rec.prompt_tokens
 
     def current_gap(self, now: float) -> float | None:
         """While generating: seconds since the last text chunk arrived (a stall, when long)."""

@@ -33,6 +33,8 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn("context", "context_tokens", lambda r: format_tokens(r.context_tokens)),
     TurnColumn("new", "new_tokens", lambda r: format_tokens(r.new_tokens)),
     TurnColumn("cached", "cached_tokens", lambda r: format_tokens(r.cached_tokens)),
+    TurnColumn("transferred", "transferred_tokens", lambda r: format_tokens(r.transferred_tokens)),
+    TurnColumn("xfer s", "transfer_s", lambda r: fmt_num(r.transfer_s, ".2f")),
     TurnColumn("TTFT s", "ttft_s", lambda r: fmt_num(r.ttft_s, ".2f")),
     TurnColumn("queued s", "queued_s", lambda r: fmt_num(r.queued_s, ".2f")),
     TurnColumn("engine prefill s", "engine_prefill_s", lambda r: fmt_num(r.engine_prefill_s, ".2f")),
@@ -60,17 +62,22 @@ BY_HEAD = {c.head: c for c in TURN_COLUMNS}
 REASONING_HEADS = ("TTFA s", "reasoning")  # shown where some turn reasoned: else TTFA is the TTFT and reasoning 0
 ENGINE_HEADS = ("queued s", "engine prefill s", "rest s")  # shown where the engine timed some turn itself
 SPEC_HEADS = ("spec",)  # shown where some turn drafted speculative tokens
+# A prefill/decode split: the KV the decode side received, and (behind rampwatch's own proxy) its transfer time.
+TRANSFER_HEADS = ("transferred", "xfer s")
 # Each optional group of columns, whether a turn calls for it, and the width it adds to the text table.
 OPTIONAL: tuple[tuple[tuple[str, ...], Callable[[TurnRow], bool], int], ...] = (
     (REASONING_HEADS, lambda r: bool(r.reasoning_tokens or r.no_answer), 30),
     (ENGINE_HEADS, lambda r: r.engine_prefill_s is not None, 36),
     (SPEC_HEADS, lambda r: bool(r.spec_drafted), 10),
+    (TRANSFER_HEADS[:1], lambda r: r.transferred_tokens is not None, 14),
+    (TRANSFER_HEADS[1:], lambda r: r.transfer_s is not None, 14),
 )
 COLUMNS = tuple(h for h in ALL_COLUMNS if not any(h in heads for heads, _, _ in OPTIONAL))  # none called for
 
 
 def shown_columns(rows: list[TurnRow], heads: tuple[str, ...] = ALL_COLUMNS) -> tuple[str, ...]:
-    """`heads`, less each optional group (reasoning, the engine's timing, speculation) no turn of `rows` calls for."""
+    """`heads`, less each optional group (reasoning, the engine's timing, speculation, a split's transfer) no
+    turn of `rows` calls for."""
     hidden = {h for group, wanted, _ in OPTIONAL if not any(map(wanted, rows)) for h in group}
     return tuple(h for h in heads if h not in hidden)
 

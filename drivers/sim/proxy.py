@@ -2,7 +2,8 @@
 examples do it: each request goes to the prefill server with max_tokens 1 (the
 prompt's KV is computed there), then the original request to the decode server,
 marked with kv_transfer_params so the simulated decode engine waits the modelled
-KV transfer before it decodes; the decode server's answer streams back.
+KV transfer before it decodes; the decode server's answer streams back, its
+headers saying how long the prefill leg took (x-prefill-leg-ms).
 It fronts real servers the same way (vLLM's ExampleConnector finds the KV by
 prompt, and ignores the mark).
 """
@@ -10,6 +11,7 @@ prompt, and ignores the mark).
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import msgspec
@@ -22,6 +24,9 @@ from starlette.routing import Route
 from rampwatch.drivers.sim.errors import error_response
 
 _FORWARDED = ("authorization", "content-type")
+# The response header that says how long the prefill server took with the request (its leg, in ms): a client
+# sets it beside its TTFT to see what the KV transfer and the decode server's first step took.
+PREFILL_LEG_HEADER = "x-prefill-leg-ms"
 
 
 class PdProxy:
@@ -83,10 +88,12 @@ class PdProxy:
         first = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "min_tokens", "ignore_eos")}
         first.update(max_tokens=1, stream=False)
         first.pop("max_completion_tokens", None)
+        started = time.monotonic()
         try:
             r = await self.client.post(self.prefill + path, json=first, headers=headers)
         except httpx.HTTPError as e:
             return error_response(502, f"prefill server unreachable: {type(e).__name__}", "ProxyError")
+        leg_ms = (time.monotonic() - started) * 1000
         if r.status_code != 200:
             return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
         body["kv_transfer_params"] = {"do_remote_prefill": True, "remote_engine": "prefill"}
@@ -100,5 +107,6 @@ class PdProxy:
             up.aiter_raw(),
             status_code=up.status_code,
             media_type=up.headers.get("content-type"),
+            headers={PREFILL_LEG_HEADER: f"{leg_ms:.1f}"},
             background=BackgroundTask(up.aclose),
         )

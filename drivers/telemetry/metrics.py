@@ -71,6 +71,9 @@ VLLM = Profile(
         "prefix_hits": _s("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
         "prompt_tokens": _s("vllm:prompt_tokens_total"),
         "prompt_computed": _s("vllm:prompt_tokens_by_source_total", source="local_compute"),
+        # KV a connector brought in (a split's decode side): counted in usage's cached_tokens, not a cache hit.
+        "kv_transferred": _s("vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+        + _s("vllm:external_prefix_cache_hits_total"),
         "generation_tokens": _s("vllm:generation_tokens_total"),
         "preemptions": _s("vllm:num_preemptions_total"),
         "ttft_sum": _s("vllm:time_to_first_token_seconds_sum"),

@@ -26,6 +26,8 @@ TURN_COLUMNS = (
     "context",
     "new",
     "cached",
+    "transferred",
+    "xfer s",
     "TTFT s",
     "queued s",
     "engine prefill s",

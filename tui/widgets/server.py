@@ -154,6 +154,8 @@ ENDPOINT_COLUMNS: list[tuple[str, int, Callable[[EndpointView | None, ServerView
     ("prefill", 7, lambda ep, srv: rate((ep or srv).prefill_rate)),
     ("decode", 6, lambda ep, srv: rate((ep or srv).decode_rate)),
     ("hit", 4, lambda ep, srv: pct((ep or srv).hit_rate_since_start())),
+    # KV a split's decode server received from the prefill server: not in the hit rate (prefix-cache reuse only).
+    ("xfer", 5, lambda ep, srv: format_tokens((ep.since_start() if ep else srv.values).get("kv_transferred"))),
     ("role", 7, lambda ep, srv: ep.role if ep else ""),
     ("pre", 3, lambda ep, srv: whole((ep.since_start() if ep else srv.values).get("preemptions"))),
 ]
@@ -164,7 +166,8 @@ def endpoint_table(state: RunState, answered: list[EndpointView], width: int) ->
     answered) and a total row, as many columns as fit; a failing endpoint says so."""
     name_w = max(5, min(16, max(len(ep.name) for ep in answered)))
     cols, used = [], name_w
-    for col in ENDPOINT_COLUMNS:
+    moved = any(ep.since_start().get("kv_transferred") for ep in answered)  # only a split's columns show it
+    for col in (c for c in ENDPOINT_COLUMNS if moved or c[0] != "xfer"):
         if used + 1 + col[1] > width:
             break
         cols.append(col)

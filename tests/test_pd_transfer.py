@@ -1,0 +1,236 @@
+"""A prefill/decode split: KV the decode server received from the prefill server is `transferred`, not
+`cached` (issue 19): against rampwatch's simulated split and a real vLLM pair, run as a user runs them."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from rampwatch.drivers.sim.proxy import PdProxy
+from tests.conftest import free_port, report_json, run_against_real_server, rw, rw_started
+from tests.simhost import ThreadedServer
+from tests.test_vllm_integration import kv_block_size
+
+
+def wait_up(url: str, proc, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "rampwatch sim --pd did not come up"
+        time.sleep(0.1)
+
+
+def test_a_simulated_split_reports_transferred_kv_apart_from_prefix_cache_reuse(tmp_path):
+    """Turn 1 has nothing to reuse: all its KV came from the prefill server. Later turns reuse the earlier
+    context from the decode server's own prefix cache and receive only the rest."""
+    port = free_port()
+    while any(free_port() == port + k for k in (1, 2)):  # a best effort: the next two ports are taken by --pd
+        port = free_port()
+    sim = rw_started("sim", "--pd", "--port", str(port), "--profile", "tiny", "--time-scale", "1")
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_up(base, sim)
+        rec = tmp_path / "pd.jsonl"
+        p = rw(
+            "run",
+            base,
+            "--metrics-url",
+            f"prefill:prefill=http://127.0.0.1:{port + 1}/metrics",
+            "--metrics-url",
+            f"decode:decode=http://127.0.0.1:{port + 2}/metrics",
+            "--scrape-interval",
+            "0.05",
+            "--sessions",
+            "2",
+            "--lockstep",
+            "--scale-to",
+            "16k",
+            "--output-tokens",
+            "128",
+            "--ignore-eos",
+            "--gpu",
+            "none",
+            "--headless",
+            "--record",
+            str(rec),
+            timeout=300,
+        )
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    finally:
+        sim.terminate()
+        sim.wait(timeout=20)
+    rep = report_json(rec)
+    for s in rep["sessions"]:
+        turns = s["turns"]
+        assert len(turns) == 10 and not any(t["error"] for t in turns)
+        first = turns[0]
+        assert first["cached_tokens"] <= 0.02 * first["context_tokens"], first
+        assert first["transferred_tokens"] >= 0.95 * first["context_tokens"], first
+        assert first["hit_rate"] <= 0.02
+        for prev, t in zip(turns, turns[1:]):
+            # The decode server holds the previous turn's prompt and reply: that much is reused, the rest moves.
+            assert 0.8 * prev["context_tokens"] <= t["cached_tokens"] <= t["context_tokens"], t
+            assert t["transferred_tokens"] <= t["context_tokens"] - t["cached_tokens"], t
+            assert t["hit_rate"] == t["cached_tokens"] / t["context_tokens"]
+        # rampwatch's proxy says how long each prefill leg took: the rest of the TTFT is the transfer's.
+        for t in turns:
+            assert 0 < t["prefill_leg_s"] < t["ttft_s"], t
+            assert t["transfer_s"] == pytest.approx(t["ttft_s"] - t["prefill_leg_s"], abs=1e-9)
+    dec = next(x for x in rep["servers"] if x["role"] == "decode")
+    turns = [t for s in rep["sessions"] for t in s["turns"]]
+    assert dec["transferred_tokens"] == sum(t["transferred_tokens"] for t in turns)
+    assert next(x for x in rep["servers"] if x["role"] == "prefill")["transferred_tokens"] == 0
+    # The Events line (here the headless line) and the report's table say both.
+    for s in rep["sessions"]:
+        first = s["turns"][0]
+        line = f"{s['id']} turn 1 "
+        assert f"cached {first['cached_tokens']:,}  transferred {first['transferred_tokens']:,}" in next(
+            x for x in p.stdout.splitlines() if line in x
+        )
+    assert "| cached | transferred |" in rw("report", str(rec), "--format", "md").stdout
+
+
+def test_an_unsplit_server_reports_no_transferred_kv(tmp_path):
+    """Outside a split nothing is transferred: the field stays null and the column is not shown."""
+    rec = tmp_path / "one.jsonl"
+    p = rw(
+        "demo",
+        "--profile",
+        "tiny",
+        "--time-scale",
+        "1",
+        "--scale-to",
+        "4k",
+        "--output-tokens",
+        "8",
+        "--headless",
+        "--record",
+        str(rec),
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rep = report_json(rec)
+    assert all(t["transferred_tokens"] is None for s in rep["sessions"] for t in s["turns"])
+    assert "transferred" not in rw("report", str(rec)).stdout
+
+
+def test_a_real_prefill_decode_pair_reports_transferred_kv(vllm_pd, tmp_path):
+    """vLLM 0.32's decode server counts the KV ExampleConnector loaded as prompt_tokens_by_source
+    {source="external_kv_transfer"}: rampwatch shows it as transferred, and cached as its own prefix cache's."""
+    prefill, decode = vllm_pd
+    rec = tmp_path / "pd.jsonl"
+    with ThreadedServer(PdProxy(prefill, decode).app) as proxy:
+        rep = run_against_real_server(
+            proxy.url,
+            "--metrics-url",
+            f"prefill:p={prefill}/metrics",
+            "--metrics-url",
+            f"decode:d={decode}/metrics",
+            "--scrape-interval",
+            "0.1",
+            "--sessions",
+            "1",
+            "--scale-to",
+            "12k",
+            "--output-tokens",
+            "64",
+            "--ignore-eos",
+            record=rec,
+        )
+    turns = rep["sessions"][0]["turns"]
+    assert [t["turn"] for t in turns] == list(range(1, 11)) and not any(t["error"] for t in turns)
+    block = kv_block_size(decode)
+    # ExampleConnector never finds a prompt of k*B+1 tokens (see test_vllm_integration): nothing moves for it.
+    findable = [t for t in turns if t["context_tokens"] % block != 1]
+    first = turns[0]
+    if first in findable:
+        assert first["cached_tokens"] <= block and first["transferred_tokens"] >= 0.9 * first["context_tokens"]
+    assert all(t["transferred_tokens"] is not None for t in turns)
+    # What the decode server did not compute it either reused (its prefix cache holds the previous turn's prompt
+    # and reply) or loaded: usage's cached tokens, now split in two.
+    for t in findable:
+        assert t["cached_tokens"] + t["transferred_tokens"] >= 0.9 * t["context_tokens"], t
+    for prev, t in zip(turns, turns[1:]):
+        assert t["cached_tokens"] >= 0.5 * prev["context_tokens"], t
+    for t in turns:
+        assert t["hit_rate"] == t["cached_tokens"] / t["context_tokens"]
+    dec = next(x for x in rep["servers"] if x["role"] == "decode")
+    assert dec["transferred_tokens"] == sum(t["transferred_tokens"] for t in turns)
+
+
+def fold_split(events: list) -> list:
+    """The turns a RunState folds from `events` behind a split (a prefill and a decode endpoint)."""
+    from rampwatch.drivers.model import events as ev
+    from rampwatch.drivers.model.state import RunState
+    from rampwatch.drivers.model.turns import turn_row
+
+    state = RunState()
+    for e in events:
+        state.apply(e)
+    state.apply(ev.RunEnded(t=99.0, status="done", exit_code=0))
+    return state, [turn_row(r) for r in state.turns]
+
+
+def sample(t: float, role: str, transferred: float, prompt: float):
+    from rampwatch.drivers.model import events as ev
+
+    values = {"prompt_tokens": prompt, "prefix_queries": prompt, "prefix_hits": 0.0, "kv_transferred": transferred}
+    return ev.MetricsSample(t=t, source=role, engine="vllm", values=values, role=role)
+
+
+def turn(sid: str, t: float, prompt: int, cached: int) -> list:
+    from rampwatch.drivers.model import events as ev
+
+    return [
+        ev.RequestSent(t=t, session=sid, turn=1, target_tokens=prompt, new_tokens_est=prompt, body_bytes=1),
+        ev.FirstToken(t=t + 0.5, session=sid, turn=1),
+        ev.TurnDone(t=t + 0.6, session=sid, turn=1, status="ok", prompt_tokens=prompt, cached_tokens=cached),
+    ]
+
+
+def test_two_turns_in_one_scrape_window_share_the_transfer_by_prompt_and_wait_for_the_scrape():
+    """Both turns sent after one scrape and done before the next: the decode server's counter grew by both
+    transfers; each turn gets its share, and its Events line comes with the scrape that covers it."""
+    start = [sample(0.0, "prefill", 0, 0), sample(0.0, "decode", 0, 0)]
+    state, rows = fold_split(
+        [*start, *turn("s1", 1.0, 1000, 999), *turn("s2", 1.1, 3000, 2999), sample(2.0, "decode", 3998, 4000)]
+    )
+    assert [(r.cached_tokens, r.transferred_tokens) for r in rows] == [(0, 999), (0, 2999)]
+    lines = [x.text for x in state.log if "turn 1" in x.text]
+    assert len(lines) == 2 and all(x.t == 2.0 for x in state.log if "turn 1" in x.text)
+    assert "cached 0  transferred 999" in lines[0]
+
+
+def test_a_turn_attributed_earlier_is_not_counted_again_in_a_later_window():
+    """s1's turn was attributed at the scrape after its first token; s2's window began before that scrape,
+    so it holds s1's transfer too: s1's share comes off, and s2's own prefix-cache reuse is what is left."""
+    start = [sample(0.0, "prefill", 0, 0), sample(0.0, "decode", 0, 0)]
+    events = [
+        *start,
+        *turn("s1", 1.0, 1000, 999)[:2],
+        sample(1.6, "decode", 999, 1000),
+        turn("s1", 1.0, 1000, 999)[2],
+        *turn("s2", 1.2, 2000, 1999)[:2],  # sent before the 1.6 scrape
+        sample(2.0, "decode", 999 + 500, 3000),
+        turn("s2", 1.2, 2000, 1999)[2],
+        sample(2.5, "decode", 999 + 500, 3000),
+    ]
+    _, rows = fold_split(events)
+    by = {r.turn: r for r in rows}
+    assert [(r.cached_tokens, r.transferred_tokens) for r in rows] == [(0, 999), (1499, 500)], by
+
+
+def test_outside_a_split_nothing_is_transferred():
+    from rampwatch.drivers.model import events as ev
+
+    one = ev.MetricsSample(
+        t=0.0, source="one", engine="vllm", values={"prompt_tokens": 0.0, "kv_transferred": 0.0}, role="both"
+    )
+    _, rows = fold_split([one, *turn("s1", 1.0, 1000, 500)])
+    assert (rows[0].cached_tokens, rows[0].transferred_tokens, rows[0].hit_rate) == (500, None, 0.5)
