@@ -79,7 +79,10 @@ def test_demo_on_a_prefill_decode_split_reports_each_role(tmp_path):
     assert 0 < dec["prefix_hit_tokens"] < dec["prefix_query_tokens"] - dec["prompt_computed_tokens"]
     # What the decode node did not compute was reused from its prefix cache or transferred: never both counted.
     assert all(t["cached_tokens"] + t["transferred_tokens"] >= 0.9 * t["context_tokens"] for t in turns)
-    assert turns[0]["cached_tokens"] == 0 and dec["transferred_tokens"] == sum(t["transferred_tokens"] for t in turns)
+    # The demo scrapes every 0.5 s and these turns last ~0.1 s: one scrape window holds both sessions' turns 1
+    # and 2, and what the decode server could not have held in its prefix cache (all of a turn 1) is transferred.
+    assert all(t["cached_tokens"] == 0 for t in turns if t["turn"] == 1)
+    assert dec["transferred_tokens"] == sum(t["transferred_tokens"] for t in turns)
     assert {r["name"]: r["decode_tok_s"] for r in rep["roles"]} == {
         "prefill": pre["decode_tok_s"],
         "decode": dec["decode_tok_s"],
