@@ -8,10 +8,7 @@ import time
 import httpx
 import pytest
 
-from rampwatch.drivers.sim.proxy import PdProxy
-from tests.conftest import free_port, report_json, run_against_real_server, rw, rw_started
-from tests.simhost import ThreadedServer
-from tests.test_vllm_integration import kv_block_size
+from tests.conftest import free_port, report_json, rw, rw_started
 
 
 def wait_up(url: str, proc, timeout: float = 60.0) -> None:
@@ -118,50 +115,6 @@ def test_an_unsplit_server_reports_no_transferred_kv(tmp_path):
     rep = report_json(rec)
     assert all(t["transferred_tokens"] is None for s in rep["sessions"] for t in s["turns"])
     assert "transferred" not in rw("report", str(rec)).stdout
-
-
-def test_a_real_prefill_decode_pair_reports_transferred_kv(vllm_pd, tmp_path):
-    """vLLM 0.32's decode server counts the KV ExampleConnector loaded as prompt_tokens_by_source
-    {source="external_kv_transfer"}: rampwatch shows it as transferred, and cached as its own prefix cache's."""
-    prefill, decode = vllm_pd
-    rec = tmp_path / "pd.jsonl"
-    with ThreadedServer(PdProxy(prefill, decode).app) as proxy:
-        rep = run_against_real_server(
-            proxy.url,
-            "--metrics-url",
-            f"prefill:p={prefill}/metrics",
-            "--metrics-url",
-            f"decode:d={decode}/metrics",
-            "--scrape-interval",
-            "0.1",
-            "--sessions",
-            "1",
-            "--scale-to",
-            "12k",
-            "--output-tokens",
-            "64",
-            "--ignore-eos",
-            record=rec,
-        )
-    turns = rep["sessions"][0]["turns"]
-    assert [t["turn"] for t in turns] == list(range(1, 11)) and not any(t["error"] for t in turns)
-    block = kv_block_size(decode)
-    # ExampleConnector never finds a prompt of k*B+1 tokens (see test_vllm_integration): nothing moves for it.
-    findable = [t for t in turns if t["context_tokens"] % block != 1]
-    first = turns[0]
-    if first in findable:
-        assert first["cached_tokens"] <= block and first["transferred_tokens"] >= 0.9 * first["context_tokens"]
-    assert all(t["transferred_tokens"] is not None for t in turns)
-    # What the decode server did not compute it either reused (its prefix cache holds the previous turn's prompt
-    # and reply) or loaded: usage's cached tokens, now split in two.
-    for t in findable:
-        assert t["cached_tokens"] + t["transferred_tokens"] >= 0.9 * t["context_tokens"], t
-    for prev, t in zip(turns, turns[1:]):
-        assert t["cached_tokens"] >= 0.5 * prev["context_tokens"], t
-    for t in turns:
-        assert t["hit_rate"] == t["cached_tokens"] / t["context_tokens"]
-    dec = next(x for x in rep["servers"] if x["role"] == "decode")
-    assert dec["transferred_tokens"] == sum(t["transferred_tokens"] for t in turns)
 
 
 def fold_split(events: list) -> list:

@@ -220,6 +220,8 @@ def test_a_real_prefill_decode_pair_behind_rampwatchs_proxy(vllm_pd, tmp_path):
             f"prefill:p={prefill}/metrics",
             "--metrics-url",
             f"decode:d={decode}/metrics",
+            "--scrape-interval",
+            "0.1",
             "--sessions",
             "1",
             "--scale-to",
@@ -249,3 +251,12 @@ def test_a_real_prefill_decode_pair_behind_rampwatchs_proxy(vllm_pd, tmp_path):
     )
     assert dec["prompt_computed_tokens"] - computed_for_unfindable < 0.1 * pre["prompt_computed_tokens"]
     assert rep["servers_total"]["generation_tokens"] == pre["generation_tokens"] + dec["generation_tokens"]
+    # vLLM 0.32's decode server counts the KV ExampleConnector loaded as prompt_tokens_by_source
+    # {source="external_kv_transfer"}: rampwatch shows it as transferred, and cached as its own prefix cache's.
+    first = turns[0]
+    if first not in unfindable:
+        assert first["cached_tokens"] <= block and first["transferred_tokens"] >= 0.9 * first["context_tokens"]
+    for prev, t in zip(turns, turns[1:]):  # its prefix cache holds the previous turn's prompt and reply
+        assert t["cached_tokens"] >= 0.5 * prev["context_tokens"], t
+    assert all(t["hit_rate"] == t["cached_tokens"] / t["context_tokens"] for t in turns)
+    assert dec["transferred_tokens"] == sum(t["transferred_tokens"] for t in turns)
