@@ -3,7 +3,10 @@
 `apply` is O(1) per event (O(tokens) for a batch of token times, O(sessions)
 per batch for the interference split), so the driver can call it inline.
 Widgets and reports read it; they never compute statistics of their own.
-The views it keeps live in views.py (sessions), endpoints.py (servers) and log.py.
+The views it keeps live in views.py (sessions), endpoints.py (servers) and log.py;
+what has a job of its own lives beside it (client_check.py, split_transfer.py).
+It is longer than ~400 lines on purpose: one handler per event kind, and the
+queries the panels make of the folded state, read together as the one fold.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView, merge_endpoints
 from rampwatch.drivers.model.log import LogEntry
+from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line
 from rampwatch.drivers.model.views import (
@@ -55,12 +59,9 @@ class RunState:
         self.recording_error: str | None = None
         self._prefilling: dict[str, TurnRecord] = {}
         self._last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
-        # A split's finished turns whose decode-side counters do not yet cover their first token: each one's line
-        # is logged once a decode server's sample does (or the run ends), so it never calls transferred KV cached.
-        self._awaiting_transfer: list[TurnRecord] = []
-        # Recently attributed split turns: (first token time, KV transferred, prompt tokens), so a later turn's
-        # counter window does not count their admissions again.
-        self._attributed: deque[tuple[float, float, float]] = deque(maxlen=256)
+        # A split's transferred KV per turn: a finished turn's line is logged once a decode server's sample
+        # covers its first token (or the run ends), so it never calls transferred KV cached.
+        self.transfers = TransferLedger()
         self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
 
     # -- folding -------------------------------------------------------------
@@ -96,7 +97,7 @@ class RunState:
             prev_prompt_tokens=s.last_prompt_tokens,
             think_s=s.pause.seconds if s.pause is not None and s.pause.turn == e.turn else None,
             cache_at_sent=self._cache_counters(),
-            transfer_at_sent=self._transfer_counters(),
+            transfer_at_sent=transfer_counters(self._decode_endpoints()),
             kv_peak=self.server.values.get("kv_usage"),
         )
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
@@ -176,9 +177,9 @@ class RunState:
         rec.reasoning_reported, rec.reasoning_chunks = e.reasoning_tokens, e.reasoning_chunks
         rec.finish_reason, rec.reply_chars = e.finish_reason, e.reply_chars
         rec.cache_at_done = self._cache_counters()
-        covered = rec.transfer_at_sent is not None and self._transfer_covers(rec)
+        covered = rec.transfer_at_sent is not None and covers(rec, self._decode_endpoints())
         if covered and e.status == "ok":
-            self._attribute_transfer(rec)
+            self.transfers.attribute(rec, self._decode_endpoints())
         if rec.chunks == 0:
             rec.chunks = e.chunks
         self.turns.append(rec)
@@ -203,7 +204,7 @@ class RunState:
             s.state = "done" if e.turn >= len(s.schedule) else "idle"
             s.needles.append(NO_ANSWER if rec.no_answer else e.needle)
             if rec.transfer_at_sent is not None and not covered:
-                self._awaiting_transfer.append(rec)
+                self.transfers.awaiting.append(rec)
             else:
                 self._log(LogEntry(e.t, "info", turn_line(rec), rec.ttft))
         else:
@@ -246,7 +247,7 @@ class RunState:
                     )  # the session's own server where known
                     rec.kv_peak = here if rec.kv_peak is None else max(rec.kv_peak, here)
         srv.last_sample_t = e.t
-        if self._awaiting_transfer and ep.role == "decode":
+        if self.transfers.awaiting and ep.role == "decode":
             self._settle_transfers(e.t, final=False)
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
@@ -322,57 +323,14 @@ class RunState:
         v = self.server.values
         return (v["prefix_queries"], v["prefix_hits"]) if "prefix_queries" in v and "prefix_hits" in v else None
 
-    def _transfer_counters(self) -> tuple[float, float, float] | None:
-        """A split's decode servers: (KV transferred in, prompt tokens admitted) since start, and when the oldest
-        of them was sampled; None when not split or they do not count transferred KV (outside a split, a
-        connector's KV is a cache: usage's cached tokens)."""
+    def _decode_endpoints(self) -> list[EndpointView] | None:
         split = self.split()
-        if split is None:
-            return None
-        counts = [ep.since_start() for ep in split[1]]
-        if not all("kv_transferred" in c and "prompt_tokens" in c for c in counts):
-            return None
-        t = min(x.last_sample_t or 0.0 for x in split[1])
-        return (sum(c["kv_transferred"] for c in counts), sum(c["prompt_tokens"] for c in counts), t)
-
-    def _attribute_transfer(self, rec: TurnRecord) -> None:
-        """The KV transferred for `rec`: the decode servers' counters from its send to a sample after its first
-        token, less what turns already attributed were admitted in that window (a decode server admits a turn
-        just before its first token); the rest shared with the turns still unattributed by prompt tokens."""
-        a, b = rec.transfer_at_sent, self._transfer_counters()
-        if a is None or b is None or not rec.prompt_tokens:
-            return
-        moved, admitted = b[0] - a[0], b[1] - a[1]
-        for first_t, m, p in self._attributed:
-            if first_t > a[2]:
-                moved, admitted = moved - m, admitted - p
-        if admitted <= 0:
-            return  # the counters never showed the turn (scrapes failed)
-        share = min(1.0, rec.prompt_tokens / admitted)
-        mine = max(0, round(moved * share))
-        # What the decode server's prefix cache cannot have held (more than the session's previous prompt and
-        # reply; nothing before turn 1) came from the prefill side: a floor when turns share a scrape window.
-        held = rec.prev_prompt_tokens + rec.completion_tokens if rec.prev_prompt_tokens is not None else 0
-        mine = max(mine, min(round(moved), rec.prompt_tokens - held))
-        rec.kv_transferred = mine if rec.cached_tokens is None else min(mine, rec.cached_tokens)  # usage counts it
-        self._attributed.append((rec.first_t or rec.sent_t, rec.kv_transferred, rec.prompt_tokens))
-
-    def _transfer_covers(self, rec: TurnRecord) -> bool:
-        """Whether every decode server was sampled after the turn's first token (it was admitted before that)."""
-        split = self.split()
-        mark = rec.first_t if rec.first_t is not None else rec.done_t
-        return split is not None and mark is not None and all((x.last_sample_t or 0.0) > mark for x in split[1])
+        return split[1] if split is not None else None
 
     def _settle_transfers(self, t: float, final: bool) -> None:
-        """Finish the waiting turns the decode servers' counters now cover (all of them at the run's end) and log
-        their lines."""
-        waiting, self._awaiting_transfer = self._awaiting_transfer, []
-        for rec in waiting:
-            if final or self._transfer_covers(rec):
-                self._attribute_transfer(rec)
-                self._log(LogEntry(t, "info", turn_line(rec), rec.ttft))
-            else:
-                self._awaiting_transfer.append(rec)
+        """Log the lines of the waiting split turns the decode servers' counters now cover (all at the end)."""
+        for rec in self.transfers.settle(self._decode_endpoints(), final):
+            self._log(LogEntry(t, "info", turn_line(rec), rec.ttft))
 
     def prefilling(self) -> list[TurnRecord]:
         return list(self._prefilling.values())

@@ -1,5 +1,6 @@
 """A whole run: probe the server, plan the ramps, drive the sessions and the
-samplers, and close the recording, whatever happens."""
+samplers, and close the recording, whatever happens. (Just over ~400 lines:
+the run's lifecycle from probe to last event reads top to bottom in one place.)"""
 
 from __future__ import annotations
 

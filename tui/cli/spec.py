@@ -3,7 +3,7 @@
 Each command's flags are added when that command is parsed (or its help shown), so `rampwatch report`
 never imports the simulator that `demo` and `sim` take their flags from.
 
-It is longer than the other modules (~450 lines) on purpose: the whole command line in one place, read top to
+It is longer than the other modules (~500 lines) on purpose: the whole command line in one place, read top to
 bottom as the reference it generates; the commands themselves live one a module beside it.
 """
 

@@ -1,0 +1,77 @@
+"""A prefill/decode split's transferred KV, told apart from prefix-cache reuse for each turn.
+
+The decode server counts the KV it received from the prefill server as cached in usage; its by-source
+counters (drivers/telemetry/metrics.py's kv_transferred) say how much came over, server-wide. Each turn is
+given its part of the counters' growth between a sample before it was sent and one after its first token;
+until such a sample comes, its turn line waits here (see RunState)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from rampwatch.drivers.model.endpoints import EndpointView
+from rampwatch.drivers.model.turns import TurnRecord
+
+Counters = tuple[float, float, float]  # (KV transferred in, prompt tokens admitted) since start, oldest sample's time
+
+
+def transfer_counters(decode: list[EndpointView] | None) -> Counters | None:
+    """A split's decode servers' counters; None when not split or they do not count transferred KV (outside a
+    split, a connector's KV is a cache: usage's cached tokens)."""
+    if not decode:
+        return None
+    counts = [ep.since_start() for ep in decode]
+    if not all("kv_transferred" in c and "prompt_tokens" in c for c in counts):
+        return None
+    t = min(x.last_sample_t or 0.0 for x in decode)
+    return (sum(c["kv_transferred"] for c in counts), sum(c["prompt_tokens"] for c in counts), t)
+
+
+def covers(rec: TurnRecord, decode: list[EndpointView] | None) -> bool:
+    """Whether every decode server was sampled after the turn's first token (it was admitted before that)."""
+    mark = rec.first_t if rec.first_t is not None else rec.done_t
+    return bool(decode) and mark is not None and all((x.last_sample_t or 0.0) > mark for x in decode or [])
+
+
+class TransferLedger:
+    """The split turns given their transferred KV so far, and those still waiting for a sample."""
+
+    def __init__(self) -> None:
+        # Finished turns whose decode-side counters do not yet cover their first token.
+        self.awaiting: list[TurnRecord] = []
+        # Recently attributed turns: (first token time, KV transferred, prompt tokens), so a later turn's
+        # counter window does not count their admissions again.
+        self._attributed: deque[tuple[float, float, float]] = deque(maxlen=256)
+
+    def attribute(self, rec: TurnRecord, decode: list[EndpointView] | None) -> None:
+        """The KV transferred for `rec`: the decode servers' counters from its send to a sample after its first
+        token, less what turns already attributed were admitted in that window (a decode server admits a turn
+        just before its first token); the rest shared with the turns still unattributed by prompt tokens."""
+        a, b = rec.transfer_at_sent, transfer_counters(decode)
+        if a is None or b is None or not rec.prompt_tokens:
+            return
+        moved, admitted = b[0] - a[0], b[1] - a[1]
+        for first_t, m, p in self._attributed:
+            if first_t > a[2]:
+                moved, admitted = moved - m, admitted - p
+        if admitted <= 0:
+            return  # the counters never showed the turn (scrapes failed)
+        share = min(1.0, rec.prompt_tokens / admitted)
+        mine = max(0, round(moved * share))
+        # What the decode server's prefix cache cannot have held (more than the session's previous prompt and
+        # reply; nothing before turn 1) came from the prefill side: a floor when turns share a scrape window.
+        held = rec.prev_prompt_tokens + rec.completion_tokens if rec.prev_prompt_tokens is not None else 0
+        mine = max(mine, min(round(moved), rec.prompt_tokens - held))
+        rec.kv_transferred = mine if rec.cached_tokens is None else min(mine, rec.cached_tokens)  # usage counts it
+        self._attributed.append((rec.first_t or rec.sent_t, rec.kv_transferred, rec.prompt_tokens))
+
+    def settle(self, decode: list[EndpointView] | None, final: bool) -> list[TurnRecord]:
+        """The waiting turns the decode servers' counters now cover (all of them at the run's end), attributed."""
+        ready: list[TurnRecord] = []
+        waiting: list[TurnRecord] = []
+        for rec in self.awaiting:
+            (ready if final or covers(rec, decode) else waiting).append(rec)
+        self.awaiting = waiting
+        for rec in ready:
+            self.attribute(rec, decode)
+        return ready
