@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rampwatch.drivers.client.request_options import parse_extra_body, parse_header, request_headers
+from rampwatch.drivers.client.request_options import merge_headers, parse_extra_body, parse_header, request_headers
 from rampwatch.drivers.run.scrub import scrub_argv
 from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import report_json, rw, small_run
@@ -72,6 +72,31 @@ def test_an_extra_body_file_is_read(tmp_path):
     f = tmp_path / "body.json"
     f.write_text(EXTRA)
     assert parse_extra_body(f"@{f}") == json.loads(EXTRA)
+
+
+def test_what_a_header_may_not_be():
+    for spec, why in [
+        ("Host: x", "set by rampwatch"),
+        ("content-type: text/plain", "set by rampwatch"),
+        ("x: café", "ASCII"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            parse_header(spec)
+
+
+def test_a_header_replaces_the_keys_authorization_whatever_its_case():
+    merged = merge_headers({"Authorization": "Bearer key", "X-A": "1"}, {"authorization": "Bearer mine"})
+    assert merged == {"X-A": "1", "authorization": "Bearer mine"}
+
+
+def test_secrets_in_a_body_a_prompt_or_a_mistyped_flag_stay_out_of_the_recorded_command():
+    argv = ["run", "u", "--extra-body", '{"api_key": "short", "top_k": 20}', "--system-prompt", "use sk-abcdefgh1234"]
+    argv += ["--heade", "Authorization: Bearer abc123"]
+    assert scrub_argv(argv)[3:] == ['{"api_key":"***","top_k":20}', "--system-prompt", "use ***", "--heade"] + [
+        "Authorization: ***"
+    ]
+    p = rw("run", "http://127.0.0.1:9", "--heade", f"Authorization: Bearer {SECRET}", "--no-record")
+    assert p.returncode == 2 and SECRET not in p.stdout + p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
 def test_a_credential_header_is_hidden_in_the_recorded_command():

@@ -56,16 +56,20 @@ def read_corpus(path: Path) -> Corpus:
     texts: list[str] = []
     size = 0
     for f in corpus_files(path):
+        limit = (CORPUS_MAX_CHARS - size) * 4  # UTF-8 takes at most 4 bytes a character: never a whole huge file
         try:
-            data = f.read_bytes()
+            with f.open("rb") as stream:
+                data = stream.read(limit)
         except OSError:
             continue
         if b"\0" in data[:SNIFF_BYTES]:
             continue
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            continue
+        except UnicodeDecodeError as e:
+            if len(data) < limit or e.start < len(data) - 3:
+                continue  # not UTF-8 text
+            text = data[: e.start].decode("utf-8")  # a character cut at the limit
         if not text.strip():
             continue
         texts.append(text)

@@ -23,6 +23,8 @@ RESERVED_BODY_KEYS: dict[str, str | None] = {
     "temperature": None,
 }
 PLACEHOLDERS = ("session", "turn", "run")
+# Headers rampwatch's own client writes to frame each request: a second copy would mis-frame it.
+FRAMING_HEADERS = ("host", "content-length", "transfer-encoding", "connection", "content-type")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP header name (RFC 9110 token)
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 # Header names whose values are credentials: never recorded, never printed.
@@ -85,8 +87,10 @@ def parse_header(spec: str) -> HeaderTemplate:
         raise ValueError("use 'NAME: VALUE', e.g. 'x-session-id: {session}'")
     if not _TOKEN.fullmatch(name):
         raise ValueError(f"{name!r} is not a header name")
-    if any(c in value for c in "\r\n\0"):
-        raise ValueError("a header value cannot hold a line break")
+    if name.lower() in FRAMING_HEADERS:
+        raise ValueError(f"{name} is set by rampwatch's own client for every request")
+    if not all(c == "\t" or " " <= c <= "~" for c in value):
+        raise ValueError("a header value must be printable ASCII (no line breaks, no other characters)")
     for field in _PLACEHOLDER.findall(value):
         if field not in PLACEHOLDERS:
             raise ValueError(f"{{{field}}} is not a placeholder (use {{session}}, {{turn}} or {{run}})")
@@ -103,6 +107,13 @@ def is_secret_header(name: str) -> bool:
 def request_headers(templates: list[HeaderTemplate], session: str, turn: int, run: str) -> dict[str, str]:
     """The per-request headers of one turn, placeholders filled in."""
     return {h.name: h.expand(session, turn, run) for h in templates if h.per_request}
+
+
+def merge_headers(base: dict[str, str], over: dict[str, str]) -> dict[str, str]:
+    """`base` with `over` on top, names compared case-insensitively (HTTP's rule), so an --header
+    'authorization: ...' replaces the API key's Authorization instead of sending a second one."""
+    replaced = {name.lower() for name in over}
+    return {**{k: v for k, v in base.items() if k.lower() not in replaced}, **over}
 
 
 def fixed_headers(templates: list[HeaderTemplate]) -> dict[str, str]:

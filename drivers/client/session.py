@@ -17,7 +17,7 @@ import msgspec
 from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message, stream_chat
 from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation
 from rampwatch.drivers.client.request_ids import id_headers
-from rampwatch.drivers.client.request_options import HeaderTemplate, request_headers
+from rampwatch.drivers.client.request_options import HeaderTemplate, merge_headers, request_headers
 from rampwatch.drivers.client.tokenizer import ServerTokenizer
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 from rampwatch.drivers.model import events as ev
@@ -177,7 +177,7 @@ class SessionRunner:
         user, user_text = await self._user_message(turn)
         o = self.opts
         body = chat_body(o.model, [*self.history, user], o.max_tokens or o.output_tokens, o.ignore_eos, o.extra_body)
-        headers = {**self.headers, **request_headers(list(o.header_templates), self.sid, turn, o.run_id)}
+        headers = merge_headers(self.headers, request_headers(list(o.header_templates), self.sid, turn, o.run_id))
         target = self.conv.schedule[turn - 1]
         attempt = 0
         while True:

@@ -60,7 +60,7 @@ class TransferLedger:
         mine = max(0, round(moved * share))
         # What the decode server's prefix cache cannot have held (more than the session's previous prompt and
         # reply; nothing before turn 1) came from the prefill side: a floor when turns share a scrape window.
-        held = rec.prev_prompt_tokens + rec.completion_tokens if rec.prev_prompt_tokens is not None else 0
+        held = rec.prev_prompt_tokens + rec.prev_reply_tokens if rec.prev_prompt_tokens is not None else 0
         mine = max(mine, min(round(moved), rec.prompt_tokens - held))
         rec.kv_transferred = mine if rec.cached_tokens is None else min(mine, rec.cached_tokens)  # usage counts it
         self._attributed.append((rec.first_t or rec.sent_t, rec.kv_transferred, rec.prompt_tokens))

@@ -95,6 +95,7 @@ class RunState:
             sent_t=e.t,
             attempt=e.attempt,
             prev_prompt_tokens=s.last_prompt_tokens,
+            prev_reply_tokens=last.answer_tokens if (last := s.last_done) is not None and last.status == "ok" else 0,
             think_s=s.pause.seconds if s.pause is not None and s.pause.turn == e.turn else None,
             cache_at_sent=self._cache_counters(),
             transfer_at_sent=transfer_counters(self._decode_endpoints()),

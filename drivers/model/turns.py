@@ -32,6 +32,7 @@ class TurnRecord:
     sent_t: float
     attempt: int = 1
     prev_prompt_tokens: int | None = None  # the session's previous reported prompt, for "new tokens"
+    prev_reply_tokens: int = 0  # the session's previous answer (re-sent in this prompt; a decode server holds it)
     first_t: float | None = None
     last_t: float | None = None
     chunks: int = 0

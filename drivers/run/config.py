@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from rampwatch.drivers.client.request_options import HeaderTemplate, fixed_headers
+from rampwatch.drivers.client.request_options import HeaderTemplate, fixed_headers, merge_headers
 from rampwatch.drivers.model.events import ENDPOINT_ROLES, Endpoint, endpoint_name
 from rampwatch.drivers.telemetry.metrics import redact_url
 from rampwatch.drivers.telemetry.prometheus import Match
@@ -126,7 +126,7 @@ class RunConfig:
         """Every request to the inference servers carries these: the API key as Bearer, else user:password@
         from the URL as Basic, then the --header values without placeholders (so one of them may replace
         the Authorization)."""
-        return {**self._authorization(), **fixed_headers(self.request_headers)}
+        return merge_headers(self._authorization(), fixed_headers(self.request_headers))
 
     def _authorization(self) -> dict[str, str]:
         if self.api_key:

@@ -79,6 +79,11 @@ def corpus_offset(corpus: Corpus, salt: str, slot: int, slots: int) -> int:
     return (random.Random(salt).randrange(size) + slot * size // slots) % size
 
 
+def corpus_reader(corpus: Corpus | None, salt: str, slot: int, slots: int) -> CorpusReader | None:
+    """Slot `slot`'s reader of the corpus (see corpus_offset); None without --corpus."""
+    return CorpusReader(corpus, corpus_offset(corpus, salt, slot, slots)) if corpus is not None else None
+
+
 async def build_lead(
     tok: ServerTokenizer | None, cal: Calibration, system: str | None, shared_tokens: int, source: TextSource
 ) -> Lead:
@@ -127,11 +132,7 @@ async def shared_lead(
         if cal.tokenize_field
         else None
     )
-    source: TextSource = (
-        CorpusReader(corpus, corpus_offset(corpus, salt, 0, cfg.sessions + 1))
-        if corpus is not None
-        else Filler(random.Random(f"{salt}-shared"))
-    )
+    source: TextSource = corpus_reader(corpus, salt, 0, cfg.sessions + 1) or Filler(random.Random(f"{salt}-shared"))
     lead = await build_lead(tok, cal, cfg.system_prompt, cfg.shared_prefix, source)
     check_lead_fits(cfg, lead, cal)
     return lead

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 import rampwatch.drivers as drivers
-from rampwatch.drivers.client.prompts import Corpus, CorpusReader, Lead
+from rampwatch.drivers.client.prompts import Corpus, Lead
 from rampwatch.drivers.client.ramp import Calibration, Conversation
 from rampwatch.drivers.client.session import SessionRunner, TurnOptions
 from rampwatch.drivers.client.tls import TlsError, tls_context
@@ -30,7 +30,7 @@ from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.loop_lag import LoopLagMonitor
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.probe import CALIBRATION_CHARS, ServerInfo, calibrate, check_schedule, probe
-from rampwatch.drivers.run.prompt_shape import corpus_offset, load_corpus, prompt_shape, shared_lead
+from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, prompt_shape, shared_lead
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.scrub import scrub_json, shown_headers
 from rampwatch.drivers.telemetry.gpu import GpuSampler
@@ -152,18 +152,14 @@ class Run:
     def conversation(self, k: int) -> Conversation:
         """Session k's conversation (1-based): its own salt, so sessions share no prefix beyond the run's
         lead; with --corpus, its own place in the corpus."""
-        source = (
-            CorpusReader(self.corpus, corpus_offset(self.corpus, self.salt, k, self.cfg.sessions + 1))
-            if self.corpus
-            else None
-        )
+        source = corpus_reader(self.corpus, self.salt, k, self.cfg.sessions + 1)
         return Conversation(f"{self.salt}-s{k}", self.cfg.schedule, self.calibration, self.lead, source)
 
     def one_shot_conversation(self) -> Conversation:
         """The baseline's: a fresh salt, the run's lead (a new user of the same deployment), the last turn's
         size; with --corpus, a place in it of its own."""
         salt = f"{self.salt}-one-shot-{secrets.token_hex(4)}"
-        source = CorpusReader(self.corpus, corpus_offset(self.corpus, salt, 0, 1)) if self.corpus else None
+        source = corpus_reader(self.corpus, salt, 0, 1)
         return Conversation(salt, self.cfg.schedule[-1:], self.calibration, self.lead, source)
 
     def header(self) -> ev.Header:

@@ -3,6 +3,7 @@ recorded, and an error line that quotes what the user typed, both pass through s
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -37,15 +38,25 @@ def scrub_arg(arg: str, after_secret_flag: bool = False) -> str:
     flag, eq, value = arg.partition("=")
     if eq and flag.startswith("-"):
         return f"{flag}={scrub_arg(value, _secret_flag(flag))}"
-    if looks_secret(arg):
-        return HIDDEN
-    return redact_url(arg) if "://" in arg else arg
+    if _HEADER_LIKE.match(arg):  # 'Authorization: Bearer …' wherever it stands (a mistyped --header, say)
+        return scrub_header_arg(arg)
+    return scrub_words(redact_url(arg) if "://" in arg else arg)
+
+
+_HEADER_LIKE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:\s")
+
+
+_WORD = re.compile(r"[^\s'\",:=]+")
+
+
+def scrub_words(text: str) -> str:
+    """`text` with every word that looks like a key hidden (a key inside a prompt, a JSON body, a quote)."""
+    return _WORD.sub(lambda m: HIDDEN if looks_secret(m.group()) else m.group(), text)
 
 
 def scrub_header_value(name: str, value: str) -> str:
-    """A request header's value as shown: hidden when its name says credential or it looks like a key."""
-    words = value.split()
-    return HIDDEN if is_secret_header(name) or any(looks_secret(w) for w in words) else value
+    """A request header's value as shown: hidden when its name says credential, else its key-like words."""
+    return HIDDEN if is_secret_header(name) else scrub_words(value)
 
 
 def scrub_header_arg(spec: str) -> str:
@@ -63,12 +74,22 @@ def shown_headers(templates: list[HeaderTemplate]) -> dict[str, str]:
 
 
 def scrub_json(value: Any) -> Any:
-    """--extra-body as recorded: any string in it that looks like a key hidden."""
+    """--extra-body as recorded: the value of a key whose name says credential hidden, and any key-like word."""
     if isinstance(value, dict):
-        return {k: scrub_json(v) for k, v in value.items()}
+        return {k: HIDDEN if is_secret_header(k) else scrub_json(v) for k, v in value.items()}
     if isinstance(value, list):
         return [scrub_json(v) for v in value]
-    return HIDDEN if isinstance(value, str) and looks_secret(value) else value
+    return scrub_words(value) if isinstance(value, str) else value
+
+
+def scrub_extra_body_arg(text: str) -> str:
+    """An --extra-body argument as recorded: its JSON through scrub_json (a file's name, or text that is not
+    JSON, through scrub_arg)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return scrub_arg(text)
+    return json.dumps(scrub_json(body), separators=(",", ":"))
 
 
 def scrub_argv(argv: list[str]) -> list[str]:
@@ -77,13 +98,17 @@ def scrub_argv(argv: list[str]) -> list[str]:
     out = []
     for k, arg in enumerate(argv):
         before = argv[k - 1] if k else ""
-        if before == "--header":
-            out.append(scrub_header_arg(arg))
-        elif arg.startswith("--header="):
-            out.append("--header=" + scrub_header_arg(arg.removeprefix("--header=")))
+        flag, eq, value = arg.partition("=")
+        if before in _BY_FLAG:
+            out.append(_BY_FLAG[before](arg))
+        elif eq and flag in _BY_FLAG:
+            out.append(f"{flag}={_BY_FLAG[flag](value)}")
         else:
             out.append(scrub_arg(arg, bool(before) and _secret_flag(before)))
     return out
+
+
+_BY_FLAG = {"--header": scrub_header_arg, "--extra-body": scrub_extra_body_arg}
 
 
 def scrub_message(message: str, argv: list[str]) -> str:
@@ -95,7 +120,5 @@ def scrub_message(message: str, argv: list[str]) -> str:
         _, eq, value = arg.partition("=")
         if eq and value and looks_secret(value):
             message = message.replace(value, HIDDEN)
-    for word in set(re.findall(r"[^\s'\",]+", message)):  # a key argparse quotes differently from argv
-        if looks_secret(word):
-            message = message.replace(word, HIDDEN)
+    message = scrub_words(message)  # a key argparse quotes differently from argv
     return message

@@ -31,7 +31,8 @@ class OneLineParser(argparse.ArgumentParser):
     flags are added by `populate` the first time the command is parsed or its help is shown."""
 
     def __init__(self, *args: Any, populate: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+        # No abbreviated flags: a value is scrubbed from the recorded command by its flag's full name.
+        super().__init__(*args, allow_abbrev=False, **kwargs)
         self._populate = populate
 
     def populated(self) -> OneLineParser:
