@@ -147,14 +147,16 @@ def vllm_server(tiny_model, tmp_path_factory):
         yield url
 
 
-@pytest.fixture(scope="session")
+# Only vllm_server lives for the whole session; the others live for their module (or test), so the suite never
+# holds more than ~4 vLLM servers at once (each ~3 GiB with its 2 GiB KV pool; this machine has 24 GiB).
+@pytest.fixture(scope="module")
 def vllm_replica(tiny_model, vllm_server, tmp_path_factory):
     """A second real vLLM CPU server with the same model: with vllm_server, two replicas."""
     with vllm(tiny_model, tmp_path_factory.mktemp("vllm-replica-log")) as url:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_pd(tiny_model, tmp_path_factory):
     """A real vLLM prefill/decode pair: the prefill server saves each prompt's KV
     with vLLM's bundled ExampleConnector, the decode server loads it (a shared

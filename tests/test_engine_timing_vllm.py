@@ -18,7 +18,7 @@ REST_MAX_S = 2.0  # the client's and the API server's part of a TTFT on these 2 
 REST_MEDIAN_MAX_S = 0.5
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture  # one test each: its server stops when the test ends (24 GiB hold only so many)
 def vllm_timed(tiny_model, tmp_path_factory):
     """A real vLLM CPU server that times each request itself (its own server: the shared one's responses stay as
     they were for every other test)."""
@@ -61,7 +61,7 @@ def test_every_turn_has_vllms_queue_and_prefill_time(vllm_timed, tmp_path: Path)
 NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture  # one test: its server stops when the test ends
 def vllm_speculating(tiny_model, tmp_path_factory):
     """A real vLLM CPU server with n-gram speculative decoding, reporting each request's acceptance (ENGINES.md
     §1.10: the random model at temperature 0 repeats itself, so a later turn's prompt holds what it generates)."""

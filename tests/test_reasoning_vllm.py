@@ -16,7 +16,7 @@ SCHEDULE = "2k,4k,6k"
 TARGETS = [2048, 4096, 6144]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_reasoning(tmp_path_factory):
     """A real vLLM CPU server with --reasoning-parser deepseek_r1, serving the tiny model made to think."""
     py = _vllm_python()
