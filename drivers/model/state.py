@@ -106,14 +106,19 @@ class RunState:
         s.prefill_spans.append([e.t, None])
         self._prefilling[e.session] = rec
 
+    def _in_flight(self, sid: str, turn: int) -> tuple[SessionView, TurnRecord | None]:
+        """The session, and its turn `turn` if that is the one in flight (an event of another attempt: None)."""
+        s = self._session(sid)
+        rec = s.current
+        return s, rec if rec is not None and rec.turn == turn else None
+
     def _on_pause(self, e: ev.UserPause) -> None:
         s = self._session(e.session)
         s.pause, s.state = e, "user idle"
 
     def _on_first(self, e: ev.FirstToken) -> None:
-        s = self._session(e.session)
-        rec = s.current
-        if rec is None or rec.turn != e.turn:
+        s, rec = self._in_flight(e.session, e.turn)
+        if rec is None:
             return
         rec.first_t = e.t
         self.client.stamped(rec, [e.t])
@@ -125,17 +130,15 @@ class RunState:
         self._prefilling.pop(e.session, None)
 
     def _on_answer(self, e: ev.FirstAnswer) -> None:
-        s = self._session(e.session)
-        rec = s.current
-        if rec is None or rec.turn != e.turn:
+        s, rec = self._in_flight(e.session, e.turn)
+        if rec is None:
             return
         rec.answer_t = e.t
         s.state = "decoding"
 
     def _on_times(self, e: ev.TokenTimes) -> None:
-        s = self._session(e.session)
-        rec = s.current
-        if rec is None or rec.turn != e.turn or not e.times:
+        s, rec = self._in_flight(e.session, e.turn)
+        if rec is None or not e.times:
             return
         times = e.times
         # Foreign prefill spans that overlap this batch; usually none, so the
@@ -166,9 +169,8 @@ class RunState:
         self.client.apply(e)
 
     def _on_done(self, e: ev.TurnDone) -> None:
-        s = self._session(e.session)
-        rec = s.current
-        if rec is None or rec.turn != e.turn:
+        s, rec = self._in_flight(e.session, e.turn)
+        if rec is None:
             return
         rec.status, rec.done_t = e.status, e.t
         rec.prompt_tokens, rec.cached_tokens = e.prompt_tokens, e.cached_tokens
