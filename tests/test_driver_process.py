@@ -26,6 +26,7 @@ from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.pipe import HEARTBEAT_S
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.cli.files import load_state
@@ -130,6 +131,26 @@ async def test_quitting_the_ui_stops_the_driver_and_records_cancelled_turns(tmp_
     assert done and all(e.status == "cancelled" for e in done)
     assert any(isinstance(e, ev.Mark) for e in back.events)
     assert source.state.ended is not None and source.state.ended.status == "interrupted"
+
+
+async def test_a_dead_uis_signal_then_its_closed_pipe_still_leave_a_finished_recording(tmp_path):
+    """When the UI dies the driver hears twice: SIGTERM from the kernel, then end of input on its stdin, a loop
+    turn or more apart. The second must not cancel the clean-up the first started (the recording would end
+    without its RunEnded), nor change the exit code the first set."""
+    rec = tmp_path / "twice.jsonl"
+    with ThreadedSim(make_profile("tiny", time_scale=0.05)) as s:
+        run = Run(config(s.url, rec), record=True)
+        await run.prepare()
+        drive = asyncio.create_task(run.drive())
+        await wait_for(lambda: any(x.state == "decoding" for x in run.state.sessions.values()))
+        run.interrupt(drive, signal.SIGTERM)
+        for _ in range(50):  # the closed pipe, heard on each of the next turns of the loop
+            await asyncio.sleep(0)
+            run.interrupt(drive, None)
+        code = await drive
+    assert code == 143
+    end = read_recording(rec).events[-1]
+    assert isinstance(end, ev.RunEnded) and (end.status, end.exit_code) == ("interrupted", 143), end
 
 
 async def test_with_the_ui_its_process_serves_the_runs_figures(tmp_path):

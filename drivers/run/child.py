@@ -45,9 +45,7 @@ async def serve(start: pipe.DriverStart, out_fd: int, pending: bytes = b"") -> i
     drive = asyncio.ensure_future(run.drive())
 
     def stop(sig: int | None) -> None:
-        if not drive.done():
-            run.interrupted_by = sig
-            drive.cancel()
+        run.interrupt(drive, sig)
 
     def command(line: bytes) -> None:
         try:

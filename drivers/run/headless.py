@@ -118,11 +118,7 @@ async def drive_headless(run: Run, printer: LinePrinter) -> int:
     task = asyncio.current_task()
     assert task is not None
 
-    def interrupt(sig: int) -> None:
-        run.interrupted_by = sig
-        task.cancel()
-
-    lifetime.handle_stop_signals(loop, interrupt)
+    lifetime.handle_stop_signals(loop, lambda sig: run.interrupt(task, sig))
 
     async def progress() -> None:
         while True:

@@ -85,6 +85,7 @@ class Run:
         self.lead = Lead()  # what every session opens with (--system-prompt, --shared-prefix)
         self.exit_code = 0
         self.interrupted_by: int | None = None
+        self._interrupted = False
         self._client: httpx.AsyncClient | None = None
         self.tls = tls_context()
 
@@ -191,6 +192,16 @@ class Run:
             reasoning=self.cfg.reasoning,  # type: ignore[arg-type]
             max_tokens=self.cfg.max_tokens,
         )
+
+    def interrupt(self, task: asyncio.Task, sig: int | None) -> None:
+        """End the run as interrupted by `sig` (None: the UI went away) by cancelling `task`, the one awaiting
+        drive(). Only the first call counts: a second Ctrl-C, or the closed pipe that follows a dead UI's
+        SIGTERM, would otherwise cancel the clean-up that writes the run's end."""
+        if self._interrupted or task.done():
+            return
+        self._interrupted = True
+        self.interrupted_by = sig
+        task.cancel()
 
     @property
     def ramp_sessions(self) -> int:
