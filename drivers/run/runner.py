@@ -86,19 +86,25 @@ class Run:
         self.exit_code = 0
         self.interrupted_by: int | None = None
         self._interrupted = False
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
         self.tls = tls_context()
 
     def _client_for(self) -> httpx.AsyncClient:
-        if self._client is None:
-            n = max(1, self.cfg.sessions) + 4
-            self._client = httpx.AsyncClient(
-                trust_env=False,  # no proxy from the environment: the same direct route as the streams
-                verify=self.tls,
-                timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
-                limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            )
-        return self._client
+        """An httpx client of its own for one session's /tokenize and /health calls (or the probe's): httpx's
+        pool walks every connection on each request, so one pool shared by 64 sessions cost the driver more
+        CPU than their streams and held its loop past the client-busy bar."""
+        client = httpx.AsyncClient(
+            trust_env=False,  # no proxy from the environment: the same direct route as the streams
+            verify=self.tls,
+            timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
+        )
+        self._clients.append(client)
+        return client
+
+    async def _close_clients(self) -> None:
+        clients, self._clients = self._clients, []
+        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
 
     async def prepare(self) -> None:
         cfg = self.cfg
@@ -343,8 +349,7 @@ class Run:
             emit(ev.RunEnded(t=clock(), status=status, exit_code=self.exit_code, error=error))
             await self._drain_recording()
             self.close()
-            if self._client is not None:
-                await self._client.aclose()
+            await self._close_clients()
         return self.exit_code
 
     @staticmethod
@@ -415,8 +420,7 @@ class Run:
     async def aclose(self) -> None:
         """Release what prepare() opened when the run never starts."""
         self.close()
-        if self._client is not None:
-            await self._client.aclose()
+        await self._close_clients()
 
     def mark(self, note: str) -> None:
         self.hub.emit(ev.Mark(t=self.clock(), note=note))
