@@ -18,7 +18,7 @@ from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message
 from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation
 from rampwatch.drivers.client.request_ids import id_headers
 from rampwatch.drivers.client.request_options import HeaderTemplate, merge_headers, request_headers
-from rampwatch.drivers.client.tokenizer import ServerTokenizer
+from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_connection
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import no_answer, reasoning_tokens
@@ -86,7 +86,12 @@ class SessionRunner:
         self._think = random.Random(f"{conv.salt}-think")  # the user's pauses: drawn the same for the same salt
         # The server's own counts, where calibration found a /tokenize (None: usage alone corrects the budget).
         self.tokenizer = (
-            ServerTokenizer(client, self.base_url, opts.model, headers, conv.tokenize_field, conv.special_tokens)
+            ServerTokenizer(
+                over_connection(self.conn, urlsplit(self.base_url).path, headers),
+                opts.model,
+                conv.tokenize_field,
+                conv.special_tokens,
+            )
             if conv.tokenize_field
             else None
         )
