@@ -33,12 +33,11 @@ def chart_start(last: int, width: int) -> int:
 
 # A finished turn the engine timed: its own wait's cells, queued (light shade) told from prefill (dark shade) by
 # glyph, not hue; the client's rest (HTTP, tokenizer: milliseconds) stays blank as every untimed wait does.
-WAIT_GLYPHS: dict[WaitPart, tuple[str, str] | None] = {
-    "rest": None,
-    "queued": ("░", "dim yellow"),
-    "prefill": ("▓", "yellow"),
-}
-WAIT_KEYS = (("  ░", " queued in the engine", " queued"), (" ▓", " engine prefill", " prefill"))
+WAIT_GLYPHS: dict[WaitPart, tuple[str, str]] = {"queued": ("░", "dim yellow"), "prefill": ("▓", "yellow")}
+WAIT_KEYS: tuple[tuple[WaitPart, str, str], ...] = (  # (part, its words, its words where narrow)
+    ("queued", "queued in the engine", "queued"),
+    ("prefill", "engine prefill", "prefill"),
+)
 
 
 def prefill_legend(lead: str, timed: bool = False, width: int = 0) -> Text:
@@ -48,16 +47,17 @@ def prefill_legend(lead: str, timed: bool = False, width: int = 0) -> Text:
     legend.append("  ", style="on #5f0000")
     legend.append(" another session prefilling", style="dim")
     if timed:
-        short = len(legend) + sum(len(g) + len(long) for g, long, _ in WAIT_KEYS) > width
-        for (glyph, long, brief), part in zip(WAIT_KEYS, ("queued", "prefill"), strict=True):
-            legend.append(glyph, style=WAIT_GLYPHS[part][1])
-            legend.append(brief if short else long, style="dim")
+        short = len(legend) + sum(4 + len(words) for _, words, _ in WAIT_KEYS) > width
+        for part, words, narrow in WAIT_KEYS:
+            glyph, style = WAIT_GLYPHS[part]
+            legend.append(f"  {glyph}", style=style)
+            legend.append(f" {narrow if short else words}", style="dim")
     return legend
 
 
 def wait_fills(s: SessionView, start: float, step: float, n: int) -> list[tuple[str, str] | None]:
     """The glyph each of n cells shows where the session's own timed wait covers it."""
-    return [None if part is None else WAIT_GLYPHS[part] for part in s.wait_cells(start, step, n)]
+    return [None if part is None else WAIT_GLYPHS.get(part) for part in s.wait_cells(start, step, n)]
 
 
 class TimelinePanel(Panel):
