@@ -7,7 +7,8 @@ into the client's rest, queued in the engine and the engine's prefill), turn bou
 turns, with the other sessions' prefills shaded behind; beneath it, KV
 occupancy, prefix hit rate, running/waiting requests and GPU load over time.
 The chart gives TTFT against context per session, with the one-shot
-baseline as a line. Everything is folded from the recording's events.
+baseline as a line. Everything is folded from the recording's events. (Just over
+~400 lines: the timeline, its legend and its timed waits' fills are one drawing.)
 """
 
 from __future__ import annotations
