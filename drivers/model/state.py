@@ -20,7 +20,7 @@ from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView
 from rampwatch.drivers.model.log import LogEntry
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line
+from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line, wait_parts
 from rampwatch.drivers.model.views import (
     DECODE_WINDOW_S,
     GENERATING,
@@ -201,6 +201,8 @@ class RunState:
                 self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = rate
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = e.t
+        if e.status == "ok" and (waits := wait_parts(rec.sent_t, rec.first_t, rec.queued_s, rec.server_prefill_s)):
+            s.waits.extend(waits)  # the split is known only now: the engine's figures come with the turn's end
         s.current, s.last_done = None, rec
         s.recent.clear()
         if e.status == "ok":

@@ -142,6 +142,29 @@ def ttft_split(ttft: float | None, queued_s: float | None, prefill_s: float | No
     return TtftSplit(queued_s, prefill_s, ttft - (queued_s or 0.0) - prefill_s)
 
 
+WaitPart = Literal["rest", "queued", "prefill"]
+
+
+def wait_parts(
+    sent_t: float, first_t: float | None, queued_s: float | None, prefill_s: float | None
+) -> list[tuple[WaitPart, float, float]] | None:
+    """A turn's wait, request sent to first token, as the engine accounts for it, for drawing: the rest
+    (client, HTTP, tokenizer) first, then queued, then the engine's prefill ending at the first token; each
+    (part, start, end), empty parts left out, clipped to the wait where the engine's figures exceed it.
+    None without the engine's prefill figure (drawn as one wait, as before)."""
+    split = ttft_split(None if first_t is None else first_t - sent_t, queued_s, prefill_s)
+    if split is None or first_t is None:
+        return None
+    prefill_start = max(sent_t, first_t - split.prefill_s)
+    queued_start = max(sent_t, prefill_start - (split.queued_s or 0.0))
+    parts: list[tuple[WaitPart, float, float]] = [
+        ("rest", sent_t, queued_start),
+        ("queued", queued_start, prefill_start),
+        ("prefill", prefill_start, first_t),
+    ]
+    return [p for p in parts if p[2] > p[1]]
+
+
 def split_text(ttft: float, split: TtftSplit | None) -> str:
     """`TTFT 114.8s = queued 57.1 + prefill 57.2 + 0.5`, with a warning where the rest is negative."""
     head = f"TTFT {ttft:.2f}s"

@@ -18,7 +18,7 @@ from rampwatch.drivers.present.turn_table import row_cells, shown_columns
 from rampwatch.tui.fmt import sparkline
 from rampwatch.tui.widgets.base import ChangingStatic
 from rampwatch.tui.widgets.sessions import session_row
-from rampwatch.tui.widgets.timeline import last_whole_second, prefill_legend
+from rampwatch.tui.widgets.timeline import last_whole_second, prefill_legend, wait_fills
 
 # The report's per-turn columns that one session's screen has room for (the same heads, the same cells).
 TURN_COLUMNS = (
@@ -105,9 +105,11 @@ class SessionScreen(Screen[None]):
         values = s.timeline_values(first, width)
         marks = state.foreign_prefill_cells(s.id, first * step, step, width, now)
         top = max(values) or 1.0
+        fills = wait_fills(s, first * step, step, width) if s.waits else None
         rows = max(1, lane.size.height - 1)
         lines = [
             Text(f"{top:>6.0f}▕ " if k == 0 else f"{'':6}▕ ", style="dim") + spark
-            for k, spark in enumerate(sparkline(values, top, marks, rows=rows))
+            for k, spark in enumerate(sparkline(values, top, marks, rows=rows, fills=fills))
         ]
-        lane.show_content(Group(*lines, prefill_legend(f"  1 cell = {step:g}s  ")))
+        legend = prefill_legend(f"  1 cell = {step:g}s  ", bool(state.engine_times_turns()), lane.size.width)
+        lane.show_content(Group(*lines, legend))
