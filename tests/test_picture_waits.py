@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import report_json, rw
-from tests.test_export import GLM
+from tests.test_export import GLM, browse
 
 
 def timed_demo(tmp: Path, time_scale: str = "5") -> Path:
@@ -37,8 +37,14 @@ def seconds_per_pixel(svg: str) -> float:
     return (t1 - t0) / (x1 - x0)
 
 
-def test_the_slower_sessions_turn_is_drawn_queued_behind_the_others_prefill(tmp_path):
-    rec = timed_demo(tmp_path)
+@pytest.fixture(scope="module")
+def timed_recording(tmp_path_factory) -> Path:
+    """One timed lockstep demo for this module's tests (each run costs a few seconds)."""
+    return timed_demo(tmp_path_factory.mktemp("timed"))
+
+
+def test_the_slower_sessions_turn_is_drawn_queued_behind_the_others_prefill(tmp_path, timed_recording):
+    rec = timed_recording
     svg_path = tmp_path / "run.svg"
     assert rw("export", str(rec), "--svg", str(svg_path)).returncode == 0
     svg = svg_path.read_text()
@@ -68,6 +74,16 @@ def test_the_slower_sessions_turn_is_drawn_queued_behind_the_others_prefill(tmp_
     keys = re.findall(r'<g class="key">.*?</g>', svg)
     assert [k for k in keys if "then queued in the engine" in k and 'url(#rw-queued-hatch)"' in k]
     assert '<pattern id="rw-queued-hatch"' in svg and ">prefill<" not in svg
+
+
+def test_the_html_export_renders_the_split_waits_in_a_real_browser(tmp_path, timed_recording):
+    page = tmp_path / "run.html"
+    assert rw("export", str(timed_recording), "--html", str(page), timeout=None).returncode == 0
+    dom, log, shot = browse(page, tmp_path)
+    # Two sessions, three turns each: every timed wait has its queued and prefill parts in the page as rendered.
+    assert dom.count('class="wait-queued"') == 6 and dom.count('class="wait-prefill"') == 6, dom[:2000]
+    assert '<pattern id="rw-queued-hatch"' in dom and "then queued in the engine" in dom
+    assert "Uncaught" not in log and shot.exists() and shot.stat().st_size > 20_000
 
 
 def test_a_recording_without_engine_figures_draws_its_waits_whole(tmp_path):
