@@ -100,6 +100,7 @@ class RunState:
             cache_at_sent=self._cache_counters(),
             transfer_at_sent=transfer_counters(self._decode_endpoints()),
             kv_peak=self.server.values.get("kv_usage"),
+            due_t=e.due,
         )
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
         s.recent.clear()
