@@ -1,0 +1,153 @@
+"""Open-loop arrivals (issue 22): seeded Poisson starts, --max-live, latency from the due time (coordinated
+omission) with late turns flagged, per-turn SLO verdicts and goodput, and bad values refused."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.run.arrivals import arrival_times
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.run.runner import Run
+from rampwatch.drivers.sim.profiles import make_profile
+from tests.conftest import report_json, rw, small_run
+from tests.simhost import ThreadedSim
+
+STALL_S = 2.0
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--arrivals", "0"],
+        ["--arrivals", "fast"],
+        ["--slo", "ttft="],
+        ["--slo", "foo=1s"],
+        ["--arrivals", "2/min", "--lockstep"],
+        ["--max-live", "2"],
+    ],
+)
+def test_bad_open_loop_values_get_one_line_and_exit_2(flags):
+    out = rw(*small_run("http://127.0.0.1:9", "--no-record", *flags))
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert flags[0] in lines[0] or "--arrivals" in lines[0]
+
+
+def test_seeded_arrivals_start_the_sessions_at_their_times_until_the_time_limit(tmp_path):
+    """120/min with seed 5: the sessions whose drawn arrival comes before the 4 s limit start, each planned
+    at its drawn time (within the loop's tolerance), turn 1 due then; the later ones never start."""
+    rate, seed, limit = 2.0, 5, 4.0
+    times = arrival_times(rate, 12, seed)
+    expected = [t for t in times if t < limit]
+    assert 0 < len(expected) < 12  # the seed is chosen so the limit cuts the arrivals
+    record = tmp_path / "arrivals.jsonl"
+    with ThreadedSim(make_profile("tiny")) as sim:
+        args = ["--arrivals", "120/min", "--seed", str(seed), "--sessions", "12", "--time-limit", "4s"]
+        out = rw(*small_run(sim.url, "--record", str(record), *args, schedule="1k,2k"))
+    assert out.returncode == 0, out.stderr
+    events = list(read_recording(record).events)
+    planned = [e for e in events if isinstance(e, ev.SessionPlanned)]
+    assert [p.session for p in planned] == [f"s{k}" for k in range(1, len(expected) + 1)]
+    assert [p.arrival for p in planned] == pytest.approx(expected, abs=1e-9)
+    for p in planned:
+        assert p.arrival <= p.t < p.arrival + 0.3, (p.session, p.arrival, p.t)
+    firsts = {e.session: e for e in events if isinstance(e, ev.RequestSent) and e.turn == 1}
+    assert {sid: e.due for sid, e in firsts.items()} == {p.session: p.arrival for p in planned}
+    rep = report_json(record)
+    assert rep["open_loop"]["arrived"] == len(expected) and rep["open_loop"]["seed"] == seed
+
+
+def test_max_live_holds_and_a_waiting_arrival_is_late_by_its_wait(tmp_path):
+    """Three conversations arriving within a second, at most one live: they run one after the other, and a
+    later one's turn 1 is due at its arrival, sent after the one before ended."""
+    record = tmp_path / "live.jsonl"
+    with ThreadedSim(make_profile("tiny")) as sim:
+        args = ["--arrivals", "10/s", "--seed", "1", "--sessions", "3", "--max-live", "1"]
+        out = rw(*small_run(sim.url, "--record", str(record), *args, schedule="1k,2k,4k", output_tokens=32))
+    assert out.returncode == 0, out.stderr
+    events = list(read_recording(record).events)
+    spans: dict[str, list[float]] = {}
+    for e in events:
+        if isinstance(e, (ev.RequestSent, ev.TurnDone)):
+            spans.setdefault(e.session, []).append(e.t)
+    runs = sorted((min(ts), max(ts)) for ts in spans.values())
+    assert len(runs) == 3
+    for (_, end), (start, _) in zip(runs, runs[1:]):
+        assert start >= end  # never two live at once
+    rep = report_json(record)
+    for s in rep["sessions"][1:]:
+        first = s["turns"][0]
+        assert first["late"] and first["send_lag_s"] == pytest.approx(first["sent_s"] - first["due_s"])
+        assert first["ttft_from_due_s"] == pytest.approx(first["ttft_s"] + first["send_lag_s"])
+
+
+def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_recording():
+    """The driver's loop is held for 2 s as s1 arrives: the turns due meanwhile are sent late by what was left
+    of the stall, flagged late, and their TTFT from the due time exceeds that from the send time by exactly
+    the lag (about the stall for s1's first turn). The SLO (ttft=1s) verdicts and goodput match figures
+    worked out by hand from the recorded events."""
+    with ThreadedSim(make_profile("tiny")) as sim:
+        cfg = RunConfig(
+            url=sim.url,
+            gpu="none",
+            metrics_urls=[],
+            schedule=[1024, 2048],
+            sessions=3,
+            output_tokens=16,
+            arrivals_per_s=1.0,
+            seed=11,
+            slo="ttft=1s",
+        )
+        run = Run(cfg, record=False, keep_events=True)
+        emit, stalls = run.hub.emit, []
+
+        def stall() -> None:
+            start = run.clock()
+            time.sleep(STALL_S)
+            stalls.append((start, run.clock()))
+
+        def emit_and_stall(e: ev.AnyEvent) -> None:
+            emit(e)
+            if isinstance(e, ev.SessionPlanned) and e.session == "s1":
+                asyncio.get_running_loop().call_soon(stall)
+
+        run.hub.emit = emit_and_stall
+
+        async def main() -> int:
+            await run.prepare()
+            return await run.drive()
+
+        assert asyncio.run(main()) == 0
+    ((stall_start, stall_end),) = stalls
+    events = run.hub.events
+    sent = {(e.session, e.turn): e for e in events if isinstance(e, ev.RequestSent)}
+    first = {(e.session, e.turn): e.t for e in events if isinstance(e, ev.FirstToken)}
+    assert all(e.due is not None for e in sent.values())
+    rep = build_report(run.state)
+    rows = {(s.id, r.turn): r for s in rep.sessions for r in s.turns}
+    assert len(rows) == 6
+    for key, row in rows.items():
+        e = sent[key]
+        lag = e.t - e.due
+        assert row.due_s == e.due and row.sent_s == e.t and row.late == (lag > 0.010)
+        assert row.ttft_from_due_s == pytest.approx(row.ttft_s + lag)
+        if e.due < stall_end - 0.05:  # due while the loop was held: sent only after it
+            assert row.late and lag >= stall_end - e.due - 0.01
+        # The verdict by hand: finished, and the first token within 1 s of the due time.
+        assert row.slo_met == (first[key] - e.due <= 1.0)
+    s1 = rows[("s1", 1)]
+    assert s1.ttft_from_due_s - s1.ttft_s == pytest.approx(STALL_S, abs=0.3)
+    assert s1.slo_met is False
+    met = [k for k, r in rows.items() if r.slo_met]
+    g = rep.goodput
+    assert g is not None and g.turns_met == len(met) and g.turns == 6
+    assert g.conversations_met == sum(all(rows[(s, t)].slo_met for t in (1, 2)) for s in ("s1", "s2", "s3"))
+    assert g.turns_met_per_min == pytest.approx(len(met) / (run.state.ended.t / 60))
+    assert rep.open_loop is not None and rep.open_loop.late_turns == sum(1 for r in rows.values() if r.late)
