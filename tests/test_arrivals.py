@@ -151,3 +151,20 @@ def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_re
     assert g.conversations_met == sum(all(rows[(s, t)].slo_met for t in (1, 2)) for s in ("s1", "s2", "s3"))
     assert g.turns_met_per_min == pytest.approx(len(met) / (run.state.ended.t / 60))
     assert rep.open_loop is not None and rep.open_loop.late_turns == sum(1 for r in rows.values() if r.late)
+
+
+def test_the_sessions_line_counts_arrived_live_and_waiting():
+    from rampwatch.drivers.model.state import RunState
+    from rampwatch.tui.widgets.sessions import aggregate_lines
+
+    state = RunState()
+    for k, sid in enumerate(("s1", "s2", "s3")):
+        state.apply(ev.SessionPlanned(t=k, session=sid, schedule=[100], salt=sid, arrival=float(k)))
+    for sid in ("s1", "s2"):
+        state.apply(ev.RequestSent(t=3.0, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    state.apply(ev.TurnDone(t=4.0, session="s1", turn=1, status="ok"))
+    assert state.aggregate().arrivals == (3, 1, 1)
+    assert "arrived 3 · live 1 · waiting 1" in aggregate_lines(state, 200)[0].plain
+    closed = RunState()
+    closed.apply(ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="s1"))
+    assert closed.aggregate().arrivals is None and "arrived" not in aggregate_lines(closed, 200)[0].plain

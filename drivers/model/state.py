@@ -76,7 +76,7 @@ class RunState:
 
     def _on_planned(self, e: ev.SessionPlanned) -> None:
         self.sessions[e.session] = SessionView(
-            id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint
+            id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint, arrival=e.arrival
         )
 
     def _session(self, sid: str) -> SessionView:
@@ -343,8 +343,13 @@ class RunState:
         """Sessions by state, TTFT p50/max of their last turns, decode tok/s p50/min now."""
         by_state: dict[str, int] = {}
         ttfts, rates = [], []
+        arrived = live = waiting = 0
         for s in self.sessions.values():
             by_state[s.state] = by_state.get(s.state, 0) + 1
+            if s.arrival is not None:
+                arrived += 1
+                waiting += s.waiting
+                live += not s.waiting and s.state not in ("done", "failed", "cancelled")
             if s.last_done is not None and s.last_done.ttft is not None:
                 ttfts.append(s.last_done.ttft)
             if s.state in GENERATING and (r := s.decode_rate_now()) is not None:
@@ -356,6 +361,7 @@ class RunState:
             ttft_max=max(ttfts, default=None),
             decode_p50=median(rates),
             decode_min=min(rates, default=None),
+            arrivals=(arrived, live, waiting) if arrived else None,
         )
 
     def timeline_aggregate(self, first_bucket: int, n: int) -> tuple[list[float], list[float]]:
