@@ -30,6 +30,8 @@ STALL_S = 2.0
         ["--slo", "foo=1s"],
         ["--arrivals", "2/min", "--lockstep"],
         ["--max-live", "2"],
+        ["--slo", "ttft=1s", "--warmup", "soon"],
+        ["--warmup", "60s"],
     ],
 )
 def test_bad_open_loop_values_get_one_line_and_exit_2(flags):
@@ -37,7 +39,7 @@ def test_bad_open_loop_values_get_one_line_and_exit_2(flags):
     assert out.returncode == 2, out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
-    assert flags[0] in lines[0] or "--arrivals" in lines[0]
+    assert any(f in lines[0] for f in flags if f.startswith("--")), lines[0]
 
 
 def test_seeded_arrivals_start_the_sessions_at_their_times_until_the_time_limit(tmp_path):
@@ -151,6 +153,14 @@ def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_re
     assert g.conversations_met == sum(all(rows[(s, t)].slo_met for t in (1, 2)) for s in ("s1", "s2", "s3"))
     assert g.turns_met_per_min == pytest.approx(len(met) / (run.state.ended.t / 60))
     assert rep.open_loop is not None and rep.open_loop.late_turns == sum(1 for r in rows.values() if r.late)
+    # --warmup 1: the first arrival (s1, the stalled one) is left out, and the time before s2's first due turn.
+    run.state.header.warmup = "1"
+    warm = build_report(run.state).goodput
+    kept = [k for k in rows if k[0] != "s1"]
+    start = min(sent[k].due for k in kept)
+    assert warm is not None and warm.warmup_turns == 2 and warm.turns == 4 and warm.conversations == 2
+    assert warm.turns_met == sum(rows[k].slo_met for k in kept)
+    assert warm.minutes == pytest.approx((run.state.ended.t - start) / 60)
 
 
 def test_the_sessions_line_counts_arrived_live_and_waiting():

@@ -12,7 +12,7 @@ import msgspec
 
 from rampwatch.drivers.model.endpoints import EndpointView
 from rampwatch.drivers.model.events import PromptShape
-from rampwatch.drivers.model.slo import Slo, meets, parse_slo
+from rampwatch.drivers.model.slo import Slo, latency_from, meets, parse_slo, parse_warmup
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
@@ -167,9 +167,11 @@ class Goodput(msgspec.Struct):
     turns: int  # finished attempts judged (failed ones count as not met)
     conversations_met: int
     conversations: int  # ramp conversations that ran at least one turn
-    minutes: float
+    minutes: float  # the window counted: from the warmup's end (else the run's start) to the last event
     turns_met_per_min: float | None
     conversations_met_per_min: float | None
+    warmup: str | None = None  # what --warmup left out, in words (None: nothing)
+    warmup_turns: int = 0  # turns left out
 
 
 MIN_INTERVALS = 3  # decode intervals a turn needs before its split rate counts
@@ -326,11 +328,28 @@ def open_loop(state: RunState, ramp: list[str]) -> OpenLoop | None:
 
 
 def goodput(state: RunState, slo: Slo, sessions: list[SessionReport]) -> Goodput:
-    """Turns that met the SLO, and conversations every turn of which did, over the run's minutes."""
-    rows = [row for s in sessions for row in s.turns]
-    ran = [s for s in sessions if s.turns]
-    good_conv = sum(1 for s in ran if all(row.slo_met for row in s.turns))
-    minutes = (state.ended.t if state.ended else state.t) / 60
+    """Turns that met the SLO, and conversations every turn of which did, over the run's minutes; --warmup's
+    turns (and a conversation with any turn in it) left out, and its time with them."""
+    h = state.header
+    warm = parse_warmup(h.warmup) if h is not None and h.warmup else None
+    keep: dict[str, list[TurnRow]] = {}
+    left_out, start = 0, 0.0
+    for s in sessions:
+        recs = [r for r in state.turns if r.session == s.id]
+        if warm is not None and any(warm.excludes(r) for r in recs):
+            left_out += sum(1 for r in recs if warm.excludes(r))
+            kept = [row for row, r in zip(s.turns, recs, strict=True) if not warm.excludes(r)]
+            if kept:
+                keep[s.id + "~"] = kept  # a conversation begun in the warmup: its later turns count, it does not
+            continue
+        keep[s.id] = s.turns
+    if warm is not None:
+        later = [latency_from(r) for r in state.turns if not warm.excludes(r)]
+        start = warm.seconds if warm.seconds is not None else min(later, default=0.0)
+    rows = [row for turns in keep.values() for row in turns]
+    ran = [turns for sid, turns in keep.items() if not sid.endswith("~")]
+    good_conv = sum(1 for turns in ran if all(row.slo_met for row in turns))
+    minutes = max(0.0, (state.ended.t if state.ended else state.t) - start) / 60
     met = sum(1 for row in rows if row.slo_met)
     return Goodput(
         slo=slo.text,
@@ -341,6 +360,8 @@ def goodput(state: RunState, slo: Slo, sessions: list[SessionReport]) -> Goodput
         minutes=minutes,
         turns_met_per_min=met / minutes if minutes > 0 else None,
         conversations_met_per_min=good_conv / minutes if minutes > 0 else None,
+        warmup=warm.text() if warm is not None else None,
+        warmup_turns=left_out,
     )
 
 

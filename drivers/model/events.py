@@ -99,6 +99,7 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     seed: int | None = None  # --seed: what drew the arrival times
     max_live: int | None = None  # --max-live: conversations live at once (None: no cap)
     slo: str | None = None  # --slo as given: the bounds each turn is judged by (drivers/model/slo.py)
+    warmup: str | None = None  # --warmup as given: the run's start left out of the goodput (a time or N arrivals)
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):

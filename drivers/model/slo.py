@@ -72,3 +72,37 @@ def meets(slo: Slo, rec: TurnRecord) -> bool:
         if rec.last_t is not None and tokens > 1 and (rec.last_t - rec.first_t) / (tokens - 1) > slo.tpot_s:
             return False
     return True
+
+
+class Warmup(msgspec.Struct, frozen=True):
+    """--warmup: the start of a run left out of the goodput; a time (`60s`) or the first N arrivals (`3`)."""
+
+    seconds: float | None = None
+    conversations: int | None = None
+
+    def excludes(self, rec: TurnRecord) -> bool:
+        """Whether a turn falls in the warmup: due (else sent) before its end, or of one of the first N
+        conversations (sN with N at most the count, numbered in arrival order)."""
+        if self.seconds is not None:
+            return latency_from(rec) < self.seconds
+        n = rec.session[1:]
+        return self.conversations is not None and n.isdigit() and int(n) <= self.conversations
+
+    def text(self) -> str:
+        if self.seconds is not None:
+            return f"the first {self.seconds:g}s"
+        return f"the first {self.conversations} conversations"
+
+
+_WARMUP_TIME = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+
+
+def parse_warmup(text: str) -> Warmup:
+    """'60s', '5m' -> a time; '3' -> the first 3 arrivals (conversations); ValueError otherwise."""
+    t = text.strip().lower()
+    if t.isdigit() and int(t) > 0:
+        return Warmup(conversations=int(t))
+    m = _WARMUP_TIME.match(t)
+    if m is None or float(m.group(1)) <= 0:
+        raise ValueError(f"{text!r} is neither a time (e.g. 60s, 5m) nor a number of arrivals (e.g. 3)")
+    return Warmup(seconds=float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2)])

@@ -124,6 +124,7 @@ def open_loop_lines(rep: Report) -> list[str]:
         lines.append(
             f"goodput (SLO {g.slo}): {g.turns_met} of {g.turns} turns met it{per_min}; "
             f"{g.conversations_met} of {g.conversations} conversations met it on every turn"
+            + (f"; warmup: {g.warmup} left out ({g.warmup_turns} turns)" if g.warmup else "")
         )
     return lines
 

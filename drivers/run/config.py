@@ -72,6 +72,7 @@ class RunConfig:
     seed: int | None = None  # --seed: draws the arrival times (None: one is drawn and recorded)
     max_live: int | None = None  # --max-live: conversations live at once in an open loop (None: no cap)
     slo: str | None = None  # --slo as given (checked by drivers/model/slo.parse_slo)
+    warmup: str | None = None  # --warmup as given (checked by drivers/model/slo.parse_warmup)
 
     @property
     def base_url(self) -> str:

@@ -199,6 +199,7 @@ class Run:
             seed=self.seed if self.cfg.arrivals_per_s else None,
             max_live=self.cfg.max_live,
             slo=self.cfg.slo,
+            warmup=self.cfg.warmup,
         )
 
     def interrupt(self, task: asyncio.Task, sig: int | None) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
 from rampwatch.drivers.client.reasoning import with_reasoning
 from rampwatch.drivers.client.request_options import parse_extra_body, parse_header
-from rampwatch.drivers.model.slo import parse_slo
+from rampwatch.drivers.model.slo import parse_slo, parse_warmup
 from rampwatch.drivers.run.arrivals import parse_rate
 from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
 from rampwatch.drivers.run.prompt_shape import (
@@ -63,7 +63,14 @@ def open_loop_settings(args: argparse.Namespace) -> dict[str, Any]:
             parse_slo(args.slo)
         except ValueError as e:
             raise BadInput(f"--slo {args.slo!r}: {e}") from None
-    return dict(arrivals_per_s=rate, seed=args.seed, max_live=args.max_live, slo=args.slo)
+    if args.warmup is not None:
+        if args.slo is None:
+            raise BadInput("--warmup leaves the run's start out of the goodput: it needs --slo")
+        try:
+            parse_warmup(args.warmup)
+        except ValueError as e:
+            raise BadInput(f"--warmup: {e}") from None
+    return dict(arrivals_per_s=rate, seed=args.seed, max_live=args.max_live, slo=args.slo, warmup=args.warmup)
 
 
 def demo_config(args: argparse.Namespace, argv: list[str]) -> RunConfig:

@@ -394,6 +394,12 @@ def add_open_loop_args(p: argparse.ArgumentParser) -> None:
         "(mean time per output token), e.g. ttft=90s,gap=1s,tpot=100ms; ttft may scale with the turn's new "
         "tokens: ttft=0.7ms/token. Each turn gets a verdict; goodput counts the turns meeting every bound",
     )
+    p.add_argument(
+        "--warmup",
+        metavar="DURATION|N",
+        help="with --slo: leave the run's start out of the goodput, a time (e.g. 60s: turns due before it) or "
+        "the first N arrivals (e.g. 3: conversations s1..s3); the report says what was left out",
+    )
 
 
 def add_watch_args(p: argparse.ArgumentParser) -> None:
