@@ -10,11 +10,13 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.model.slo import parse_slo
 from rampwatch.drivers.run.arrivals import arrival_times
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.profiles import make_profile
+from rampwatch.drivers.telemetry.exporter import RunExporter
 from tests.conftest import report_json, rw, small_run
 from tests.simhost import ThreadedSim
 
@@ -153,6 +155,16 @@ def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_re
     assert g.conversations_met == sum(all(rows[(s, t)].slo_met for t in (1, 2)) for s in ("s1", "s2", "s3"))
     assert g.turns_met_per_min == pytest.approx(len(met) / (run.state.ended.t / 60))
     assert rep.open_loop is not None and rep.open_loop.late_turns == sum(1 for r in rows.values() if r.late)
+    # The Prometheus exporter, fed the same events, counts the same late turns and the same turns meeting the SLO.
+    exporter = RunExporter(lambda: 0.0, slo=parse_slo("ttft=1s"))
+    for e in events:
+        exporter(e)
+
+    def total(name: str) -> float:
+        return sum(exporter.registry.get_sample_value(name, {"session": s, "run": ""}) or 0 for s in ("s1", "s2", "s3"))
+
+    assert total("rampwatch_late_turns_total") == rep.open_loop.late_turns
+    assert total("rampwatch_slo_met_turns_total") == g.turns_met
     # --warmup 1: the first arrival (s1, the stalled one) is left out, and the time before s2's first due turn.
     run.state.header.warmup = "1"
     warm = build_report(run.state).goodput
@@ -178,3 +190,15 @@ def test_the_sessions_line_counts_arrived_live_and_waiting():
     closed = RunState()
     closed.apply(ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="s1"))
     assert closed.aggregate().arrivals is None and "arrived" not in aggregate_lines(closed, 200)[0].plain
+
+
+def test_headless_progress_says_arrived_live_and_waiting():
+    import io
+
+    from rampwatch.drivers.model.state import RunState
+    from rampwatch.tui.headless import PROGRESS_EVERY_S, HeadlessPrinter
+
+    state, out = RunState(), io.StringIO()
+    state.apply(ev.SessionPlanned(t=1.0, session="s1", schedule=[100], salt="s1", arrival=1.0))
+    HeadlessPrinter(state, out).progress(PROGRESS_EVERY_S)
+    assert "arrived 1 · live 0 · waiting 1" in out.getvalue()
