@@ -202,3 +202,24 @@ def test_headless_progress_says_arrived_live_and_waiting():
     state.apply(ev.SessionPlanned(t=1.0, session="s1", schedule=[100], salt="s1", arrival=1.0))
     HeadlessPrinter(state, out).progress(PROGRESS_EVERY_S)
     assert "arrived 1 · live 0 · waiting 1" in out.getvalue()
+
+
+def test_compare_shows_each_runs_goodput(tmp_path):
+    """Two recordings of the same open-loop run judged by different SLOs: compare gives each its goodput,
+    equal to its own report's."""
+    with ThreadedSim(make_profile("tiny")) as sim:
+        for name, slo in (("loose", "ttft=60s"), ("tight", "ttft=1ms")):
+            args = ["--arrivals", "10/s", "--seed", "2", "--sessions", "2", "--slo", slo]
+            out = rw(*small_run(sim.url, "--record", str(tmp_path / f"{name}.jsonl"), *args, schedule="1k"))
+            assert out.returncode == 0, out.stderr
+    paths = [str(tmp_path / f"{n}.jsonl") for n in ("loose", "tight")]
+    import json
+
+    cmp = json.loads(rw("compare", *paths, "--format", "json").stdout)
+    reports = [report_json(tmp_path / f"{n}.jsonl") for n in ("loose", "tight")]
+    for row, rep in zip(cmp["runs"], reports, strict=True):
+        assert row["slo_turns_met"] == rep["goodput"]["turns_met"]
+        assert row["late_turns"] == rep["open_loop"]["late_turns"]
+    assert [r["slo_turns_met"] for r in cmp["runs"]] == [2, 0]
+    table = rw("compare", *paths).stdout
+    assert "goodput" in table and "SLO ttft=60s" in table

@@ -332,6 +332,11 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
         for c in cmp.turns
     ]
     notes = list(cmp.notes)
+    for r in cmp.runs:
+        if r.slo is not None:
+            per_min = f", {r.slo_turns_met_per_min:.2f}/min" if r.slo_turns_met_per_min is not None else ""
+            late = f"; {r.late_turns} sent late" if r.late_turns is not None else ""
+            notes.append(f"goodput {r.label} (SLO {r.slo}): {r.slo_turns_met} turns met it{per_min}{late}")
     if any(isinstance(r.hit_rate_last_turn, str) for r in cmp.runs):
         notes.append(f"hit last n/a: {NO_HIT_COUNTERS.removeprefix('n/a: ')}")
     if fmt == "csv":
