@@ -155,6 +155,10 @@ def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_re
     assert g.conversations_met == sum(all(rows[(s, t)].slo_met for t in (1, 2)) for s in ("s1", "s2", "s3"))
     assert g.turns_met_per_min == pytest.approx(len(met) / (run.state.ended.t / 60))
     assert rep.open_loop is not None and rep.open_loop.late_turns == sum(1 for r in rows.values() if r.late)
+    # The live tally (the header's) agrees with the report, and the window share is of the last 5 minutes' turns.
+    assert (run.state.goodput.met, run.state.goodput.judged) == (g.turns_met, 6)
+    assert run.state.goodput.window_share(run.state.t) == pytest.approx(g.turns_met / 6)
+    assert run.state.goodput.window_share(run.state.t + 301) is None
     # The Prometheus exporter, fed the same events, counts the same late turns and the same turns meeting the SLO.
     exporter = RunExporter(lambda: 0.0, slo=parse_slo("ttft=1s"))
     for e in events:

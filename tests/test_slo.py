@@ -130,3 +130,38 @@ def test_a_closed_loop_run_gets_verdicts_goodput_and_warmup_as_worked_out_from_i
     assert g3 is not None and g3.warmup_turns == 8 - len(kept) and g3.turns == len(kept)
     assert g3.turns_met == sum(expected[k] for k in kept) and g3.conversations == 0
     assert g3.minutes == pytest.approx((end - warmup_s) / 60, rel=1e-4)
+
+
+def test_the_turn_table_shows_late_sends_and_verdicts_where_a_run_has_them():
+    """An open-loop turn sent 1.5 s after it was due misses ttft=1s though its first token came 0.2 s after the
+    send; the next, sent on time, meets it. The table (and the focus screen's, from the same columns) says so;
+    a closed loop without --slo shows neither column."""
+    from rampwatch.drivers.present.report import render
+
+    header = ev.Header(rampwatch_version="t", command=[], mode="run", server="x", arrivals_per_s=1.0, slo="ttft=1s")
+    state = RunState(header)
+    state.apply(ev.SessionPlanned(t=1.0, session="s1", schedule=[100, 200], salt="a", arrival=1.0))
+    for turn, due, sent in ((1, 1.0, 2.5), (2, 3.0, 3.0)):
+        state.apply(
+            ev.RequestSent(
+                t=sent, session="s1", turn=turn, target_tokens=100, new_tokens_est=100, body_bytes=1, due=due
+            )
+        )
+        state.apply(ev.FirstToken(t=sent + 0.2, session="s1", turn=turn))
+        state.apply(ev.TurnDone(t=sent + 0.4, session="s1", turn=turn, status="ok", completion_tokens=2, chunks=2))
+    md = render(build_report(state), "md")
+    head = next(line for line in md.splitlines() if line.startswith("| turn"))
+    heads = [h.strip() for h in head.strip("|").split("|")]
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in md.splitlines()
+        if line.startswith("| 1 ") or line.startswith("| 2 ")
+    ]
+    late, slo = heads.index("late ms"), heads.index("SLO")
+    assert [(r[late], r[slo]) for r in rows] == [("1500", "MISS"), ("", "met")]
+    closed = RunState(ev.Header(rampwatch_version="t", command=[], mode="run", server="x"))
+    closed.apply(ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"))
+    closed.apply(ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    closed.apply(ev.TurnDone(t=0.4, session="s1", turn=1, status="ok", completion_tokens=2, chunks=2))
+    plain = render(build_report(closed), "md")
+    assert "late ms" not in plain and "| SLO" not in plain

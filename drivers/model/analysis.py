@@ -12,7 +12,7 @@ import msgspec
 
 from rampwatch.drivers.model.endpoints import EndpointView
 from rampwatch.drivers.model.events import PromptShape
-from rampwatch.drivers.model.slo import Slo, latency_from, meets, parse_slo, parse_warmup
+from rampwatch.drivers.model.slo import Slo, judge_rows, latency_from, parse_slo, parse_warmup
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
@@ -239,8 +239,7 @@ def build_report(state: RunState) -> Report:
         records = [r for r in state.turns if r.session == sid]
         rows = [turn_row(r) for r in records]
         if slo is not None:
-            for row, rec in zip(rows, records, strict=True):
-                row.slo_met = meets(slo, rec)
+            judge_rows(slo, rows, records)
         sessions.append(SessionReport(id=sid, turns=rows, summary=_summary(state, sid, rows, records)))
     ramp_turns = [r for r in state.turns if r.session in ramp]
     splits = [split_decode_rates(r, MIN_INTERVALS) for r in ramp_turns]
@@ -322,7 +321,9 @@ def open_loop(state: RunState, ramp: list[str]) -> OpenLoop | None:
         arrived=len(ramp),
         late_turns=sum(1 for r in recs if r.late),
         send_lag_max_s=max(lags, default=None),
-        ttft_from_due_p50_s=median([r.first_t - r.due_t for r in recs if r.first_t is not None and r.due_t]),
+        ttft_from_due_p50_s=median(
+            [r.first_t - r.due_t for r in recs if r.first_t is not None and r.due_t is not None]
+        ),
         ttft_from_send_p50_s=median([r.ttft for r in recs if r.ttft is not None and r.due_t is not None]),
     )
 

@@ -6,10 +6,11 @@ loop: what the user waited), else from its send time. TTFT may scale with the tu
 from __future__ import annotations
 
 import re
+from collections import deque
 
 import msgspec
 
-from rampwatch.drivers.model.turns import TurnRecord, new_tokens
+from rampwatch.drivers.model.turns import TurnRecord, TurnRow, new_tokens
 
 SLO_KEYS = ("ttft", "answer", "gap", "tpot")
 _TIME = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(ms|s|m)(/tok(?:en)?)?$")
@@ -74,6 +75,12 @@ def meets(slo: Slo, rec: TurnRecord) -> bool:
     return True
 
 
+def judge_rows(slo: Slo, rows: list[TurnRow], records: list[TurnRecord]) -> None:
+    """Set each report row's verdict (slo_met) from its turn's record (rows made from records, in order)."""
+    for row, rec in zip(rows, records, strict=True):
+        row.slo_met = meets(slo, rec)
+
+
 class Warmup(msgspec.Struct, frozen=True):
     """--warmup: the start of a run left out of the goodput; a time (`60s`) or the first N arrivals (`3`)."""
 
@@ -106,3 +113,41 @@ def parse_warmup(text: str) -> Warmup:
     if m is None or float(m.group(1)) <= 0:
         raise ValueError(f"{text!r} is neither a time (e.g. 60s, 5m) nor a number of arrivals (e.g. 3)")
     return Warmup(seconds=float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2)])
+
+
+GOODPUT_WINDOW_S = 300.0  # the live share of turns meeting the SLO looks back this far
+
+
+class GoodputTally:
+    """The live goodput (RunState keeps one): turns judged and met since the start, and the share met among
+    the turns finished in the last GOODPUT_WINDOW_S; O(1) amortised per finished turn."""
+
+    def __init__(self) -> None:
+        self.slo: Slo | None = None
+        self._text: str | None = None
+        self.judged = 0
+        self.met = 0
+        self._recent: deque[tuple[float, bool]] = deque()
+
+    def add(self, slo_text: str | None, rec: TurnRecord, t: float) -> None:
+        if not slo_text:
+            return
+        if slo_text != self._text:
+            self._text = slo_text
+            try:
+                self.slo = parse_slo(slo_text)
+            except ValueError:
+                self.slo = None  # a recording edited by hand: no verdicts, rather than a failed fold
+        if self.slo is None:
+            return
+        ok = meets(self.slo, rec)
+        self.judged += 1
+        self.met += ok
+        self._recent.append((t, ok))
+
+    def window_share(self, now: float) -> float | None:
+        """The share of turns finished in the last GOODPUT_WINDOW_S that met the SLO (None: none finished)."""
+        recent = self._recent
+        while recent and recent[0][0] < now - GOODPUT_WINDOW_S:
+            recent.popleft()
+        return sum(ok for _, ok in recent) / len(recent) if recent else None

@@ -18,6 +18,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView, merge_endpoints
 from rampwatch.drivers.model.log import LogEntry
+from rampwatch.drivers.model.slo import GoodputTally
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line
@@ -62,6 +63,7 @@ class RunState:
         # A split's transferred KV per turn: a finished turn's line is logged once a decode server's sample
         # covers its first token (or the run ends), so it never calls transferred KV cached.
         self.transfers = TransferLedger()
+        self.goodput = GoodputTally()  # --slo: turns judged and met, live
         self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
 
     # -- folding -------------------------------------------------------------
@@ -187,6 +189,8 @@ class RunState:
         if rec.chunks == 0:
             rec.chunks = e.chunks
         self.turns.append(rec)
+        if s.role == "ramp":
+            self.goodput.add(self.header.slo if self.header is not None else None, rec, e.t)
         self._prefilling.pop(e.session, None)
         if e.status == "ok":
             self._usage_has_cache = bool(self._usage_has_cache) or e.cached_tokens is not None
