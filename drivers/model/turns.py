@@ -18,6 +18,8 @@ import msgspec
 
 from rampwatch.drivers.model.stats import quantile
 
+LATE_S = 0.010  # a turn sent more than this after its due time is late (coordinated omission)
+
 TurnStatus = Literal["running", "ok", "failed", "cancelled"]
 
 
@@ -70,10 +72,22 @@ class TurnRecord:
     gaps_during: array[float] = field(default_factory=lambda: array("d"))
     max_gap: float = 0.0
     client_busy: bool = False  # a stamp of this turn was taken while the driver's own loop ran late
+    due_t: float | None = None  # open loop: when the turn was due (RequestSent.due); None: due when sent
 
     @property
     def ttft(self) -> float | None:
         return None if self.first_t is None else self.first_t - self.sent_t
+
+    @property
+    def send_lag(self) -> float | None:
+        """How long after its due time the client sent the turn (open loop; None: closed loop)."""
+        return None if self.due_t is None else self.sent_t - self.due_t
+
+    @property
+    def late(self) -> bool:
+        """The send lagged the due time by more than LATE_S: latency from the send time hides that wait."""
+        lag = self.send_lag
+        return lag is not None and lag > LATE_S
 
     @property
     def ttfa(self) -> float | None:
@@ -356,6 +370,16 @@ class TurnRow(msgspec.Struct):
     transferred_tokens: int | None = None
     prefill_leg_s: float | None = None
     transfer_s: float | None = None
+    # Open loop (--arrivals): the run times when the turn was due and sent, the lag between, whether it was late
+    # (> 10 ms), and TTFT and end-to-end measured from the due time as well as from the send time.
+    due_s: float | None = None
+    sent_s: float | None = None
+    send_lag_s: float | None = None
+    late: bool | None = None
+    ttft_from_due_s: float | None = None
+    e2e_s: float | None = None
+    e2e_from_due_s: float | None = None
+    slo_met: bool | None = None  # --slo: the turn met every named bound (None: no SLO given)
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
@@ -394,6 +418,23 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         reasoning_tokens=rec.reasoning_tokens,
         answer_tokens=rec.answer_tokens,
         no_answer=rec.no_answer,
+        **open_loop_figures(rec),
+    )
+
+
+def open_loop_figures(rec: TurnRecord) -> dict[str, float | bool | None]:
+    """A turn's due and send times and the latencies from each; a closed-loop turn (no due time) only has
+    its send time and end-to-end latency."""
+    e2e = None if rec.done_t is None or rec.status != "ok" else rec.done_t - rec.sent_t
+    due = rec.due_t
+    return dict(
+        due_s=due,
+        sent_s=rec.sent_t,
+        send_lag_s=rec.send_lag,
+        late=rec.late if due is not None else None,
+        ttft_from_due_s=None if due is None or rec.first_t is None else rec.first_t - due,
+        e2e_s=e2e,
+        e2e_from_due_s=None if due is None or e2e is None else e2e + rec.sent_t - due,
     )
 
 
@@ -401,6 +442,8 @@ def turn_line(rec: TurnRecord) -> str:
     """The one-line summary of a finished turn (headless output, events panel)."""
     row = turn_row(rec)
     parts = [f"{rec.session} turn {rec.turn}"]
+    if rec.late and rec.send_lag is not None:
+        parts.append(f"late {rec.send_lag * 1000:.0f} ms")
     if row.ttft_s is not None:
         parts.append(split_text(row.ttft_s, ttft_split(row.ttft_s, row.queued_s, row.engine_prefill_s)))
     if row.reasoning_tokens:

@@ -34,6 +34,8 @@ class SessionsAggregate:
     ttft_max: float | None
     decode_p50: float | None  # of the sessions decoding now
     decode_min: float | None
+    # Open loop (--arrivals): conversations arrived so far, live now, waiting to start (None: closed loop).
+    arrivals: tuple[int, int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -73,6 +75,12 @@ class SessionView:
     failed_turns: int = 0
     endpoint: str = ""  # the name of the server its turns go to
     pause: ev.UserPause | None = None  # the user's latest pause (--think-time)
+    arrival: float | None = None  # open loop: when the conversation arrived
+
+    @property
+    def waiting(self) -> bool:
+        """Arrived (open loop) but not yet started: its first turn is not sent (a --max-live slot, or building)."""
+        return self.arrival is not None and self.state == "queued"
 
     def user_idle(self, now: float) -> float | None:
         """Seconds the user has paused so far, while the session is in its pause."""

@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 
+from rampwatch.drivers.model.slo import judge_rows, parse_slo
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import turn_row
 from rampwatch.drivers.model.views import TIMELINE_BUCKET_S
@@ -43,6 +44,8 @@ TURN_COLUMNS = (
     "reasoning",
     "needle",
     "client",
+    "late ms",
+    "SLO",
 )
 
 
@@ -81,6 +84,8 @@ class SessionScreen(Screen[None]):
         if len(records) != self._turns_shown:
             self._turns_shown = len(records)
             rows = [turn_row(rec) for rec in records]
+            if state.header is not None and state.header.slo:
+                judge_rows(parse_slo(state.header.slo), rows, records)
             columns = shown_columns(rows, TURN_COLUMNS)
             table = self.query_one(DataTable)
             table.clear(columns=columns != self._columns)
