@@ -199,3 +199,19 @@ async def test_the_focus_screen_shows_the_late_send_and_the_verdicts():
         late, slo = heads.index("late ms"), heads.index("SLO")
         cells = [[str(c) for c in table.get_row_at(k)] for k in range(table.row_count)]
         assert [(r[late], r[slo]) for r in cells] == [("1500", "MISS"), ("", "met")]
+
+
+def test_an_arrival_the_time_limit_kept_waiting_is_no_conversation_of_the_goodput(tmp_path):
+    """Six arrivals within a second, one live at a time, a 2 s limit: the ones still waiting for a slot at the
+    limit never send a turn, and the goodput counts only the conversations that ran one."""
+    record = tmp_path / "waiting.jsonl"
+    with ThreadedSim(make_profile("tiny", time_scale=0.5)) as sim:
+        args = ["--arrivals", "10/s", "--seed", "3", "--sessions", "6", "--max-live", "1", "--time-limit", "2s"]
+        out = rw(*small_run(sim.url, "--record", str(record), *args, "--slo", "ttft=30s", schedule="4k,8k,16k"))
+    assert out.returncode == 0, out.stderr
+    events = read_recording(record).events
+    planned = {e.session for e in events if isinstance(e, ev.SessionPlanned)}
+    ran = {e.session for e in events if isinstance(e, ev.RequestSent)}
+    assert len(ran) < len(planned) == 6, (ran, planned)
+    g = report_json(record)["goodput"]
+    assert g["conversations"] == len(ran) and g["conversations_met"] <= len(ran)
