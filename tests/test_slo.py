@@ -203,7 +203,8 @@ async def test_the_focus_screen_shows_the_late_send_and_the_verdicts():
 
 def test_an_arrival_the_time_limit_kept_waiting_is_no_conversation_of_the_goodput(tmp_path):
     """Six arrivals within a second, one live at a time, a 2 s limit: the ones still waiting for a slot at the
-    limit never send a turn, and the goodput counts only the conversations that ran one."""
+    limit never send a turn, the goodput counts only the conversations that ran one, and once the run is over
+    the Sessions line counts none live or waiting."""
     record = tmp_path / "waiting.jsonl"
     with ThreadedSim(make_profile("tiny", time_scale=0.5)) as sim:
         args = ["--arrivals", "10/s", "--seed", "3", "--sessions", "6", "--max-live", "1", "--time-limit", "2s"]
@@ -215,3 +216,7 @@ def test_an_arrival_the_time_limit_kept_waiting_is_no_conversation_of_the_goodpu
     assert len(ran) < len(planned) == 6, (ran, planned)
     g = report_json(record)["goodput"]
     assert g["conversations"] == len(ran) and g["conversations_met"] <= len(ran)
+    state = RunState(read_recording(record).header)
+    for e in events:
+        state.apply(e)
+    assert state.aggregate().arrivals == (6, 0, 0)  # the run over: none live, none still waiting
