@@ -132,6 +132,21 @@ def test_a_closed_loop_run_gets_verdicts_goodput_and_warmup_as_worked_out_from_i
     assert g3.minutes == pytest.approx((end - warmup_s) / 60, rel=1e-4)
 
 
+def late_then_on_time() -> list[ev.AnyEvent]:
+    """One open-loop conversation: turn 1 due at 1 s, sent at 2.5 s; turn 2 due and sent at 3 s; each first
+    token 0.2 s after its send."""
+    events: list[ev.AnyEvent] = [ev.SessionPlanned(t=1.0, session="s1", schedule=[100, 200], salt="a", arrival=1.0)]
+    for turn, due, sent in ((1, 1.0, 2.5), (2, 3.0, 3.0)):
+        events += [
+            ev.RequestSent(
+                t=sent, session="s1", turn=turn, target_tokens=100, new_tokens_est=100, body_bytes=1, due=due
+            ),
+            ev.FirstToken(t=sent + 0.2, session="s1", turn=turn),
+            ev.TurnDone(t=sent + 0.4, session="s1", turn=turn, status="ok", completion_tokens=2, chunks=2),
+        ]
+    return events
+
+
 def test_the_turn_table_shows_late_sends_and_verdicts_where_a_run_has_them():
     """An open-loop turn sent 1.5 s after it was due misses ttft=1s though its first token came 0.2 s after the
     send; the next, sent on time, meets it. The table (and the focus screen's, from the same columns) says so;
@@ -140,15 +155,8 @@ def test_the_turn_table_shows_late_sends_and_verdicts_where_a_run_has_them():
 
     header = ev.Header(rampwatch_version="t", command=[], mode="run", server="x", arrivals_per_s=1.0, slo="ttft=1s")
     state = RunState(header)
-    state.apply(ev.SessionPlanned(t=1.0, session="s1", schedule=[100, 200], salt="a", arrival=1.0))
-    for turn, due, sent in ((1, 1.0, 2.5), (2, 3.0, 3.0)):
-        state.apply(
-            ev.RequestSent(
-                t=sent, session="s1", turn=turn, target_tokens=100, new_tokens_est=100, body_bytes=1, due=due
-            )
-        )
-        state.apply(ev.FirstToken(t=sent + 0.2, session="s1", turn=turn))
-        state.apply(ev.TurnDone(t=sent + 0.4, session="s1", turn=turn, status="ok", completion_tokens=2, chunks=2))
+    for e in late_then_on_time():
+        state.apply(e)
     md = render(build_report(state), "md")
     head = next(line for line in md.splitlines() if line.startswith("| turn"))
     heads = [h.strip() for h in head.strip("|").split("|")]
@@ -165,3 +173,50 @@ def test_the_turn_table_shows_late_sends_and_verdicts_where_a_run_has_them():
     closed.apply(ev.TurnDone(t=0.4, session="s1", turn=1, status="ok", completion_tokens=2, chunks=2))
     plain = render(build_report(closed), "md")
     assert "late ms" not in plain and "| SLO" not in plain
+
+
+async def test_the_focus_screen_shows_the_late_send_and_the_verdicts():
+    from rampwatch.drivers.run.recording import Recording
+    from rampwatch.tui.app import RampwatchApp
+    from rampwatch.tui.sources import ReplaySource
+    from rampwatch.tui.widgets.focus import SessionScreen
+
+    header = ev.Header(rampwatch_version="t", command=[], mode="run", server="x", arrivals_per_s=1.0, slo="ttft=1s")
+    src = ReplaySource(Recording(header=header, events=late_then_on_time()))
+    src.seek(1e9)
+    src.paused = True
+    app = RampwatchApp(src, autostart=False)
+    async with app.run_test(size=(200, 40)) as pilot:
+        app.redraw()
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SessionScreen)
+        app.redraw()
+        await pilot.pause()
+        table = app.screen.query_one("DataTable")
+        heads = [str(c.label) for c in table.columns.values()]
+        late, slo = heads.index("late ms"), heads.index("SLO")
+        cells = [[str(c) for c in table.get_row_at(k)] for k in range(table.row_count)]
+        assert [(r[late], r[slo]) for r in cells] == [("1500", "MISS"), ("", "met")]
+
+
+def test_an_arrival_the_time_limit_kept_waiting_is_no_conversation_of_the_goodput(tmp_path):
+    """Six arrivals within a second, one live at a time, a 2 s limit: the ones still waiting for a slot at the
+    limit never send a turn, the goodput counts only the conversations that ran one, and once the run is over
+    the Sessions line counts none live or waiting."""
+    record = tmp_path / "waiting.jsonl"
+    with ThreadedSim(make_profile("tiny", time_scale=0.5)) as sim:
+        args = ["--arrivals", "10/s", "--seed", "3", "--sessions", "6", "--max-live", "1", "--time-limit", "2s"]
+        out = rw(*small_run(sim.url, "--record", str(record), *args, "--slo", "ttft=30s", schedule="4k,8k,16k"))
+    assert out.returncode == 0, out.stderr
+    events = read_recording(record).events
+    planned = {e.session for e in events if isinstance(e, ev.SessionPlanned)}
+    ran = {e.session for e in events if isinstance(e, ev.RequestSent)}
+    assert len(ran) < len(planned) == 6, (ran, planned)
+    g = report_json(record)["goodput"]
+    assert g["conversations"] == len(ran) and g["conversations_met"] <= len(ran)
+    state = RunState(read_recording(record).header)
+    for e in events:
+        state.apply(e)
+    assert state.aggregate().arrivals == (6, 0, 0)  # the run over: none live, none still waiting

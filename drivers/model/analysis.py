@@ -348,7 +348,7 @@ def goodput(state: RunState, slo: Slo, sessions: list[SessionReport]) -> Goodput
         later = [latency_from(r) for r in state.turns if not warm.excludes(r)]
         start = warm.seconds if warm.seconds is not None else min(later, default=0.0)
     rows = [row for turns in keep.values() for row in turns]
-    ran = [turns for sid, turns in keep.items() if not sid.endswith("~")]
+    ran = [turns for sid, turns in keep.items() if turns and not sid.endswith("~")]  # never started: not one
     good_conv = sum(1 for turns in ran if all(row.slo_met for row in turns))
     minutes = max(0.0, (state.ended.t if state.ended else state.t) - start) / 60
     met = sum(1 for row in rows if row.slo_met)

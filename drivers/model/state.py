@@ -354,8 +354,9 @@ class RunState:
             by_state[s.state] = by_state.get(s.state, 0) + 1
             if s.arrival is not None:
                 arrived += 1
-                waiting += s.waiting
-                live += not s.waiting and s.state not in ("done", "failed", "cancelled")
+                if self.ended is None:  # once the run ended, nothing is live or waits any more
+                    waiting += s.waiting
+                    live += not s.waiting and s.state not in ("done", "failed", "cancelled")
             if s.last_done is not None and s.last_done.ttft is not None:
                 ttfts.append(s.last_done.ttft)
             if s.state in GENERATING and (r := s.decode_rate_now()) is not None:
