@@ -46,7 +46,8 @@ async def run_arrivals(
 ) -> None:
     """At each arrival time (before `until`, the time limit), `start(k, t)` makes session k (1-based) and
     returns what runs it; it runs once a --max-live slot is free. Its task joins `tasks` (the time limit's
-    grace cancels them); returns once every arrival has been started and every session has ended."""
+    grace cancels them); returns once every arrival before `until` has been started (the caller waits for
+`tasks` to end)."""
     slots = asyncio.Semaphore(max_live or len(times) or 1)
 
     async def live(run: Callable[[], Awaitable[bool]]) -> bool:
@@ -58,8 +59,3 @@ async def run_arrivals(
             break
         await asyncio.sleep(max(0.0, at - clock()))
         tasks.append(asyncio.create_task(live(start(k, at))))
-    if tasks:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for t in done:
-            if not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
