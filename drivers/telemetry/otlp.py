@@ -181,6 +181,9 @@ class OtlpReceiver:
         if not length.isdigit():
             raise BadTraces(f"bad Content-Length {length!r}")
         if int(length) > MAX_BODY_BYTES:
+            left = int(length) if int(length) <= 4 * MAX_BODY_BYTES else 0  # read past, so the sender sees the 413
+            while left > 0:
+                left -= len(await reader.readexactly(min(left, 1 << 20)))
             raise BadTraces(f"body of {int(length):,} bytes is over {MAX_BODY_BYTES >> 20} MiB", 413)
         return await reader.readexactly(int(length))
 
