@@ -87,6 +87,7 @@ def test_report_json_schema(recorded):
         "servers_total",
         "roles",
         "client_lag_max_ms",
+        "spans",
     }
     assert set(rep["run"]) == {
         "schema",
@@ -143,6 +144,9 @@ def test_report_json_schema(recorded):
         "transferred_tokens",
         "prefill_leg_s",
         "transfer_s",
+        "engine_decode_s",
+        "engine_timing",
+        "span_disagreement_s",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
