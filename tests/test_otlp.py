@@ -99,6 +99,7 @@ def test_a_run_joins_every_simulated_span_to_its_turn(tmp_path, metrics):
         p = rw(*small_run(sim.url, "--sessions", "2", "--lockstep", "--otlp", str(port), "--record", str(record)))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert f"receiving OTLP spans on http://127.0.0.1:{port}/v1/traces" in p.stderr  # loopback by default
+    assert "Traceback" not in p.stderr and "Exception in callback" not in p.stderr  # kept-alive connections end cleanly
     events = _recorded(record)
     sent = {e.request_id for e in events if isinstance(e, ev.RequestSent)}
     spans = [e for e in events if isinstance(e, ev.EngineSpan)]

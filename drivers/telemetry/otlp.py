@@ -110,6 +110,7 @@ class OtlpReceiver:
         self.errors = 0
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> None:
         """Listen (OSError when it cannot)."""
@@ -117,17 +118,27 @@ class OtlpReceiver:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def aclose(self) -> None:
+        """Stop listening and end the exporters' kept-alive connections (their handlers finish, not cancelled
+        at the loop's end, which asyncio would report as an error)."""
         if self._server is not None:
             self._server.close()
-            await asyncio.gather(self._server.wait_closed(), return_exceptions=True)
+        for task in self._connections:
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
         try:
             while await self._one_request(reader, writer):
                 pass
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass  # the exporter went away or spoke no HTTP: nothing to answer
+        except asyncio.CancelledError:
+            pass  # aclose(): this connection's own task ends quietly with the receiver
         finally:
+            self._connections.discard(task)
             writer.close()
 
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
