@@ -88,6 +88,8 @@ def test_report_json_schema(recorded):
         "roles",
         "client_lag_max_ms",
         "spans",
+        "open_loop",
+        "goodput",
     }
     assert set(rep["run"]) == {
         "schema",

@@ -19,9 +19,10 @@ from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView, merge_endpoints
 from rampwatch.drivers.model.engine_spans import SpanLedger
 from rampwatch.drivers.model.log import LogEntry
+from rampwatch.drivers.model.slo import GoodputTally
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line
+from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line, wait_parts
 from rampwatch.drivers.model.views import (
     DECODE_WINDOW_S,
     GENERATING,
@@ -63,6 +64,7 @@ class RunState:
         # A split's transferred KV per turn: a finished turn's line is logged once a decode server's sample
         # covers its first token (or the run ends), so it never calls transferred KV cached.
         self.transfers = TransferLedger()
+        self.goodput = GoodputTally()  # --slo: turns judged and met, live
         self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
         self.spans = SpanLedger()  # the engine's trace spans (--otlp), joined to turns by request id
 
@@ -78,7 +80,7 @@ class RunState:
 
     def _on_planned(self, e: ev.SessionPlanned) -> None:
         self.sessions[e.session] = SessionView(
-            id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint
+            id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint, arrival=e.arrival
         )
 
     def _session(self, sid: str) -> SessionView:
@@ -102,6 +104,7 @@ class RunState:
             cache_at_sent=self._cache_counters(),
             transfer_at_sent=transfer_counters(self._decode_endpoints()),
             kv_peak=self.server.values.get("kv_usage"),
+            due_t=e.due,
         )
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
         s.recent.clear()
@@ -193,6 +196,8 @@ class RunState:
         if rec.chunks == 0:
             rec.chunks = e.chunks
         self.turns.append(rec)
+        if s.role == "ramp":
+            self.goodput.add(self.header.slo if self.header is not None else None, rec, e.t)
         self._prefilling.pop(e.session, None)
         if e.status == "ok":
             self._usage_has_cache = bool(self._usage_has_cache) or e.cached_tokens is not None
@@ -208,6 +213,8 @@ class RunState:
                 self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = rate
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = e.t
+        if e.status == "ok" and (waits := wait_parts(rec.sent_t, rec.first_t, rec.queued_s, rec.server_prefill_s)):
+            s.waits.extend(waits)  # the split is known only now: the engine's figures come with the turn's end
         s.current, s.last_done = None, rec
         s.recent.clear()
         if e.status == "ok":
@@ -364,8 +371,13 @@ class RunState:
         """Sessions by state, TTFT p50/max of their last turns, decode tok/s p50/min now."""
         by_state: dict[str, int] = {}
         ttfts, rates = [], []
+        arrived = live = waiting = 0
         for s in self.sessions.values():
             by_state[s.state] = by_state.get(s.state, 0) + 1
+            if s.arrival is not None:
+                arrived += 1
+                waiting += s.waiting
+                live += not s.waiting and s.state not in ("done", "failed", "cancelled")
             if s.last_done is not None and s.last_done.ttft is not None:
                 ttfts.append(s.last_done.ttft)
             if s.state in GENERATING and (r := s.decode_rate_now()) is not None:
@@ -377,6 +389,7 @@ class RunState:
             ttft_max=max(ttfts, default=None),
             decode_p50=median(rates),
             decode_min=min(rates, default=None),
+            arrivals=(arrived, live, waiting) if arrived else None,
         )
 
     def timeline_aggregate(self, first_bucket: int, n: int) -> tuple[list[float], list[float]]:

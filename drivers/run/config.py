@@ -69,6 +69,11 @@ class RunConfig:
     shared_prefix: int = 0  # --shared-prefix: tokens every session shares after it, before its own salt
     corpus: Path | None = None  # --corpus: new text is read from these files instead of pseudo-words
     think_time: tuple[float, float] | None = None  # --think-time: the user's pause before each later turn (s)
+    arrivals_per_s: float | None = None  # --arrivals: open loop, `sessions` conversations arrive at this Poisson rate
+    seed: int | None = None  # --seed: draws the arrival times (None: one is drawn and recorded)
+    max_live: int | None = None  # --max-live: conversations live at once in an open loop (None: no cap)
+    slo: str | None = None  # --slo as given (checked by drivers/model/slo.parse_slo)
+    warmup: str | None = None  # --warmup as given (checked by drivers/model/slo.parse_warmup)
 
     @property
     def base_url(self) -> str:

@@ -11,6 +11,7 @@ import secrets
 import sys
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from rampwatch.drivers.client.tls import TlsError, tls_context
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.arrivals import arrival_times, run_arrivals
 from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, check_topology, default_record_path
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.hub import EventHub
@@ -88,22 +90,30 @@ class Run:
         self.exit_code = 0
         self.interrupted_by: int | None = None
         self._interrupted = False
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
         self.tls = tls_context()
         self.otlp: OtlpReceiver | None = None  # --otlp: the engine's trace spans
         self._span_due: set[str] = set()  # request ids of the turns that ended well: each awaits its span
         self._sent_ids: dict[str, str] = {}  # session -> its request in flight's id
+        # Open loop: the seed that draws the arrival times, recorded so the run can be repeated.
+        self.seed = cfg.seed if cfg.seed is not None else secrets.randbelow(1 << 31)
 
     def _client_for(self) -> httpx.AsyncClient:
-        if self._client is None:
-            n = max(1, self.cfg.sessions) + 4
-            self._client = httpx.AsyncClient(
-                trust_env=False,  # no proxy from the environment: the same direct route as the streams
-                verify=self.tls,
-                timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
-                limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            )
-        return self._client
+        """An httpx client of its own for one session's /tokenize and /health calls (or the probe's): httpx's
+        pool walks every connection on each request, so one pool shared by 64 sessions cost the driver more
+        CPU than their streams and held its loop past the client-busy bar."""
+        client = httpx.AsyncClient(
+            trust_env=False,  # no proxy from the environment: the same direct route as the streams
+            verify=self.tls,
+            timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
+        )
+        self._clients.append(client)
+        return client
+
+    async def _close_clients(self) -> None:
+        clients, self._clients = self._clients, []
+        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
 
     async def prepare(self) -> None:
         cfg = self.cfg
@@ -198,6 +208,11 @@ class Run:
             prompts=prompt_shape(self.cfg, self.lead, self.corpus),
             reasoning=self.cfg.reasoning,  # type: ignore[arg-type]
             max_tokens=self.cfg.max_tokens,
+            arrivals_per_s=self.cfg.arrivals_per_s,
+            seed=self.seed if self.cfg.arrivals_per_s else None,
+            max_live=self.cfg.max_live,
+            slo=self.cfg.slo,
+            warmup=self.cfg.warmup,
         )
 
     def interrupt(self, task: asyncio.Task, sig: int | None) -> None:
@@ -276,14 +291,16 @@ class Run:
                 run_id=self.salt,
                 think_time=cfg.think_time,
             )
-            gate = TurnGate(self.ramp_sessions, lockstep=cfg.lockstep)
-            for k in range(self.ramp_sessions):
-                sid = f"s{k + 1}"
+            open_loop = cfg.arrivals_per_s is not None
+            gate = TurnGate(0 if open_loop else self.ramp_sessions, lockstep=cfg.lockstep)
+
+            def session(k: int) -> SessionRunner:
+                sid = f"s{k}"
                 r = SessionRunner(
                     sid,
-                    self.conversation(k + 1),
+                    self.conversation(k),
                     self._client_for(),
-                    cfg.target_for(sid, k + 1),
+                    cfg.target_for(sid, k),
                     cfg.headers(),
                     opts,
                     emit,
@@ -292,7 +309,11 @@ class Run:
                     tls=self.tls,
                 )
                 runners.append(r)
-                emit(r.plan_event())
+                return r
+
+            if not open_loop:
+                for k in range(self.ramp_sessions):
+                    emit(session(k + 1).plan_event())
             baseline = None
             if cfg.one_shot:
                 baseline = SessionRunner(
@@ -313,6 +334,8 @@ class Run:
             tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
             watchdog = asyncio.create_task(self._time_limit(gate, tasks)) if cfg.time_limit is not None else None
             try:
+                if open_loop:
+                    await self._arrivals(session, gate, tasks)
                 await self._all(tasks)
                 if baseline is not None:
                     # After the ramp, alone on the server, unless the time limit already stopped new turns.
@@ -352,8 +375,7 @@ class Run:
             emit(ev.RunEnded(t=clock(), status=status, exit_code=self.exit_code, error=error))
             await self._drain_recording()
             self.close()
-            if self._client is not None:
-                await self._client.aclose()
+            await self._close_clients()
         return self.exit_code
 
     OTLP_FINAL_WAIT_S = 10.0  # the last spans' wait: vLLM's exporter sends its batch every 5 s
@@ -396,6 +418,22 @@ class Run:
         for t in done:
             if not t.cancelled() and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
+
+    async def _arrivals(self, session: Callable[[int], SessionRunner], gate: TurnGate, tasks: list) -> None:
+        """Open loop: a new conversation at each seeded Poisson arrival, up to --sessions, none after the time
+        limit; each is planned when it arrives and runs once a --max-live slot is free."""
+        cfg, clock = self.cfg, self.clock
+        assert cfg.arrivals_per_s is not None
+
+        def start(k: int, at: float) -> Callable[[], Awaitable[bool]]:
+            r = session(k)
+            r.arrival = at
+            gate.join()
+            self.hub.emit(r.plan_event())
+            return r.run
+
+        times = arrival_times(cfg.arrivals_per_s, self.ramp_sessions, self.seed)
+        await run_arrivals(times, clock, cfg.time_limit, cfg.max_live, start, tasks)
 
     async def _time_limit(self, gate: TurnGate, tasks: list[asyncio.Task[bool]]) -> None:
         """At --time-limit no new turn starts; after --grace, turns in flight are cancelled."""
@@ -456,8 +494,7 @@ class Run:
         self.close()
         if self.otlp is not None:
             await self.otlp.aclose()
-        if self._client is not None:
-            await self._client.aclose()
+        await self._close_clients()
 
     def mark(self, note: str) -> None:
         self.hub.emit(ev.Mark(t=self.clock(), note=note))
