@@ -141,8 +141,18 @@ class Report(msgspec.Struct):
     servers_total: ServerFigures | None  # their sum
     roles: list[ServerFigures]  # summed by role (prefill, decode, both)
     client_lag_max_ms: float | None  # the driver's worst event-loop lag (None: not measured, older recordings)
+    spans: SpanFigures | None = None  # the engine's OTLP trace spans (--otlp); None: none arrived
     open_loop: OpenLoop | None = None  # --arrivals: the arrivals and the late turns (None: closed loop)
     goodput: Goodput | None = None  # --slo: the turns and conversations that met it (None: no SLO given)
+
+
+class SpanFigures(msgspec.Struct):
+    """--otlp: the engine's trace spans over the run, joined to turns by request id."""
+
+    matched: int
+    unmatched: int  # spans of no turn of this run (another client, an older run): counted, not dropped
+    refused: int  # requests the receiver answered 400/413 (not an OTLP export, too large)
+    max_disagreement_ms: float | None  # spans vs the per-request metrics on the turns with both (None: no such turn)
 
 
 class OpenLoop(msgspec.Struct):
@@ -303,6 +313,7 @@ def build_report(state: RunState) -> Report:
             if any(f.role == role for f in servers)
         ],
         client_lag_max_ms=state.client.worst_ms,
+        spans=span_figures(state),
         open_loop=open_loop(state, ramp),
         goodput=goodput(state, slo, sessions) if slo is not None else None,
     )
@@ -425,4 +436,18 @@ def sum_figures(name: str, role: str, figs: list[ServerFigures], kv_peak: float 
         kv_capacity_tokens=total("kv_capacity_tokens"),
         last_error=None,
         transferred_tokens=total("transferred_tokens"),
+    )
+
+
+def span_figures(state: RunState) -> SpanFigures | None:
+    """The spans' account of the run, where any span (or refused export) arrived."""
+    led = state.spans
+    if not (led.matched or led.unmatched or led.errors):
+        return None
+    worst = led.max_disagreement_s
+    return SpanFigures(
+        matched=led.matched,
+        unmatched=led.unmatched,
+        refused=led.errors,
+        max_disagreement_ms=None if worst is None else worst * 1000,
     )

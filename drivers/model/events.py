@@ -263,6 +263,24 @@ class ClientLag(Event):
     busy: list[tuple[float, float]] = []
 
 
+class EngineSpan(Event):
+    """One request as the engine's OTLP trace span tells it (--otlp), stamped when it arrived (after the request
+    ended): the fold joins it to its turn by `request_id` (the X-Request-Id sent; vLLM's `chatcmpl-` prefix off)."""
+
+    request_id: str
+    trace_id: str = ""  # the span's trace (the turn's own, from the traceparent sent)
+    queued_s: float | None = None  # gen_ai.latency.time_in_queue: queued to scheduled
+    prefill_s: float | None = None  # gen_ai.latency.time_in_model_prefill: scheduled to first token
+    decode_s: float | None = None  # gen_ai.latency.time_in_model_decode: first to last token
+    e2e_s: float | None = None  # gen_ai.latency.e2e: arrival to end
+
+
+class TraceReceiverError(Event):
+    """--otlp answered a request 400/413: not an OTLP trace export, or too large (counted, the run goes on)."""
+
+    error: str
+
+
 class RunEnded(Event):
     """The run's last event; a crash says why in one line."""
 
@@ -286,5 +304,7 @@ AnyEvent = (
     | Mark
     | Notice
     | ClientLag
+    | EngineSpan
+    | TraceReceiverError
     | RunEnded
 )

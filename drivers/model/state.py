@@ -17,6 +17,7 @@ from collections import deque
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView, merge_endpoints
+from rampwatch.drivers.model.engine_spans import SpanLedger
 from rampwatch.drivers.model.log import LogEntry
 from rampwatch.drivers.model.slo import GoodputTally
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
@@ -65,6 +66,7 @@ class RunState:
         self.transfers = TransferLedger()
         self.goodput = GoodputTally()  # --slo: turns judged and met, live
         self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
+        self.spans = SpanLedger()  # the engine's trace spans (--otlp), joined to turns by request id
 
     # -- folding -------------------------------------------------------------
 
@@ -108,6 +110,7 @@ class RunState:
         s.recent.clear()
         s.prefill_spans.append([e.t, None])
         self._prefilling[e.session] = rec
+        self.spans.sent(rec, e.request_id)
 
     def _in_flight(self, sid: str, turn: int) -> tuple[SessionView, TurnRecord | None]:
         """The session, and its turn `turn` if that is the one in flight (an event of another attempt: None)."""
@@ -180,6 +183,10 @@ class RunState:
         rec.completion_tokens, rec.needle, rec.error = e.completion_tokens, e.needle, e.error
         rec.server_prefill_s, rec.queued_s, rec.prefill_leg_s = e.server_prefill_s, e.queued_s, e.prefill_leg_s
         rec.spec_accepted, rec.spec_drafted, rec.spec_steps = e.spec_accepted, e.spec_drafted, e.spec_steps
+        rec.engine_decode_s = e.engine_decode_s
+        rec.engine_timing = "metrics" if e.server_prefill_s is not None else None
+        if rec.span is not None:  # the span came before the response's end
+            self.spans.settle(rec)
         rec.reasoning_reported, rec.reasoning_chunks = e.reasoning_tokens, e.reasoning_chunks
         rec.finish_reason, rec.reply_chars = e.finish_reason, e.reply_chars
         rec.cache_at_done = self._cache_counters()
@@ -194,7 +201,7 @@ class RunState:
         self._prefilling.pop(e.session, None)
         if e.status == "ok":
             self._usage_has_cache = bool(self._usage_has_cache) or e.cached_tokens is not None
-            self._engine_timed = bool(self._engine_timed) or e.server_prefill_s is not None
+            self._engine_timed = bool(self._engine_timed) or rec.server_prefill_s is not None
             if rec.prompt_tokens is not None:
                 s.last_prompt_tokens = rec.prompt_tokens
             s.tokens_per_chunk = rec.tokens_per_chunk
@@ -300,6 +307,21 @@ class RunState:
         if e.topic == "recording":
             self.recording_error = e.message if e.level == "error" else None
         self._log(LogEntry(e.t, e.level, e.message))
+
+    def _on_span(self, e: ev.EngineSpan) -> None:
+        before = self.spans.unmatched
+        rec = self.spans.arrived(e)
+        if rec is None:
+            if before == 0:
+                self._log(LogEntry(e.t, "warn", f"OTLP span {e.request_id or '(no request id)'} matches no turn"))
+            return
+        if rec.status == "ok" and rec.engine_timing == "span":  # late: the turn's line said no engine figures
+            self._engine_timed = True
+            self._log(LogEntry(e.t, "info", "span: " + turn_line(rec), rec.ttft))
+
+    def _on_trace_error(self, e: ev.TraceReceiverError) -> None:
+        self.spans.error(e)
+        self._log(LogEntry(e.t, "warn", f"OTLP receiver refused a request: {e.error}"))
 
     def _on_ended(self, e: ev.RunEnded) -> None:
         self._settle_transfers(e.t, final=True)
@@ -499,5 +521,7 @@ _HANDLERS = {
     ev.Mark: RunState._on_mark,
     ev.Notice: RunState._on_notice,
     ev.ClientLag: RunState._on_client_lag,
+    ev.EngineSpan: RunState._on_span,
+    ev.TraceReceiverError: RunState._on_trace_error,
     ev.RunEnded: RunState._on_ended,
 }

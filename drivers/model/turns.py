@@ -16,6 +16,7 @@ from typing import Literal
 
 import msgspec
 
+from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.stats import quantile
 
 LATE_S = 0.010  # a turn sent more than this after its due time is late (coordinated omission)
@@ -72,6 +73,10 @@ class TurnRecord:
     gaps_during: array[float] = field(default_factory=lambda: array("d"))
     max_gap: float = 0.0
     client_busy: bool = False  # a stamp of this turn was taken while the driver's own loop ran late
+    engine_decode_s: float | None = None  # the engine's first to last token (per-request metrics or its span)
+    engine_timing: str | None = None  # where queued/prefill/decode came from: "metrics" (the response) or "span"
+    span: ev.EngineSpan | None = None  # the engine's trace span of this request (--otlp), once it arrived
+    span_disagreement_s: float | None = None  # the span against the response's metrics: the largest difference
     due_t: float | None = None  # open loop: when the turn was due (RequestSent.due); None: due when sent
 
     @property
@@ -146,7 +151,7 @@ ENGINE_TIMING_FLAGS = {
 def engine_timing_hint(engine: str | None) -> str:
     """One line for a run whose engine timed none of its turns: which server flag would give the figures."""
     flag = ENGINE_TIMING_FLAGS.get(engine or "", ENGINE_TIMING_FLAGS["vllm"])
-    return f"engine's own queue and prefill time per turn unavailable ({flag})"
+    return f"engine's own queue and prefill time per turn unavailable ({flag}, or its OTLP spans to rampwatch --otlp)"
 
 
 def ttft_split(ttft: float | None, queued_s: float | None, prefill_s: float | None) -> TtftSplit | None:
@@ -370,6 +375,9 @@ class TurnRow(msgspec.Struct):
     transferred_tokens: int | None = None
     prefill_leg_s: float | None = None
     transfer_s: float | None = None
+    engine_decode_s: float | None = None  # the engine's first to last token
+    engine_timing: str | None = None  # where the engine's figures came from: "metrics" (the response) or "span"
+    span_disagreement_s: float | None = None  # the OTLP span against the response's metrics (both present)
     # Open loop (--arrivals): the run times when the turn was due and sent, the lag between, whether it was late
     # (> 10 ms), and TTFT and end-to-end measured from the due time as well as from the send time.
     due_s: float | None = None
@@ -418,6 +426,9 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         reasoning_tokens=rec.reasoning_tokens,
         answer_tokens=rec.answer_tokens,
         no_answer=rec.no_answer,
+        engine_decode_s=rec.engine_decode_s,
+        engine_timing=rec.engine_timing,
+        span_disagreement_s=rec.span_disagreement_s,
         **open_loop_figures(rec),
     )
 

@@ -10,7 +10,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from rampwatch.drivers.model.analysis import Report, SessionSummary
+from rampwatch.drivers.model.analysis import Report, SessionSummary, SpanFigures
 from rampwatch.drivers.model.events import PromptShape
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRow, engine_timing_hint
@@ -57,6 +57,8 @@ def summary_lines(rep: Report) -> list[str]:
     turns = [t for s in rep.sessions for t in s.turns]
     if turns and all(t.engine_prefill_s is None for t in turns):
         lines.append(engine_timing_hint(rep.run.engine))
+    if rep.spans is not None:
+        lines.append(span_line(rep.spans))
     if i.gaps_alone or i.gaps_during_foreign_prefill:
         lines.append(
             f"inter-token gaps: alone {_gaps(i.gaps_alone)}; during another session's prefill "
@@ -416,3 +418,13 @@ def render_curve(points: list[tuple[int, Report, float | None]]) -> str:
     console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
     console.print(table)
     return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def span_line(s: SpanFigures) -> str:
+    """`engine spans (OTLP): 12 matched, 0 unmatched; agree with the per-request metrics within 0.3 ms`."""
+    text = f"engine spans (OTLP): {s.matched} matched, {s.unmatched} unmatched"
+    if s.refused:
+        text += f", {s.refused} bad exports refused"
+    if s.max_disagreement_ms is not None:
+        text += f"; agree with the per-request metrics within {s.max_disagreement_ms:.2f} ms"
+    return text

@@ -62,6 +62,7 @@ class RunConfig:
     prometheus_match: list[Match] = field(default_factory=list)  # which engines it reads, with their roles (none: all)
     prometheus_gpu_match: str = ""  # which GPUs it reads (PromQL label matchers; empty: all)
     serve_metrics: str | None = None  # [HOST:]PORT: expose rampwatch's own figures for Prometheus
+    otlp: str | None = None  # [HOST:]PORT: receive the engine's OTLP/HTTP trace spans (drivers/telemetry/otlp.py)
     extra_body: dict[str, Any] = field(default_factory=dict)  # request options merged into every chat request
     request_headers: list[HeaderTemplate] = field(default_factory=list)  # --header: to the inference servers only
     system_prompt: str | None = None  # --system-prompt: the system message every session opens with

@@ -35,8 +35,10 @@ from rampwatch.drivers.run.probe import CALIBRATION_CHARS, ServerInfo, calibrate
 from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, prompt_shape, shared_lead
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.scrub import scrub_json, shown_headers
+from rampwatch.drivers.telemetry.exporter import parse_listen
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.telemetry.metrics import MetricsScraper
+from rampwatch.drivers.telemetry.otlp import OtlpReceiver
 from rampwatch.drivers.telemetry.prometheus import PrometheusReader, check_prometheus
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
@@ -90,6 +92,9 @@ class Run:
         self._interrupted = False
         self._clients: list[httpx.AsyncClient] = []
         self.tls = tls_context()
+        self.otlp: OtlpReceiver | None = None  # --otlp: the engine's trace spans
+        self._span_due: set[str] = set()  # request ids of the turns that ended well: each awaits its span
+        self._sent_ids: dict[str, str] = {}  # session -> its request in flight's id
         # Open loop: the seed that draws the arrival times, recorded so the run can be repeated.
         self.seed = cfg.seed if cfg.seed is not None else secrets.randbelow(1 << 31)
 
@@ -145,6 +150,8 @@ class Run:
             self.calibration = await calibrate(client, cfg, info.model, self.conversation(1), sample)
             self.lead = await shared_lead(client, cfg, info.model, self.calibration, corpus, self.salt)
         self.info = info
+        if cfg.otlp:
+            await self._listen_for_spans(cfg.otlp)
         header = self.header()
         if self.record:
             path = cfg.record or default_record_path(info.model or "watch")
@@ -354,6 +361,8 @@ class Run:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             lag.flush(clock())  # the last second's lag: the last turns' stamps are judged too
+            if self.otlp is not None:
+                await self._last_spans(status in ("done", "failed", "time-limit"))
             if samplers and status in ("done", "failed", "time-limit"):
                 # One last read: the report's server figures cover the last turns too.
                 last = [asyncio.create_task(s.final_read()) for s in samplers]
@@ -368,6 +377,36 @@ class Run:
             self.close()
             await self._close_clients()
         return self.exit_code
+
+    OTLP_FINAL_WAIT_S = 10.0  # the last spans' wait: vLLM's exporter sends its batch every 5 s
+
+    async def _listen_for_spans(self, listen: str) -> None:
+        """--otlp: the receiver on this loop, and the ids of the turns whose spans the run's end waits for."""
+        host, port = parse_listen(listen)
+        self.otlp = OtlpReceiver(self.hub.emit, self.clock)
+        try:
+            await self.otlp.start(host, port)
+        except OSError as e:
+            self.otlp = None
+            raise BadInput(f"--otlp {listen}: cannot listen: {e.strerror or e}") from None
+        where = f"http://{host}:{self.otlp.port}/v1/traces"
+        print(f"rampwatch: receiving OTLP spans on {where}", file=sys.stderr, flush=True)
+        self.hub.listeners.append(self._await_span)
+
+    def _await_span(self, e: ev.AnyEvent) -> None:
+        if isinstance(e, ev.RequestSent):
+            self._sent_ids[e.session] = e.request_id
+        elif isinstance(e, ev.TurnDone) and e.status == "ok" and (rid := self._sent_ids.get(e.session)):
+            self._span_due.add(rid)
+
+    async def _last_spans(self, wait: bool) -> None:
+        """A finished run waits (OTLP_FINAL_WAIT_S at most) for the spans of its last turns, then stops listening."""
+        otlp = self.otlp
+        assert otlp is not None
+        deadline = time.monotonic() + self.OTLP_FINAL_WAIT_S
+        while wait and self._span_due - otlp.received and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await otlp.aclose()
 
     @staticmethod
     async def _all(tasks: list[asyncio.Task[bool]]) -> None:
@@ -453,6 +492,8 @@ class Run:
     async def aclose(self) -> None:
         """Release what prepare() opened when the run never starts."""
         self.close()
+        if self.otlp is not None:
+            await self.otlp.aclose()
         await self._close_clients()
 
     def mark(self, note: str) -> None:

@@ -178,6 +178,7 @@ def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
         prometheus_match=matches,
         prometheus_gpu_match=gpu_matchers,
         serve_metrics=serve_metrics,
+        otlp=otlp_setting(args.otlp),
     )
 
 
@@ -188,6 +189,16 @@ def serve_metrics_setting(listen: str | None) -> str | None:
             parse_listen(listen)
         except ValueError as e:
             raise BadInput(f"--serve-metrics: {e}") from None
+    return listen
+
+
+def otlp_setting(listen: str | None) -> str | None:
+    """--otlp [HOST:]PORT, checked before anything starts."""
+    if listen:
+        try:
+            parse_listen(listen)
+        except ValueError as e:
+            raise BadInput(f"--otlp: {e}") from None
     return listen
 
 

@@ -106,6 +106,13 @@ def add_server_watch_args(p: argparse.ArgumentParser, ui: bool = True) -> None:
     )
     add_serve_metrics_arg(p)
     p.add_argument(
+        "--otlp",
+        metavar="[HOST:]PORT",
+        help="receive the engine's OTLP/HTTP trace spans (protobuf, POST /v1/traces) on this port and join each to "
+        "its turn: queued, prefill and decode per turn without per-request metrics (HOST default 127.0.0.1; vLLM: "
+        "--otlp-traces-endpoint http://HOST:PORT/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf)",
+    )
+    p.add_argument(
         "--scrape-interval",
         type=positive_float,
         default=0.5,
