@@ -45,9 +45,9 @@ async def run_arrivals(
     tasks: list[asyncio.Task[bool]],
 ) -> None:
     """At each arrival time (before `until`, the time limit), `start(k, t)` makes session k (1-based) and
-    returns what runs it; it runs once a --max-live slot is free. Its task joins `tasks` (the time limit's
-    grace cancels them); returns once every arrival before `until` has been started (the caller waits for
-`tasks` to end)."""
+        returns what runs it; it runs once a --max-live slot is free. Its task joins `tasks` (the time limit's
+        grace cancels them); returns once every arrival before `until` has been started (the caller waits for
+    `tasks` to end)."""
     slots = asyncio.Semaphore(max_live or len(times) or 1)
 
     async def live(run: Callable[[], Awaitable[bool]]) -> bool:
