@@ -3,7 +3,8 @@
 vLLM (`--otlp-traces-endpoint`, with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) and the simulated engine
 POST an `ExportTraceServiceRequest` (protobuf) to /v1/traces when requests end; each `llm_request` span becomes
 one EngineSpan event, which the state fold joins to its turn by request id (drivers/model/state.py). A bad
-request is answered 400 (oversized: 413) and recorded as a TraceReceiverError; it never stops the run.
+request (not an export, or over 16 MiB) is answered 400, OTLP's "bad data" that an exporter drops rather
+retries, and recorded as a TraceReceiverError; it never stops the run.
 The HTTP side is a small HTTP/1.1 server on asyncio streams: one route, Content-Length or chunked bodies.
 """
 
@@ -23,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from rampwatch.drivers.model import events as ev
 
 TRACES_PATH = "/v1/traces"
-MAX_BODY_BYTES = 16 << 20  # 16 MiB: thousands of spans per export; anything larger is refused (413)
+MAX_BODY_BYTES = 16 << 20  # 16 MiB: thousands of spans per export; anything larger is refused (400)
 REQUEST_SPAN = "llm_request"  # vLLM's span per request; its startup spans ("Load weights", ...) are ignored
 ENGINE_ID_PREFIXES = ("chatcmpl-", "cmpl-")  # what vLLM puts before the X-Request-Id in gen_ai.request.id
 _FIGURES = {
@@ -33,10 +34,11 @@ _FIGURES = {
     "gen_ai.latency.e2e": "e2e_s",
 }
 _HEADER_LIMIT = 64 << 10
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 415: "Unsupported Media Type"}
 
 
 class BadTraces(ValueError):
-    """A request whose body is not an OTLP trace export (or too large): answered 400/413 and counted."""
+    """A request whose body is not an OTLP trace export (or too large): answered 400 and counted."""
 
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
@@ -95,7 +97,7 @@ def _inflate(body: bytes, encoding: str) -> bytes:
     except (zlib.error, gzip.BadGzipFile) as e:
         raise BadTraces(f"bad {encoding} body: {e}") from None
     if len(out) > MAX_BODY_BYTES:
-        raise BadTraces(f"body inflates past {MAX_BODY_BYTES >> 20} MiB", 413)
+        raise BadTraces(f"body inflates past {MAX_BODY_BYTES >> 20} MiB")
     return out
 
 
@@ -182,7 +184,7 @@ class OtlpReceiver:
                 size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
                 total += size
                 if total > MAX_BODY_BYTES:
-                    raise BadTraces(f"body over {MAX_BODY_BYTES >> 20} MiB", 413)
+                    raise BadTraces(f"body over {MAX_BODY_BYTES >> 20} MiB")
                 if size == 0:
                     await reader.readuntil(b"\r\n")
                     return b"".join(parts)
@@ -192,10 +194,10 @@ class OtlpReceiver:
         if not length.isdigit():
             raise BadTraces(f"bad Content-Length {length!r}")
         if int(length) > MAX_BODY_BYTES:
-            left = int(length) if int(length) <= 4 * MAX_BODY_BYTES else 0  # read past, so the sender sees the 413
+            left = int(length) if int(length) <= 4 * MAX_BODY_BYTES else 0  # read past, so the sender sees the 400
             while left > 0:
                 left -= len(await reader.readexactly(min(left, 1 << 20)))
-            raise BadTraces(f"body of {int(length):,} bytes is over {MAX_BODY_BYTES >> 20} MiB", 413)
+            raise BadTraces(f"body of {int(length):,} bytes is over {MAX_BODY_BYTES >> 20} MiB")
         return await reader.readexactly(int(length))
 
     async def _drain(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> None:
@@ -205,9 +207,8 @@ class OtlpReceiver:
 
     @staticmethod
     def _answer(writer: asyncio.StreamWriter, status: int, body: bytes, keep: bool, kind: str = "text/plain") -> bool:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
         head = (
-            f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\nContent-Type: {kind}\r\n"
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: {kind}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: {'keep-alive' if keep else 'close'}\r\n\r\n"
         )
         writer.write(head.encode() + body)
