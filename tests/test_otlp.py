@@ -16,6 +16,7 @@ import pytest
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.otlp import MAX_BODY_BYTES, OtlpReceiver
+from rampwatch.tui.cli.files import load_state
 from tests.conftest import free_port, report_json, rw, small_run
 from tests.simhost import ThreadedSim
 
@@ -125,6 +126,9 @@ def test_a_run_joins_every_simulated_span_to_its_turn(tmp_path, metrics):
         assert all(t["ttft_rest_s"] > -0.005 for t in turns)
     text = rw("report", str(record)).stdout
     assert "engine spans (OTLP): 4 matched, 0 unmatched" in text, text
+    # The decode lanes draw each timed wait's parts, whether the figures came with the turn or in a later span.
+    state = load_state(record, skip_bad_lines=False)
+    assert all(sum(p == "prefill" for p, _, _ in state.sessions[sid].waits) == 2 for sid in ("s1", "s2"))
 
 
 def test_spans_of_no_turn_are_counted_not_dropped():

@@ -213,8 +213,8 @@ class RunState:
                 self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = rate
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = e.t
-        if e.status == "ok" and (waits := wait_parts(rec.sent_t, rec.first_t, rec.queued_s, rec.server_prefill_s)):
-            s.waits.extend(waits)  # the split is known only now: the engine's figures come with the turn's end
+        if e.status == "ok":
+            self._add_waits(rec)  # the split is known only now: the engine's figures come with the turn's end
         s.current, s.last_done = None, rec
         s.recent.clear()
         if e.status == "ok":
@@ -318,6 +318,22 @@ class RunState:
         if rec.status == "ok" and rec.engine_timing == "span":  # late: the turn's line said no engine figures
             self._engine_timed = True
             self._log(LogEntry(e.t, "info", "span: " + turn_line(rec), rec.ttft))
+            self._add_waits(rec)
+
+    def _add_waits(self, rec: TurnRecord) -> None:
+        """The parts of a timed turn's wait, for the decode lanes, kept in time order (a late span's turn may
+        have ended before the session's newest one)."""
+        parts = wait_parts(rec.sent_t, rec.first_t, rec.queued_s, rec.server_prefill_s)
+        view = self.sessions.get(rec.session)
+        if not parts or view is None:
+            return
+        waits = view.waits
+        late = bool(waits) and waits[-1][2] > parts[0][1]
+        waits.extend(parts)
+        if late:
+            ordered = sorted(waits, key=lambda p: p[1])
+            waits.clear()
+            waits.extend(ordered)
 
     def _on_trace_error(self, e: ev.TraceReceiverError) -> None:
         self.spans.error(e)
