@@ -151,7 +151,7 @@ class SpanFigures(msgspec.Struct):
 
     matched: int
     unmatched: int  # spans of no turn of this run (another client, an older run): counted, not dropped
-    refused: int  # requests the receiver answered 400/413 (not an OTLP export, too large)
+    refused: int  # requests the receiver answered 400 (not an OTLP export, too large)
     max_disagreement_ms: float | None  # spans vs the per-request metrics on the turns with both (None: no such turn)
 
 

@@ -276,7 +276,7 @@ class EngineSpan(Event):
 
 
 class TraceReceiverError(Event):
-    """--otlp answered a request 400/413: not an OTLP trace export, or too large (counted, the run goes on)."""
+    """--otlp answered a request 400: not an OTLP trace export, or too large (counted, the run goes on)."""
 
     error: str
 
