@@ -86,6 +86,21 @@ async def test_bad_requests_are_refused_counted_and_the_receiver_keeps_serving()
     assert [e.request_id for e in seen if isinstance(e, ev.EngineSpan)] == ["abc-s1-t2-a1"]
 
 
+async def test_the_runs_end_waits_for_due_spans_and_notices_what_matched_nothing():
+    """The SDK's span (id abc-s1-t2-a1) belongs to no request of this run; the run's one turn never gets its span:
+    one Notice at the end says both, after a bounded wait."""
+    r, seen = await _receiver()
+    r.FINAL_WAIT_S = 0.3
+    r.follow(ev.RequestSent(t=0, session="s1", turn=1, target_tokens=1, new_tokens_est=1, body_bytes=1, request_id="x"))
+    r.follow(ev.TurnDone(t=1, session="s1", turn=1, status="ok", completion_tokens=1))
+    await asyncio.to_thread(_export_with_sdk, r.port)
+    await r.finish(wait=True)
+    notices = [e for e in seen if isinstance(e, ev.Notice)]
+    assert r.unmatched == 1 and len(notices) == 1, seen
+    assert "1 span(s) matched no turn" in notices[0].message and "1 turn(s) got no span" in notices[0].message
+    assert notices[0].level == "warn"
+
+
 def _recorded(path: Path) -> list[ev.AnyEvent]:
     dec = msgspec.json.Decoder(ev.AnyEvent)
     return [dec.decode(line) for line in path.read_bytes().splitlines()[1:]]
@@ -105,6 +120,7 @@ def test_a_run_joins_every_simulated_span_to_its_turn(tmp_path, metrics):
     sent = {e.request_id for e in events if isinstance(e, ev.RequestSent)}
     spans = [e for e in events if isinstance(e, ev.EngineSpan)]
     assert len(sent) == 4 and {s.request_id for s in spans} == sent  # every turn's span, each matched
+    assert not [e for e in events if isinstance(e, ev.Notice) and e.message.startswith("OTLP")]  # nothing unexplained
     rep = report_json(record)
     assert rep["spans"]["matched"] == 4 and rep["spans"]["unmatched"] == 0 and rep["spans"]["refused"] == 0
     turns = [t for s in rep["sessions"] for t in s["turns"]]

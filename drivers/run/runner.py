@@ -93,8 +93,6 @@ class Run:
         self._clients: list[httpx.AsyncClient] = []
         self.tls = tls_context()
         self.otlp: OtlpReceiver | None = None  # --otlp: the engine's trace spans
-        self._span_due: set[str] = set()  # request ids of the turns that ended well: each awaits its span
-        self._sent_ids: dict[str, str] = {}  # session -> its request in flight's id
         # Open loop: the seed that draws the arrival times, recorded so the run can be repeated.
         self.seed = cfg.seed if cfg.seed is not None else secrets.randbelow(1 << 31)
 
@@ -362,7 +360,7 @@ class Run:
             await asyncio.gather(*background, return_exceptions=True)
             lag.flush(clock())  # the last second's lag: the last turns' stamps are judged too
             if self.otlp is not None:
-                await self._last_spans(status in ("done", "failed", "time-limit"))
+                await self.otlp.finish(wait=status in ("done", "failed", "time-limit"))
             if samplers and status in ("done", "failed", "time-limit"):
                 # One last read: the report's server figures cover the last turns too.
                 last = [asyncio.create_task(s.final_read()) for s in samplers]
@@ -378,10 +376,8 @@ class Run:
             await self._close_clients()
         return self.exit_code
 
-    OTLP_FINAL_WAIT_S = 10.0  # the last spans' wait: vLLM's exporter sends its batch every 5 s
-
     async def _listen_for_spans(self, listen: str) -> None:
-        """--otlp: the receiver on this loop, and the ids of the turns whose spans the run's end waits for."""
+        """--otlp: the receiver on this loop; it follows the run's events to know which spans are its turns'."""
         host, port = parse_listen(listen)
         self.otlp = OtlpReceiver(self.hub.emit, self.clock)
         try:
@@ -391,22 +387,7 @@ class Run:
             raise BadInput(f"--otlp {listen}: cannot listen: {e.strerror or e}") from None
         where = f"http://{host}:{self.otlp.port}/v1/traces"
         print(f"rampwatch: receiving OTLP spans on {where}", file=sys.stderr, flush=True)
-        self.hub.listeners.append(self._await_span)
-
-    def _await_span(self, e: ev.AnyEvent) -> None:
-        if isinstance(e, ev.RequestSent):
-            self._sent_ids[e.session] = e.request_id
-        elif isinstance(e, ev.TurnDone) and e.status == "ok" and (rid := self._sent_ids.get(e.session)):
-            self._span_due.add(rid)
-
-    async def _last_spans(self, wait: bool) -> None:
-        """A finished run waits (OTLP_FINAL_WAIT_S at most) for the spans of its last turns, then stops listening."""
-        otlp = self.otlp
-        assert otlp is not None
-        deadline = time.monotonic() + self.OTLP_FINAL_WAIT_S
-        while wait and self._span_due - otlp.received and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        await otlp.aclose()
+        self.hub.listeners.append(self.otlp.follow)
 
     @staticmethod
     async def _all(tasks: list[asyncio.Task[bool]]) -> None:

@@ -3,8 +3,8 @@
 vLLM (`--otlp-traces-endpoint`, with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) and the simulated engine
 POST an `ExportTraceServiceRequest` (protobuf) to /v1/traces when requests end; each `llm_request` span becomes
 one EngineSpan event, which the state fold joins to its turn by request id (drivers/model/state.py). A bad
-request (not an export, or over 16 MiB) is answered 400, OTLP's "bad data" that an exporter drops rather
-retries, and recorded as a TraceReceiverError; it never stops the run.
+request (not an OTLP export, or over the size cap) is answered 400 and recorded as a TraceReceiverError; it never
+stops the run.
 The HTTP side is a small HTTP/1.1 server on asyncio streams: one route, Content-Length or chunked bodies.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import time
 import zlib
 from collections.abc import Callable
 
@@ -34,15 +35,10 @@ _FIGURES = {
     "gen_ai.latency.e2e": "e2e_s",
 }
 _HEADER_LIMIT = 64 << 10
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 415: "Unsupported Media Type"}
 
 
 class BadTraces(ValueError):
     """A request whose body is not an OTLP trace export (or too large): answered 400 and counted."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
 
 
 def _value(v: object) -> object:
@@ -90,7 +86,7 @@ def _inflate(body: bytes, encoding: str) -> bytes:
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "deflate"):
-        raise BadTraces(f"Content-Encoding {encoding!r} not supported (gzip, deflate or none)", 415)
+        raise BadTraces(f"Content-Encoding {encoding!r} not supported (gzip, deflate or none)")
     d = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
     try:
         out = d.decompress(body, MAX_BODY_BYTES + 1)
@@ -103,13 +99,20 @@ def _inflate(body: bytes, encoding: str) -> bytes:
 
 class OtlpReceiver:
     """Listens for OTLP/HTTP trace exports; each span is emitted as an EngineSpan, each bad request as a
-    TraceReceiverError. `received` and `errors` count them (the run waits on `received` at its end)."""
+    TraceReceiverError. `received` and `errors` count them; `follow` (a hub listener) learns the run's request
+    ids, so `finish` can wait for the last turns' spans and say in a Notice which spans matched no turn."""
+
+    FINAL_WAIT_S = 10.0  # the last spans' wait at the run's end: vLLM's batch exporter sends every 5 s
 
     def __init__(self, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float]):
         self.emit, self.clock = emit, clock
         self.received: set[str] = set()  # request ids of the spans received so far
         self.spans = 0
+        self.unmatched = 0  # spans whose request id no request of this run carried
         self.errors = 0
+        self._sent: set[str] = set()  # every request id this run sent
+        self._in_flight: dict[str, str] = {}  # session -> the id of its request in flight
+        self._due: set[str] = set()  # request ids of the turns that ended well: each awaits its span
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -118,6 +121,30 @@ class OtlpReceiver:
         """Listen (OSError when it cannot)."""
         self._server = await asyncio.start_server(self._serve, host, port)
         self.port = self._server.sockets[0].getsockname()[1]
+
+    def follow(self, e: ev.AnyEvent) -> None:
+        """A hub listener: the ids sent, and which turns ended well (their spans are due)."""
+        if isinstance(e, ev.RequestSent) and e.request_id:
+            self._in_flight[e.session] = e.request_id
+            self._sent.add(e.request_id)
+        elif isinstance(e, ev.TurnDone) and e.status == "ok" and (rid := self._in_flight.get(e.session)):
+            self._due.add(rid)
+
+    async def finish(self, wait: bool) -> None:
+        """The run's end: wait (`wait`, FINAL_WAIT_S at most) for the spans of its last turns, stop listening, and
+        say in one Notice what the spans left unexplained (spans of no turn, turns whose span never came)."""
+        deadline = time.monotonic() + self.FINAL_WAIT_S
+        while wait and self._due - self.received and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await self.aclose()
+        missing = len(self._due - self.received) if wait else 0
+        parts = []
+        if self.unmatched:
+            parts.append(f"{self.unmatched} span(s) matched no turn of this run (another client's or an older run's)")
+        if missing:
+            parts.append(f"{missing} turn(s) got no span within {self.FINAL_WAIT_S:.0f} s of the end")
+        if parts:
+            self.emit(ev.Notice(t=self.clock(), level="warn", message="OTLP: " + "; ".join(parts)))
 
     async def aclose(self) -> None:
         """Stop listening and end the exporters' kept-alive connections (their handlers finish, not cancelled
@@ -169,10 +196,11 @@ class OtlpReceiver:
         except BadTraces as e:
             self.errors += 1
             self.emit(ev.TraceReceiverError(t=self.clock(), error=str(e)))
-            return self._answer(writer, e.status, str(e).encode(), keep=False)  # the rest of a bad body is unread
+            return self._answer(writer, 400, str(e).encode(), keep=False)  # the rest of a bad body is unread
         for span in spans:
             self.spans += 1
             self.received.add(span.request_id)
+            self.unmatched += span.request_id not in self._sent
             self.emit(span)
         ok = ExportTraceServiceResponse().SerializeToString()
         return self._answer(writer, 200, ok, keep, "application/x-protobuf")
@@ -207,8 +235,9 @@ class OtlpReceiver:
 
     @staticmethod
     def _answer(writer: asyncio.StreamWriter, status: int, body: bytes, keep: bool, kind: str = "text/plain") -> bool:
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
         head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: {kind}\r\n"
+            f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\nContent-Type: {kind}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: {'keep-alive' if keep else 'close'}\r\n\r\n"
         )
         writer.write(head.encode() + body)
