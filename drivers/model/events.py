@@ -95,6 +95,9 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     prompts: PromptShape | None = None  # None: salted pseudo-words, no shared lead, no pauses
     reasoning: ReasoningMode = "auto"  # --reasoning: the thinking switches sent (auto: none, the server's default)
     max_tokens: int | None = None  # --max-tokens: the cap on all generated (reasoning + answer); None: output_tokens
+    # A simulated engine run this many times faster than the engine it models (demo): times in the events are
+    # wall clock, and RunState reads them as modelled (model/modelled.py). None: a real server, real time.
+    time_scale: float | None = None
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):

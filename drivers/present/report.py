@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rampwatch.drivers.model.analysis import Report, SessionSummary
+from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.events import PromptShape
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRow, engine_timing_hint
@@ -164,6 +165,8 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
         return out.getvalue()
     r = rep.run
     title = f"rampwatch report: {r.model} on {r.engine} at {r.server}, started {r.started_at}"
+    if r.time_scale and r.time_scale != 1.0:
+        title += f" ({speed_up(r.time_scale)})"
     heads = shown_columns([t for _, _, rows in _turn_tables(rep) for t in rows])
     if fmt == "md":
         parts = [f"## {title}", ""]

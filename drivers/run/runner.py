@@ -191,6 +191,7 @@ class Run:
             prompts=prompt_shape(self.cfg, self.lead, self.corpus),
             reasoning=self.cfg.reasoning,  # type: ignore[arg-type]
             max_tokens=self.cfg.max_tokens,
+            time_scale=self.cfg.time_scale,
         )
 
     def interrupt(self, task: asyncio.Task, sig: int | None) -> None:
