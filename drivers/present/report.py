@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rampwatch.drivers.model.analysis import Report, SessionSummary
-from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.events import PromptShape
+from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRow, engine_timing_hint
 from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
