@@ -270,3 +270,24 @@ async def test_a_narrow_sessions_panel_before_any_needle():
         app.refresh_panels()
         await pilot.pause()
         assert any(line.strip().startswith("s1") for line in sessions_text(app).splitlines())
+
+
+async def test_a_sped_up_demo_replays_in_modelled_time():
+    """A recording whose header says its simulated engine ran 10x faster: the same run as above reads ten times
+    longer in the Sessions and Prefill panels and the run clock, and the header says the speed-up."""
+    from msgspec.structs import replace
+
+    from rampwatch.tui.widgets.header import HeaderBar
+
+    src = ReplaySource(Recording(header=replace(header(), time_scale=10.0), events=two_session_run()))
+    src.paused = True
+    app = RampwatchApp(src, autostart=False)
+    async with app.run_test(size=(160, 40)) as pilot:
+        src.seek(10.0)  # recorded seconds: s2 sent at 6.5, 3.5 s ago (35 s modelled)
+        app.refresh_panels()
+        await pilot.pause()
+        s2 = next(line for line in sessions_text(app).splitlines() if line.strip().startswith("s2"))
+        assert "prefilling 35.0s" in s2, s2
+        assert "35.0s" in app.query_one(PrefillPanel).plain_text()
+        bar = str(app.query_one(HeaderBar).render())
+        assert "0:01:40" in bar and "simulated 10x faster than real time; times shown as modelled" in bar, bar
