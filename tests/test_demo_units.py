@@ -69,3 +69,12 @@ def test_demo_reads_in_the_seeds_units(tmp_path):
     assert raw_end < 240.0 / 20 * 1.5  # the recording: wall-clock seconds (~245 modelled, ~12 s wall)
     text = rw("report", str(out)).stdout
     assert text.count("simulated 20x faster than real time; times shown as modelled") == 1
+
+
+def test_the_pictures_metric_lines_share_the_lanes_clock():
+    from rampwatch.drivers.present.picture import fold
+
+    header = ev.Header(rampwatch_version="", command=[], mode="demo", server="", time_scale=10.0)
+    sample = ev.MetricsSample(t=2.0, source="e", engine="vllm", values={"kv_usage": 0.5, "running": 1.0})
+    series = fold(header, [sample])
+    assert series.kv == [(20.0, 0.5)] and series.state.t == 20.0
