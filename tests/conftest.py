@@ -72,12 +72,19 @@ def tiny_model(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @contextlib.contextmanager
-def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str):
-    """A real vLLM CPU server on a free loopback port serving the tiny model as 'tiny'; yields its URL."""
+def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str, env: dict[str, str] | None = None):
+    """A real vLLM CPU server on a free loopback port serving the tiny model as 'tiny'; yields its URL.
+    `env`: added to the server's environment."""
     py, model = tiny_model
     port = free_port()
     path = logs / f"server-{port}.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+        "TOKENIZERS_PARALLELISM": "false",
+        **(env or {}),
+    }
     with open(path, "w") as log:
         proc = subprocess.Popen(
             [

@@ -87,6 +87,9 @@ def test_report_json_schema(recorded):
         "servers_total",
         "roles",
         "client_lag_max_ms",
+        "spans",
+        "open_loop",
+        "goodput",
     }
     assert set(rep["run"]) == {
         "schema",
@@ -143,6 +146,17 @@ def test_report_json_schema(recorded):
         "transferred_tokens",
         "prefill_leg_s",
         "transfer_s",
+        "engine_decode_s",
+        "engine_timing",
+        "span_disagreement_s",
+        "due_s",
+        "sent_s",
+        "send_lag_s",
+        "late",
+        "ttft_from_due_s",
+        "e2e_s",
+        "e2e_from_due_s",
+        "slo_met",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:

@@ -88,6 +88,10 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         "failed_turns",
         "slowest_session_queued_sum_s",
         "slowest_session_engine_prefill_sum_s",
+        "slo",
+        "slo_turns_met",
+        "slo_turns_met_per_min",
+        "late_turns",
     }
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3

@@ -145,7 +145,10 @@ def test_without_engine_figures_one_line_names_the_flag(sim, tmp_path):
     p = rw(*small_run(sim.url, "--record", str(rec)))
     assert p.returncode == 0, p.stderr[-2000:]
     text = rw("report", str(rec)).stdout
-    assert "engine's own queue and prefill time per turn unavailable (vLLM: --enable-per-request-metrics)" in text
+    assert (
+        "engine's own queue and prefill time per turn unavailable (vLLM: --enable-per-request-metrics, "
+        "or its OTLP spans to rampwatch --otlp)" in text
+    )
     turns = report_json(rec)["sessions"][0]["turns"]
     assert all(t["queued_s"] is None and t["engine_prefill_s"] is None and t["ttft_rest_s"] is None for t in turns)
 

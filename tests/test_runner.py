@@ -1,4 +1,5 @@
-"""Probing servers of each engine, and the run's auth headers, without a server."""
+"""Probing servers of each engine, and the run's auth headers, without a server; a session counting its turns
+over its own connection, against the simulated engine."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 
 from rampwatch.drivers.client.ramp import Calibration, Conversation
 from rampwatch.drivers.client.session import SessionRunner, TurnOptions
+from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_connection, over_httpx
+from rampwatch.drivers.client.wire import Connection
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.probe import probe
@@ -72,6 +75,7 @@ async def test_a_session_counts_its_own_fixed_text_without_the_servers_bos():
     conv = Conversation("run-s2", [1000, 2000], cal)
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as c:
         runner = SessionRunner("s2", conv, c, "http://x", {}, TurnOptions(model="m"), lambda e: None, RunClock())
+        runner.tokenizer.post = over_httpx(c, "http://x", {})  # the server's answers from the mock, not a socket
         await runner._measure_fixed_text()
         assert await runner._resent_tokens("four") == 4
     assert asked[:2] == [conv.fixed_text(1), conv.fixed_text(2)]
@@ -95,6 +99,7 @@ async def test_turn_one_is_counted_by_the_server_and_fitted_before_it_goes():
     conv = Conversation("run-s1", [600, 1200], cal)
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as c:
         runner = SessionRunner("s1", conv, c, "http://x", {}, TurnOptions(model="m"), lambda e: None, RunClock())
+        runner.tokenizer.post = over_httpx(c, "http://x", {})  # the server's answers from the mock, not a socket
         drawn = 1 + len("<u></u>") + len(_drawn_message(Conversation("run-s1", [600, 1200], cal)))
         user, _ = await runner._user_message(1)
     content = json.loads(user)["content"]
@@ -104,3 +109,20 @@ async def test_turn_one_is_counted_by_the_server_and_fitted_before_it_goes():
 
 def _drawn_message(conv: Conversation) -> str:
     return "".join(conv.user_message(1, conv.plan(1)[0]))
+
+
+async def test_a_session_counts_over_its_own_connection_as_httpx_would(sim):
+    """The session's /tokenize goes over its streaming connection (no httpx request per turn boundary): the
+    same counts as over httpx, a form the server refuses is None, and the connection stays usable."""
+    texts = ["", "hello world", "the quick brown fox " * 200]
+    async with httpx.AsyncClient() as client:
+        by_httpx = ServerTokenizer(over_httpx(client, sim.url, {}), "sim-model")
+        want = [await by_httpx.raw(t) for t in texts]
+    conn = Connection(sim.url, RunClock())
+    try:
+        own = ServerTokenizer(over_connection(conn, "", {}), "sim-model")
+        assert [await own.raw(t) for t in texts] == want and want[-1] > want[1] > 0
+        assert await own._ask({"no such form": "x"}) is None
+        assert await own.text("hello world") == want[1]
+    finally:
+        conn.close()

@@ -3,6 +3,7 @@ run quit midway, and SVG snapshots of the main screen."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from rampwatch.tui.widgets.prefill import PrefillPanel
 from rampwatch.tui.widgets.server import ServerPanel
 from rampwatch.tui.widgets.sessions import SessionsTable
 from rampwatch.tui.widgets.timeline import TimelinePanel
+from tests.test_picture_waits import timed_demo
 from tests.test_state_analysis import header, two_session_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -292,3 +294,62 @@ async def test_a_sped_up_demo_replays_in_modelled_time():
         assert "35.0s" in app.query_one(PrefillPanel).plain_text()
         bar = str(app.query_one(HeaderBar).render())
         assert "0:01:40" in bar and "simulated 10x faster than real time; times shown as modelled" in bar, bar
+
+
+# -- a turn's wait as the engine timed it, in the decode lanes (issue 19) ---------------------------------------------
+
+
+def lane_bottom(panel_text: str, session: str) -> str:
+    """The cells of a session's lane in the decode chart's text: its bottom row, where waits are drawn."""
+    lines = panel_text.splitlines()
+    k = next(i for i, line in enumerate(lines) if line.startswith(session + " "))
+    while k + 1 < len(lines) and lines[k + 1].startswith(" " * 11 + "▕"):  # the lane's rows below its label
+        k += 1
+    return lines[k].split("▕ ", 1)[1]
+
+
+async def lanes_at_end(events: list[ev.AnyEvent], header_: ev.Header) -> str:
+    src = ReplaySource(Recording(header=header_, events=events))
+    src.paused = True
+    app = RampwatchApp(src, autostart=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        src.seek(src.end_t)
+        app.refresh_panels()
+        await pilot.pause()
+        return app.query_one(TimelinePanel).plain_text()
+
+
+async def test_decode_lanes_show_a_turn_queued_behind_the_others_prefill(tmp_path):
+    """The demo (two sessions in lockstep, the engine timing each request): the slower session's lane shows its
+    turns' queued cells (░) beside its prefill (▓), and the legend names both; live, a turn's split appears
+    only with its TurnDone, which brings the engine's figures (before it, the lane draws the wait blank, as ever)."""
+    rec = read_recording(timed_demo(tmp_path, time_scale="2"))  # prefills of ~2.5 s: whole one-second cells
+    text = await lanes_at_end(rec.events, rec.header)
+    done = [e for e in rec.events if isinstance(e, ev.TurnDone)]
+    last = max(e.turn for e in done)
+    slow = max((e for e in done if e.turn == last), key=lambda e: e.queued_s or 0.0)
+    fast = next(e for e in done if e.turn == last and e is not slow)
+    assert slow.queued_s and slow.queued_s > 1.5, slow
+    slow_lane, fast_lane = lane_bottom(text, slow.session), lane_bottom(text, fast.session)
+    assert "░" in slow_lane and "▓" in slow_lane and "▓" in fast_lane, text
+    assert "░ queued" in text and ("▓ engine prefill" in text or "▓ prefill" in text), text
+    # The slow session's last turn not yet done: its wait's cells stay blank, the earlier turns' split stays.
+    open_turn = await lanes_at_end([e for e in rec.events if e is not slow], rec.header)
+    before = lane_bottom(open_turn, slow.session)
+    firsts = {(e.session, e.turn): e.t for e in rec.events if isinstance(e, ev.FirstToken)}
+    first = firsts[(slow.session, last)]
+    queued_from, queued_to = first - slow.server_prefill_s - slow.queued_s, first - slow.server_prefill_s
+    k = rec.header.time_scale or 1.0  # the lanes' cells are modelled seconds; the recording's times wall clock
+    queued_from, queued_to = queued_from * k, queued_to * k
+    whole = range(math.ceil(queued_from), math.floor(queued_to))  # one-second cells wholly inside the queued part
+    assert whole and all(slow_lane[i] == "░" and before[i] == " " for i in whole), (whole, before, slow_lane)
+
+
+async def test_decode_lanes_without_engine_figures_draw_no_split():
+    app, src = replay_app(two_session_run())
+    async with app.run_test(size=(120, 40)) as pilot:
+        src.seek(src.end_t)
+        app.refresh_panels()
+        await pilot.pause()
+        text = app.query_one(TimelinePanel).plain_text()
+    assert "░" not in text and "▓" not in text and "queued" not in text and "another session prefilling" in text

@@ -60,15 +60,23 @@ def sparkline(
     rows: int = 1,
     style: str = "cyan",
     mark_style: str = "on #5f0000",
+    fills: list[tuple[str, str] | None] | None = None,
 ) -> list[Text]:
     """A bar chart `rows` lines tall, one column per value, scaled to `top`;
-    columns flagged in `marks` get `mark_style` as background."""
+    columns flagged in `marks` get `mark_style` as background; an empty column
+    with a (glyph, style) in `fills` shows that glyph in its bottom line."""
     levels = [0 if top <= 0 or v <= 0 else max(1, min(rows * 8, int(round(v / top * rows * 8)))) for v in values]
     spans = _runs(marks) if marks else []
+    filled = [(i, f) for i, f in enumerate(fills or ()) if f is not None and i < len(levels) and levels[i] == 0]
     lines = []
     for r in range(rows - 1, -1, -1):  # top line first
         base = r * 8
-        t = Text("".join(SPARK[min(8, max(0, lv - base))] for lv in levels), style=style)
+        chars = [SPARK[min(8, max(0, lv - base))] for lv in levels]
+        for i, (glyph, _) in filled if r == 0 else ():
+            chars[i] = glyph
+        t = Text("".join(chars), style=style)
+        for i, (_, fill_style) in filled if r == 0 else ():
+            t.stylize(fill_style, i, i + 1)
         for a, b in spans:
             t.stylize(mark_style, a, b)
         lines.append(t)

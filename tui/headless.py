@@ -41,6 +41,10 @@ class HeadlessPrinter:
                 file=self.out,
                 flush=True,
             )
+        arrivals = self.state.aggregate().arrivals if self.state.sessions else None
+        if arrivals is not None:
+            arrived, live, waiting = arrivals
+            print(f"[{clock(now)}] arrived {arrived} · live {live} · waiting {waiting}", file=self.out, flush=True)
         if self.state.header is not None and self.state.header.mode == "watch":
             print(f"[{clock(now)}] {server_line(self.state)}", file=self.out, flush=True)
 

@@ -18,7 +18,7 @@ from rampwatch.drivers.client.chat import StreamError, chat_body, encode_message
 from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation
 from rampwatch.drivers.client.request_ids import id_headers
 from rampwatch.drivers.client.request_options import HeaderTemplate, merge_headers, request_headers
-from rampwatch.drivers.client.tokenizer import ServerTokenizer
+from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_connection
 from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import no_answer, reasoning_tokens
@@ -83,10 +83,18 @@ class SessionRunner:
         self.history: list[bytes] = [encode_message("system", [system])] if system is not None else []
         self.failed = False
         self.gate, self.role = gate, role
+        # Open loop (--arrivals): when the conversation arrived; each turn then records when it was due.
+        self.arrival: float | None = None
+        self._due: float | None = None
         self._think = random.Random(f"{conv.salt}-think")  # the user's pauses: drawn the same for the same salt
         # The server's own counts, where calibration found a /tokenize (None: usage alone corrects the budget).
         self.tokenizer = (
-            ServerTokenizer(client, self.base_url, opts.model, headers, conv.tokenize_field, conv.special_tokens)
+            ServerTokenizer(
+                over_connection(self.conn, urlsplit(self.base_url).path, headers),
+                opts.model,
+                conv.tokenize_field,
+                conv.special_tokens,
+            )
             if conv.tokenize_field
             else None
         )
@@ -102,6 +110,7 @@ class SessionRunner:
             needle_sha=c.needle.sha256,
             role=self.role,
             endpoint=ev.endpoint_name(self.base_url),
+            arrival=self.arrival,
         )
 
     async def run(self) -> bool:
@@ -109,6 +118,7 @@ class SessionRunner:
         and the ramp goes on to the next turn; a server gone for longer than
         --reconnect-timeout ends the session."""
         gate = self.gate
+        self._due = self.arrival  # turn 1 is due when the conversation arrived
         try:
             await self._measure_fixed_text()
             for turn in range(1, len(self.conv.schedule) + 1):
@@ -124,6 +134,8 @@ class SessionRunner:
                     )
                     break
                 outcome = await self.run_turn(turn)
+                if self._due is not None:
+                    self._due = self.clock()  # the next turn is due at this one's end (+ the user's pause)
                 if gate is not None:
                     gate.after(turn)
                 if outcome != "ok":
@@ -151,6 +163,8 @@ class SessionRunner:
         if span is None or turn == 1:
             return True
         seconds = self._think.uniform(*span)
+        if self._due is not None:
+            self._due += seconds
         self.emit(ev.UserPause(t=self.clock(), session=self.sid, turn=turn, seconds=seconds))
         await asyncio.sleep(seconds)
         return self.gate is None or not self.gate.time_up
@@ -195,6 +209,7 @@ class SessionRunner:
                     attempt=attempt,
                     text=user_text,
                     request_id=rid,
+                    due=self._due,
                 )
             )
             try:

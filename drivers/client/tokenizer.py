@@ -4,13 +4,55 @@ vLLM and SGLang take {"prompt"} or {"messages"} (the chat template applied);
 llama.cpp takes {"content"}, and applies a chat template only through
 /apply-template. vLLM refuses a form it does not know; llama.cpp answers it
 with no tokens, which for a non-empty text means "not this form".
+
+A session counts its turns over its own streaming connection (wire.py): an
+httpx request costs the driver's loop a dozen steps, and 64 sessions crossing
+turn boundaries together held it past the client-busy bar. The probe and the
+calibration, once per run, use httpx.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
 import httpx
+import msgspec
+
+from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 
 TEXT_FIELDS = ("prompt", "content")
+TIMEOUT_S = 30.0
+
+# POST a JSON body to a path under the server's base URL: (status, the decoded JSON answer).
+PostJson = Callable[[str, dict[str, object]], Awaitable[tuple[int, object]]]
+FAILED = (httpx.HTTPError, ConnectionFailed, ConnectionDropped, asyncio.TimeoutError, ValueError, AttributeError)
+
+
+def over_httpx(client: httpx.AsyncClient, base_url: str, headers: dict[str, str]) -> PostJson:
+    base = base_url.rstrip("/")
+
+    async def post(path: str, payload: dict[str, object]) -> tuple[int, object]:
+        r = await client.post(base + path, json=payload, headers=headers, timeout=TIMEOUT_S)
+        return r.status_code, r.json() if r.status_code == 200 else None
+
+    return post
+
+
+def over_connection(conn: Connection, base_path: str, headers: dict[str, str]) -> PostJson:
+    """Over a session's own keep-alive connection (never while it streams: a session does one thing at a time)."""
+    base = base_path.rstrip("/")
+    sent = {"Content-Type": "application/json", **headers}
+
+    async def post(path: str, payload: dict[str, object]) -> tuple[int, object]:
+        body: list[bytes] = []
+        parser = await conn.post(
+            base + path, msgspec.json.encode(payload), sent, lambda s, d, t: body.append(d), TIMEOUT_S
+        )
+        status = parser.status or 0
+        return status, msgspec.json.decode(b"".join(body)) if status == 200 else None
+
+    return post
 
 
 def tokenize_count(answer: object) -> int:
@@ -25,16 +67,8 @@ class ServerTokenizer:
     """Counts by the server's /tokenize. `field` is the text field it takes (found by the first
     count when None); `special_tokens` what it adds to any text (a BOS), not part of a text's own count."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        model: str,
-        headers: dict[str, str],
-        field: str | None = None,
-        special_tokens: int = 0,
-    ):
-        self.client, self.base_url, self.model, self.headers = client, base_url.rstrip("/"), model, headers
+    def __init__(self, post: PostJson, model: str, field: str | None = None, special_tokens: int = 0):
+        self.post, self.model = post, model
         self.field, self.special_tokens = field, special_tokens
 
     async def raw(self, text: str) -> int | None:
@@ -61,19 +95,15 @@ class ServerTokenizer:
         if n:
             return n
         try:
-            r = await self.client.post(
-                self.base_url + "/apply-template", json={"messages": messages}, headers=self.headers, timeout=30.0
-            )
-            templated = r.json().get("prompt") if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+            status, answer = await self.post("/apply-template", {"messages": messages})
+            templated = answer.get("prompt") if status == 200 else None  # type: ignore[union-attr]
+        except FAILED:
             templated = None
         return await self.raw(templated) if isinstance(templated, str) else None
 
     async def _ask(self, form: dict[str, object]) -> int | None:
         try:
-            r = await self.client.post(
-                self.base_url + "/tokenize", json={"model": self.model, **form}, headers=self.headers, timeout=30.0
-            )
-            return tokenize_count(r.json()) if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+            status, answer = await self.post("/tokenize", {"model": self.model, **form})
+            return tokenize_count(answer) if status == 200 else None
+        except (*FAILED, TypeError):
             return None

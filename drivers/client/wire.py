@@ -3,7 +3,9 @@
 httpx costs ~40 µs of CPU per network read (coroutine layers per read);
 here each read arrives in `data_received`, is stamped first, and flows
 straight into the SSE parser, for a few µs. One keep-alive connection per
-session. Everything else (probes, metrics, /tokenize) stays on httpx.
+session, which also carries the session's /tokenize counts between its
+turns (tokenizer.over_connection). Everything else (probes, metrics,
+calibration) stays on httpx.
 """
 
 from __future__ import annotations

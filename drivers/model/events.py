@@ -95,6 +95,11 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     prompts: PromptShape | None = None  # None: salted pseudo-words, no shared lead, no pauses
     reasoning: ReasoningMode = "auto"  # --reasoning: the thinking switches sent (auto: none, the server's default)
     max_tokens: int | None = None  # --max-tokens: the cap on all generated (reasoning + answer); None: output_tokens
+    arrivals_per_s: float | None = None  # --arrivals: open loop, conversations start at Poisson times of this rate
+    seed: int | None = None  # --seed: what drew the arrival times
+    max_live: int | None = None  # --max-live: conversations live at once (None: no cap)
+    slo: str | None = None  # --slo as given: the bounds each turn is judged by (drivers/model/slo.py)
+    warmup: str | None = None  # --warmup as given: the run's start left out of the goodput (a time or N arrivals)
     # A simulated engine run this many times faster than the engine it models (demo): times in the events are
     # wall clock, and RunState reads them as modelled (model/modelled.py). None: a real server, real time.
     time_scale: float | None = None
@@ -114,6 +119,7 @@ class SessionPlanned(Event):
     needle_sha: str = ""  # sha256 of the needle value, to verify a regenerated conversation
     role: SessionRole = "ramp"  # one-shot: the baseline turn, a fresh prompt with an unshared salt
     endpoint: str = ""  # the name of the endpoint its turns are sent to
+    arrival: float | None = None  # open loop (--arrivals): when the conversation arrived (its turn 1 is due then)
 
 
 class RequestSent(Event):
@@ -127,6 +133,9 @@ class RequestSent(Event):
     attempt: int = 1
     text: str | None = None  # the new user message, only with --record-text
     request_id: str = ""  # the X-Request-Id it carried (the engine's name for it; "": older recordings)
+    # Open loop: when the turn was due (turn 1: its arrival; later: the previous turn's end + the user's pause);
+    # `t` - due is how late the client sent it (coordinated omission). None: closed loop, due when sent.
+    due: float | None = None
 
 
 class UserPause(Event):
@@ -257,6 +266,24 @@ class ClientLag(Event):
     busy: list[tuple[float, float]] = []
 
 
+class EngineSpan(Event):
+    """One request as the engine's OTLP trace span tells it (--otlp), stamped when it arrived (after the request
+    ended): the fold joins it to its turn by `request_id` (the X-Request-Id sent; vLLM's `chatcmpl-` prefix off)."""
+
+    request_id: str
+    trace_id: str = ""  # the span's trace (the turn's own, from the traceparent sent)
+    queued_s: float | None = None  # gen_ai.latency.time_in_queue: queued to scheduled
+    prefill_s: float | None = None  # gen_ai.latency.time_in_model_prefill: scheduled to first token
+    decode_s: float | None = None  # gen_ai.latency.time_in_model_decode: first to last token
+    e2e_s: float | None = None  # gen_ai.latency.e2e: arrival to end
+
+
+class TraceReceiverError(Event):
+    """--otlp answered a request 400/413: not an OTLP trace export, or too large (counted, the run goes on)."""
+
+    error: str
+
+
 class RunEnded(Event):
     """The run's last event; a crash says why in one line."""
 
@@ -280,5 +307,7 @@ AnyEvent = (
     | Mark
     | Notice
     | ClientLag
+    | EngineSpan
+    | TraceReceiverError
     | RunEnded
 )

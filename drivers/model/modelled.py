@@ -8,8 +8,14 @@ import msgspec
 
 from rampwatch.drivers.model import events as ev
 
-# TurnDone's durations the engine measured (in its sped-up time).
-_DONE_DURATIONS = ("server_prefill_s", "queued_s", "engine_decode_s", "prefill_leg_s")
+# Each event kind's times and durations besides `t` (the engine's measured in its sped-up time).
+_TIMES: dict[type, tuple[str, ...]] = {
+    ev.TurnDone: ("server_prefill_s", "queued_s", "engine_decode_s", "prefill_leg_s"),
+    ev.EngineSpan: ("queued_s", "prefill_s", "decode_s", "e2e_s"),
+    ev.SessionPlanned: ("arrival",),
+    ev.RequestSent: ("due",),
+    ev.UserPause: ("seconds",),
+}
 
 
 def time_factor(header: ev.Header | None) -> float:
@@ -29,13 +35,10 @@ def modelled(e: ev.AnyEvent, k: float) -> ev.AnyEvent:
     changes: dict[str, object] = {"t": e.t * k}
     if isinstance(e, ev.TokenTimes):
         changes["times"] = [t * k for t in e.times]
-    elif isinstance(e, ev.TurnDone):
-        for name in _DONE_DURATIONS:
-            value = getattr(e, name)
-            if value is not None:
-                changes[name] = value * k
-    elif isinstance(e, ev.UserPause):
-        changes["seconds"] = e.seconds * k
     elif isinstance(e, ev.ClientLag):
         changes["busy"] = [(a * k, b * k) for a, b in e.busy]
+    for name in _TIMES.get(type(e), ()):
+        value = getattr(e, name)
+        if value is not None:
+            changes[name] = value * k
     return msgspec.structs.replace(e, **changes)

@@ -17,11 +17,13 @@ from collections import deque
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView, merge_endpoints
+from rampwatch.drivers.model.engine_spans import SpanLedger
 from rampwatch.drivers.model.log import LogEntry
 from rampwatch.drivers.model.modelled import modelled, time_factor
+from rampwatch.drivers.model.slo import GoodputTally
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line
+from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line, wait_parts
 from rampwatch.drivers.model.views import (
     DECODE_WINDOW_S,
     GENERATING,
@@ -64,7 +66,9 @@ class RunState:
         # A split's transferred KV per turn: a finished turn's line is logged once a decode server's sample
         # covers its first token (or the run ends), so it never calls transferred KV cached.
         self.transfers = TransferLedger()
+        self.goodput = GoodputTally()  # --slo: turns judged and met, live
         self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
+        self.spans = SpanLedger()  # the engine's trace spans (--otlp), joined to turns by request id
 
     # -- folding -------------------------------------------------------------
 
@@ -88,7 +92,7 @@ class RunState:
 
     def _on_planned(self, e: ev.SessionPlanned) -> None:
         self.sessions[e.session] = SessionView(
-            id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint
+            id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint, arrival=e.arrival
         )
 
     def _session(self, sid: str) -> SessionView:
@@ -112,11 +116,13 @@ class RunState:
             cache_at_sent=self._cache_counters(),
             transfer_at_sent=transfer_counters(self._decode_endpoints()),
             kv_peak=self.server.values.get("kv_usage"),
+            due_t=e.due,
         )
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
         s.recent.clear()
         s.prefill_spans.append([e.t, None])
         self._prefilling[e.session] = rec
+        self.spans.sent(rec, e.request_id)
 
     def _in_flight(self, sid: str, turn: int) -> tuple[SessionView, TurnRecord | None]:
         """The session, and its turn `turn` if that is the one in flight (an event of another attempt: None)."""
@@ -189,6 +195,10 @@ class RunState:
         rec.completion_tokens, rec.needle, rec.error = e.completion_tokens, e.needle, e.error
         rec.server_prefill_s, rec.queued_s, rec.prefill_leg_s = e.server_prefill_s, e.queued_s, e.prefill_leg_s
         rec.spec_accepted, rec.spec_drafted, rec.spec_steps = e.spec_accepted, e.spec_drafted, e.spec_steps
+        rec.engine_decode_s = e.engine_decode_s
+        rec.engine_timing = "metrics" if e.server_prefill_s is not None else None
+        if rec.span is not None:  # the span came before the response's end
+            self.spans.settle(rec)
         rec.reasoning_reported, rec.reasoning_chunks = e.reasoning_tokens, e.reasoning_chunks
         rec.finish_reason, rec.reply_chars = e.finish_reason, e.reply_chars
         rec.cache_at_done = self._cache_counters()
@@ -198,10 +208,12 @@ class RunState:
         if rec.chunks == 0:
             rec.chunks = e.chunks
         self.turns.append(rec)
+        if s.role == "ramp":
+            self.goodput.add(self.header.slo if self.header is not None else None, rec, e.t)
         self._prefilling.pop(e.session, None)
         if e.status == "ok":
             self._usage_has_cache = bool(self._usage_has_cache) or e.cached_tokens is not None
-            self._engine_timed = bool(self._engine_timed) or e.server_prefill_s is not None
+            self._engine_timed = bool(self._engine_timed) or rec.server_prefill_s is not None
             if rec.prompt_tokens is not None:
                 s.last_prompt_tokens = rec.prompt_tokens
             s.tokens_per_chunk = rec.tokens_per_chunk
@@ -213,6 +225,8 @@ class RunState:
                 self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = rate
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = e.t
+        if e.status == "ok" and (waits := wait_parts(rec.sent_t, rec.first_t, rec.queued_s, rec.server_prefill_s)):
+            s.waits.extend(waits)  # the split is known only now: the engine's figures come with the turn's end
         s.current, s.last_done = None, rec
         s.recent.clear()
         if e.status == "ok":
@@ -306,6 +320,21 @@ class RunState:
             self.recording_error = e.message if e.level == "error" else None
         self._log(LogEntry(e.t, e.level, e.message))
 
+    def _on_span(self, e: ev.EngineSpan) -> None:
+        before = self.spans.unmatched
+        rec = self.spans.arrived(e)
+        if rec is None:
+            if before == 0:
+                self._log(LogEntry(e.t, "warn", f"OTLP span {e.request_id or '(no request id)'} matches no turn"))
+            return
+        if rec.status == "ok" and rec.engine_timing == "span":  # late: the turn's line said no engine figures
+            self._engine_timed = True
+            self._log(LogEntry(e.t, "info", "span: " + turn_line(rec), rec.ttft))
+
+    def _on_trace_error(self, e: ev.TraceReceiverError) -> None:
+        self.spans.error(e)
+        self._log(LogEntry(e.t, "warn", f"OTLP receiver refused a request: {e.error}"))
+
     def _on_ended(self, e: ev.RunEnded) -> None:
         self._settle_transfers(e.t, final=True)
         self.ended = e
@@ -354,8 +383,14 @@ class RunState:
         """Sessions by state, TTFT p50/max of their last turns, decode tok/s p50/min now."""
         by_state: dict[str, int] = {}
         ttfts, rates = [], []
+        arrived = live = waiting = 0
         for s in self.sessions.values():
             by_state[s.state] = by_state.get(s.state, 0) + 1
+            if s.arrival is not None:
+                arrived += 1
+                if self.ended is None:  # once the run ended, nothing is live or waits any more
+                    waiting += s.waiting
+                    live += not s.waiting and s.state not in ("done", "failed", "cancelled")
             if s.last_done is not None and s.last_done.ttft is not None:
                 ttfts.append(s.last_done.ttft)
             if s.state in GENERATING and (r := s.decode_rate_now()) is not None:
@@ -367,6 +402,7 @@ class RunState:
             ttft_max=max(ttfts, default=None),
             decode_p50=median(rates),
             decode_min=min(rates, default=None),
+            arrivals=(arrived, live, waiting) if arrived else None,
         )
 
     def timeline_aggregate(self, first_bucket: int, n: int) -> tuple[list[float], list[float]]:
@@ -497,5 +533,7 @@ _HANDLERS = {
     ev.Mark: RunState._on_mark,
     ev.Notice: RunState._on_notice,
     ev.ClientLag: RunState._on_client_lag,
+    ev.EngineSpan: RunState._on_span,
+    ev.TraceReceiverError: RunState._on_trace_error,
     ev.RunEnded: RunState._on_ended,
 }

@@ -16,7 +16,10 @@ from typing import Literal
 
 import msgspec
 
+from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.stats import quantile
+
+LATE_S = 0.010  # a turn sent more than this after its due time is late (coordinated omission)
 
 TurnStatus = Literal["running", "ok", "failed", "cancelled"]
 
@@ -70,10 +73,26 @@ class TurnRecord:
     gaps_during: array[float] = field(default_factory=lambda: array("d"))
     max_gap: float = 0.0
     client_busy: bool = False  # a stamp of this turn was taken while the driver's own loop ran late
+    engine_decode_s: float | None = None  # the engine's first to last token (per-request metrics or its span)
+    engine_timing: str | None = None  # where queued/prefill/decode came from: "metrics" (the response) or "span"
+    span: ev.EngineSpan | None = None  # the engine's trace span of this request (--otlp), once it arrived
+    span_disagreement_s: float | None = None  # the span against the response's metrics: the largest difference
+    due_t: float | None = None  # open loop: when the turn was due (RequestSent.due); None: due when sent
 
     @property
     def ttft(self) -> float | None:
         return None if self.first_t is None else self.first_t - self.sent_t
+
+    @property
+    def send_lag(self) -> float | None:
+        """How long after its due time the client sent the turn (open loop; None: closed loop)."""
+        return None if self.due_t is None else self.sent_t - self.due_t
+
+    @property
+    def late(self) -> bool:
+        """The send lagged the due time by more than LATE_S: latency from the send time hides that wait."""
+        lag = self.send_lag
+        return lag is not None and lag > LATE_S
 
     @property
     def ttfa(self) -> float | None:
@@ -132,7 +151,7 @@ ENGINE_TIMING_FLAGS = {
 def engine_timing_hint(engine: str | None) -> str:
     """One line for a run whose engine timed none of its turns: which server flag would give the figures."""
     flag = ENGINE_TIMING_FLAGS.get(engine or "", ENGINE_TIMING_FLAGS["vllm"])
-    return f"engine's own queue and prefill time per turn unavailable ({flag})"
+    return f"engine's own queue and prefill time per turn unavailable ({flag}, or its OTLP spans to rampwatch --otlp)"
 
 
 def ttft_split(ttft: float | None, queued_s: float | None, prefill_s: float | None) -> TtftSplit | None:
@@ -140,6 +159,29 @@ def ttft_split(ttft: float | None, queued_s: float | None, prefill_s: float | No
     if ttft is None or prefill_s is None:
         return None
     return TtftSplit(queued_s, prefill_s, ttft - (queued_s or 0.0) - prefill_s)
+
+
+WaitPart = Literal["rest", "queued", "prefill"]
+
+
+def wait_parts(
+    sent_t: float, first_t: float | None, queued_s: float | None, prefill_s: float | None
+) -> list[tuple[WaitPart, float, float]] | None:
+    """A turn's wait, request sent to first token, as the engine accounts for it, for drawing: the rest
+    (client, HTTP, tokenizer) first, then queued, then the engine's prefill ending at the first token; each
+    (part, start, end), empty parts left out, clipped to the wait where the engine's figures exceed it.
+    None without the engine's prefill figure (drawn as one wait, as before)."""
+    split = ttft_split(None if first_t is None else first_t - sent_t, queued_s, prefill_s)
+    if split is None or first_t is None:
+        return None
+    prefill_start = max(sent_t, first_t - split.prefill_s)
+    queued_start = max(sent_t, prefill_start - (split.queued_s or 0.0))
+    parts: list[tuple[WaitPart, float, float]] = [
+        ("rest", sent_t, queued_start),
+        ("queued", queued_start, prefill_start),
+        ("prefill", prefill_start, first_t),
+    ]
+    return [p for p in parts if p[2] > p[1]]
 
 
 def split_text(ttft: float, split: TtftSplit | None) -> str:
@@ -333,6 +375,19 @@ class TurnRow(msgspec.Struct):
     transferred_tokens: int | None = None
     prefill_leg_s: float | None = None
     transfer_s: float | None = None
+    engine_decode_s: float | None = None  # the engine's first to last token
+    engine_timing: str | None = None  # where the engine's figures came from: "metrics" (the response) or "span"
+    span_disagreement_s: float | None = None  # the OTLP span against the response's metrics (both present)
+    # Open loop (--arrivals): the run times when the turn was due and sent, the lag between, whether it was late
+    # (> 10 ms), and TTFT and end-to-end measured from the due time as well as from the send time.
+    due_s: float | None = None
+    sent_s: float | None = None
+    send_lag_s: float | None = None
+    late: bool | None = None
+    ttft_from_due_s: float | None = None
+    e2e_s: float | None = None
+    e2e_from_due_s: float | None = None
+    slo_met: bool | None = None  # --slo: the turn met every named bound (None: no SLO given)
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
@@ -371,6 +426,26 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         reasoning_tokens=rec.reasoning_tokens,
         answer_tokens=rec.answer_tokens,
         no_answer=rec.no_answer,
+        engine_decode_s=rec.engine_decode_s,
+        engine_timing=rec.engine_timing,
+        span_disagreement_s=rec.span_disagreement_s,
+        **open_loop_figures(rec),
+    )
+
+
+def open_loop_figures(rec: TurnRecord) -> dict[str, float | bool | None]:
+    """A turn's due and send times and the latencies from each; a closed-loop turn (no due time) only has
+    its send time and end-to-end latency."""
+    e2e = None if rec.done_t is None or rec.status != "ok" else rec.done_t - rec.sent_t
+    due = rec.due_t
+    return dict(
+        due_s=due,
+        sent_s=rec.sent_t,
+        send_lag_s=rec.send_lag,
+        late=rec.late if due is not None else None,
+        ttft_from_due_s=None if due is None or rec.first_t is None else rec.first_t - due,
+        e2e_s=e2e,
+        e2e_from_due_s=None if due is None or e2e is None else e2e + rec.sent_t - due,
     )
 
 
@@ -378,6 +453,8 @@ def turn_line(rec: TurnRecord) -> str:
     """The one-line summary of a finished turn (headless output, events panel)."""
     row = turn_row(rec)
     parts = [f"{rec.session} turn {rec.turn}"]
+    if rec.late and rec.send_lag is not None:
+        parts.append(f"late {rec.send_lag * 1000:.0f} ms")
     if row.ttft_s is not None:
         parts.append(split_text(row.ttft_s, ttft_split(row.ttft_s, row.queued_s, row.engine_prefill_s)))
     if row.reasoning_tokens:

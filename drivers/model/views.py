@@ -3,12 +3,13 @@ summaries over every session (the Sessions panel's line, the prefills in flight)
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, reused_tokens
+from rampwatch.drivers.model.turns import TurnRecord, WaitPart, decode_tok_s, reused_tokens
 
 # reasoning: generating, but the answer has not started (a reasoning model's thinking); decoding: answering.
 # "user idle": the user's own pause (--think-time) before the next turn, not the model's.
@@ -33,6 +34,8 @@ class SessionsAggregate:
     ttft_max: float | None
     decode_p50: float | None  # of the sessions decoding now
     decode_min: float | None
+    # Open loop (--arrivals): conversations arrived so far, live now, waiting to start (None: closed loop).
+    arrivals: tuple[int, int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -67,9 +70,17 @@ class SessionView:
     timeline: list[int] = field(default_factory=list)
     timeline_first: int = 0
     prefill_spans: deque[list[float | None]] = field(default_factory=lambda: deque(maxlen=64))  # [sent, first|None]
+    # The parts of its recent turns' waits the engine timed, (part, start, end) in time order (turns.wait_parts).
+    waits: deque[tuple[WaitPart, float, float]] = field(default_factory=lambda: deque(maxlen=3 * 64))
     failed_turns: int = 0
     endpoint: str = ""  # the name of the server its turns go to
     pause: ev.UserPause | None = None  # the user's latest pause (--think-time)
+    arrival: float | None = None  # open loop: when the conversation arrived
+
+    @property
+    def waiting(self) -> bool:
+        """Arrived (open loop) but not yet started: its first turn is not sent (a --max-live slot, or building)."""
+        return self.arrival is not None and self.state == "queued"
 
     def user_idle(self, now: float) -> float | None:
         """Seconds the user has paused so far, while the session is in its pause."""
@@ -97,6 +108,19 @@ class SessionView:
         if self.state not in GENERATING or rec is None or rec.last_t is None:
             return None
         return max(0.0, now - rec.last_t)
+
+    def wait_cells(self, start: float, step: float, n: int) -> list[WaitPart | None]:
+        """For n time cells of `step` seconds from `start`: the part of a timed wait that covers most of each
+        (None: no timed wait there). Newest first, so the scan stops at the first part that ended before `start`."""
+        cover: list[dict[WaitPart, float]] = [{} for _ in range(n)]
+        for part, a, b in reversed(self.waits):
+            if b <= start:
+                break
+            first, last = max(0, int((a - start) // step)), min(n - 1, math.ceil((b - start) / step) - 1)
+            for i in range(first, last + 1):
+                lo = start + i * step
+                cover[i][part] = cover[i].get(part, 0.0) + min(b, lo + step) - max(a, lo)
+        return [max(c, key=c.__getitem__) if c else None for c in cover]
 
     def decode_rate_now(self) -> float | None:
         """Decode tokens/s over the last DECODE_WINDOW_S (chunks scaled to tokens)."""

@@ -46,6 +46,11 @@ class RunRow(msgspec.Struct):
     # The slowest session's summed engine queue and prefill time (None: the engine timed no turn).
     slowest_session_queued_sum_s: float | None = None
     slowest_session_engine_prefill_sum_s: float | None = None
+    # --slo: the SLO, the turns that met it and their rate (the goodput); --arrivals: turns sent late (None: none).
+    slo: str | None = None
+    slo_turns_met: int | None = None
+    slo_turns_met_per_min: float | None = None
+    late_turns: int | None = None
 
 
 class TurnColumn(msgspec.Struct):
@@ -116,6 +121,10 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         failed_turns=sum(1 for t in rows if t.error is not None and t.error != "cancelled"),
         slowest_session_queued_sum_s=worst.summary.queued_sum_s if worst else None,
         slowest_session_engine_prefill_sum_s=worst.summary.engine_prefill_sum_s if worst else None,
+        slo=rep.goodput.slo if rep.goodput else None,
+        slo_turns_met=rep.goodput.turns_met if rep.goodput else None,
+        slo_turns_met_per_min=rep.goodput.turns_met_per_min if rep.goodput else None,
+        late_turns=rep.open_loop.late_turns if rep.open_loop else None,
     )
 
 

@@ -2,11 +2,13 @@
 that opens anywhere (`rampwatch export`, `rampwatch compare --html`).
 
 The timeline has one lane per session: queued, prefill and decode spans
-(decode coloured by its rate), turn boundaries, needle marks and failed
+(decode coloured by its rate; where the engine timed a turn, its wait split
+into the client's rest, queued in the engine and the engine's prefill), turn boundaries, needle marks and failed
 turns, with the other sessions' prefills shaded behind; beneath it, KV
 occupancy, prefix hit rate, running/waiting requests and GPU load over time.
 The chart gives TTFT against context per session, with the one-shot
-baseline as a line. Everything is folded from the recording's events.
+baseline as a line. Everything is folded from the recording's events. (Just over
+~400 lines: the timeline, its legend and its timed waits' fills are one drawing.)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.model.turns import TurnRecord, turn_row
+from rampwatch.drivers.model.turns import TurnRecord, WaitPart, turn_row, wait_parts
 from rampwatch.drivers.present.compare import Comparison
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -124,8 +126,27 @@ def clock_ticks(end: float, ticks: int = 6) -> list[float]:
     return [step * k for k in range(int(end // step) + 1)]
 
 
+PREFILL = "#f2b134"
+HATCH_ID = "rw-queued-hatch"
+# A turn the engine timed: its wait in three parts told apart by fill, not by hue alone (neutral, hatched, solid).
+WAIT_FILLS: dict[WaitPart, str] = {"rest": "#b0bec5", "queued": f"url(#{HATCH_ID})", "prefill": PREFILL}
+WAIT_TITLES: dict[WaitPart, str] = {
+    "rest": "client, HTTP, tokenizer",
+    "queued": "queued in the engine",
+    "prefill": "engine prefill",
+}
+HATCH_DEFS = (
+    f'<defs><pattern id="{HATCH_ID}" width="4" height="4" patternUnits="userSpaceOnUse" '
+    f'patternTransform="rotate(45)"><rect width="4" height="4" fill="#fdebc8"/>'
+    f'<line x1="0" y1="0" x2="0" y2="4" stroke="{PREFILL}" stroke-width="1.6"/></pattern></defs>'
+)
+SPLIT_KEYS = (  # the legend's keys for a wait split, in the order they are drawn: one line that reads left to right
+    (WAIT_FILLS["rest"], 1.0, "wait: client, HTTP"),
+    (WAIT_FILLS["queued"], 1.0, "then queued in the engine"),
+    (WAIT_FILLS["prefill"], 1.0, "then engine prefill to first token"),
+)
 LEGEND = (
-    ("#f2b134", 1.0, "prefill"),
+    (PREFILL, 1.0, "prefill"),
     ("hsl(0,65%,42%)", 1.0, "decode, slow"),
     ("hsl(120,65%,42%)", 1.0, "decode, fast"),
     ("#e53935", 0.4, "another session prefilling"),
@@ -133,10 +154,12 @@ LEGEND = (
 )
 
 
-def legend_svg(y: int = 12) -> str:
-    """One swatch and its own label per key, spaced apart, then the needle marks."""
+def legend_svg(y: int = 12, split: bool = False) -> str:
+    """One swatch and its own label per key, spaced apart, then the needle marks; `split`: the run has turns
+    the engine timed, whose wait is drawn in parts (the keys for those parts replace the plain prefill's)."""
     parts, x = [], 4
-    for colour, opacity, label in LEGEND:
+    keys = (*SPLIT_KEYS, *LEGEND[1:]) if split else LEGEND
+    for colour, opacity, label in keys:
         parts.append(
             f'<g class="key"><rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colour}" '
             f'fill-opacity="{opacity}"/><text x="{x + 14}" y="{y}" fill="#555">{_esc(label)}</text></g>'
@@ -164,7 +187,7 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
     }
     rates = [turn_row(r).decode_tok_s for r in state.turns]
     top = max((r for r in rates if r is not None), default=0.0)
-    parts = []
+    parts, split = [], False
     y = 34  # below the legend and the needle marks above the first lane
     for s in sessions:
         recs = by_session.get(s.id, [])
@@ -194,10 +217,18 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
             )
             stop = r.first_t if r.first_t is not None else (r.done_t or end)
             failed = r.status in ("failed", "cancelled")
-            parts.append(
-                f'<rect class="prefill" x="{x(r.sent_t):.1f}" y="{y}" width="{max(0.5, x(stop) - x(r.sent_t)):.1f}" '
-                f'height="{LANE_H}" fill="{"#c62828" if failed else "#f2b134"}"><title>{_esc(tip)}</title></rect>'
-            )
+            waits = None if failed else wait_parts(r.sent_t, r.first_t, r.queued_s, r.server_prefill_s)
+            if waits:
+                split = True
+                parts += [
+                    _wait_rect(part, x(a), x(b), y, f"{tip}; {WAIT_TITLES[part]} {b - a:.2f}s") for part, a, b in waits
+                ]
+            else:
+                wide = max(0.5, x(stop) - x(r.sent_t))
+                parts.append(
+                    f'<rect class="prefill" x="{x(r.sent_t):.1f}" y="{y}" width="{wide:.1f}" '
+                    f'height="{LANE_H}" fill="{"#c62828" if failed else PREFILL}"><title>{_esc(tip)}</title></rect>'
+                )
             if r.first_t is not None and r.done_t is not None:
                 parts.append(
                     f'<rect class="decode" x="{x(r.first_t):.1f}" y="{y}" '
@@ -239,10 +270,19 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
         f'<text x="{LABEL_W + plot_w / 2}" y="{y + 28}" text-anchor="middle" fill="#333">run time (h:mm:ss)</text>'
     )
     height = y + 36
-    legend = legend_svg()
+    legend = (HATCH_DEFS + legend_svg(split=True)) if split else legend_svg()
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}">{legend}{"".join(parts)}</svg>'
+    )
+
+
+def _wait_rect(part: WaitPart, x0: float, x1: float, y: int, tip: str) -> str:
+    """One part of a timed turn's wait; the rest (client, HTTP) is drawn thinner, as the lane's idle queue is."""
+    top, height = (y + 3, LANE_H - 6) if part == "rest" else (y, LANE_H)
+    return (
+        f'<rect class="wait-{part}" x="{x0:.1f}" y="{top}" width="{max(0.5, x1 - x0):.1f}" height="{height}" '
+        f'fill="{WAIT_FILLS[part]}"><title>{_esc(tip)}</title></rect>'
     )
 
 

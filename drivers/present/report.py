@@ -10,7 +10,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from rampwatch.drivers.model.analysis import Report, RunInfo, SessionSummary
+from rampwatch.drivers.model.analysis import Report, RunInfo, SessionSummary, SpanFigures
 from rampwatch.drivers.model.events import PromptShape
 from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.stats import median
@@ -66,6 +66,8 @@ def summary_lines(rep: Report) -> list[str]:
     turns = [t for s in rep.sessions for t in s.turns]
     if turns and all(t.engine_prefill_s is None for t in turns):
         lines.append(engine_timing_hint(rep.run.engine))
+    if rep.spans is not None:
+        lines.append(span_line(rep.spans))
     if i.gaps_alone or i.gaps_during_foreign_prefill:
         lines.append(
             f"inter-token gaps: alone {_gaps(i.gaps_alone)}; during another session's prefill "
@@ -105,9 +107,36 @@ def summary_lines(rep: Report) -> list[str]:
             f"client: event-loop lag worst {rep.client_lag_max_ms:.0f} ms; {busy} of {len(turns)} turns client busy "
             "(a stamp taken while it ran over 5 ms late)"
         )
+    lines += open_loop_lines(rep)
     if run.prompts is not None:
         lines.append(prompts_line(run.prompts, [t.think_s for s in rep.sessions for t in s.turns]))
     lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
+    return lines
+
+
+def open_loop_lines(rep: Report) -> list[str]:
+    """--arrivals and --slo: how users arrived, the turns sent late, and the goodput."""
+    lines = []
+    o, g = rep.open_loop, rep.goodput
+    if o is not None:
+        cap = f", at most {o.max_live} live" if o.max_live else ""
+        lag = f" (worst {o.send_lag_max_s * 1000:.0f} ms)" if o.send_lag_max_s is not None else ""
+        ttft = (
+            f"; TTFT p50 {o.ttft_from_due_p50_s:.2f}s from due, {o.ttft_from_send_p50_s:.2f}s from send"
+            if o.ttft_from_due_p50_s is not None and o.ttft_from_send_p50_s is not None
+            else ""
+        )
+        lines.append(
+            f"arrivals: {o.arrivals_per_min:g}/min (seed {o.seed}){cap}, {o.arrived} arrived; "
+            f"{o.late_turns} turns sent over 10 ms late{lag}{ttft}"
+        )
+    if g is not None:
+        per_min = f", {g.turns_met_per_min:.2f} turns/min" if g.turns_met_per_min is not None else ""
+        lines.append(
+            f"goodput (SLO {g.slo}): {g.turns_met} of {g.turns} turns met it{per_min}; "
+            f"{g.conversations_met} of {g.conversations} conversations met it on every turn"
+            + (f"; warmup: {g.warmup} left out ({g.warmup_turns} turns)" if g.warmup else "")
+        )
     return lines
 
 
@@ -314,6 +343,11 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
         for c in cmp.turns
     ]
     notes = list(cmp.notes)
+    for r in cmp.runs:
+        if r.slo is not None:
+            per_min = f", {r.slo_turns_met_per_min:.2f}/min" if r.slo_turns_met_per_min is not None else ""
+            late = f"; {r.late_turns} sent late" if r.late_turns is not None else ""
+            notes.append(f"goodput {r.label} (SLO {r.slo}): {r.slo_turns_met} turns met it{per_min}{late}")
     if any(isinstance(r.hit_rate_last_turn, str) for r in cmp.runs):
         notes.append(f"hit last n/a: {NO_HIT_COUNTERS.removeprefix('n/a: ')}")
     if fmt == "csv":
@@ -393,3 +427,13 @@ def render_curve(points: list[tuple[int, Report, float | None]]) -> str:
     console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
     console.print(table)
     return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def span_line(s: SpanFigures) -> str:
+    """`engine spans (OTLP): 12 matched, 0 unmatched; agree with the per-request metrics within 0.3 ms`."""
+    text = f"engine spans (OTLP): {s.matched} matched, {s.unmatched} unmatched"
+    if s.refused:
+        text += f", {s.refused} bad exports refused"
+    if s.max_disagreement_ms is not None:
+        text += f"; agree with the per-request metrics within {s.max_disagreement_ms:.2f} ms"
+    return text

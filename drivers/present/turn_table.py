@@ -55,6 +55,9 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn(">1s", "gaps_over_1s", lambda r: str(r.gaps_over_1s)),
     TurnColumn("needle", "needle", lambda r: needle_mark(r.needle, r.no_answer), "left"),
     TurnColumn("client", "client_busy", lambda r: "busy" if r.client_busy else "", "left"),
+    # Open loop: how long after its due time a late turn was sent (its latency counts from the due time).
+    TurnColumn("late ms", "send_lag_s", lambda r: fmt_num(r.send_lag_s * 1000, ".0f") if r.late else ""),
+    TurnColumn("SLO", "slo_met", lambda r: "-" if r.slo_met is None else "met" if r.slo_met else "MISS", "left"),
     TurnColumn("error", "error", lambda r: r.error or "", "left"),
 )
 ALL_COLUMNS = tuple(c.head for c in TURN_COLUMNS)
@@ -64,6 +67,8 @@ ENGINE_HEADS = ("queued s", "engine prefill s", "rest s")  # shown where the eng
 SPEC_HEADS = ("spec",)  # shown where some turn drafted speculative tokens
 # A prefill/decode split: the KV the decode side received, and (behind rampwatch's own proxy) its transfer time.
 TRANSFER_HEADS = ("transferred", "xfer s")
+LATE_HEADS = ("late ms",)  # shown where some turn had a due time (--arrivals)
+SLO_HEADS = ("SLO",)  # shown where the turns were judged (--slo)
 # Each optional group of columns, whether a turn calls for it, and the width it adds to the text table.
 OPTIONAL: tuple[tuple[tuple[str, ...], Callable[[TurnRow], bool], int], ...] = (
     (REASONING_HEADS, lambda r: bool(r.reasoning_tokens or r.no_answer), 30),
@@ -71,13 +76,15 @@ OPTIONAL: tuple[tuple[tuple[str, ...], Callable[[TurnRow], bool], int], ...] = (
     (SPEC_HEADS, lambda r: bool(r.spec_drafted), 10),
     (TRANSFER_HEADS[:1], lambda r: r.transferred_tokens is not None, 14),
     (TRANSFER_HEADS[1:], lambda r: r.transfer_s is not None, 14),
+    (LATE_HEADS, lambda r: r.due_s is not None, 10),
+    (SLO_HEADS, lambda r: r.slo_met is not None, 7),
 )
 COLUMNS = tuple(h for h in ALL_COLUMNS if not any(h in heads for heads, _, _ in OPTIONAL))  # none called for
 
 
 def shown_columns(rows: list[TurnRow], heads: tuple[str, ...] = ALL_COLUMNS) -> tuple[str, ...]:
-    """`heads`, less each optional group (reasoning, the engine's timing, speculation, a split's transfer) no
-    turn of `rows` calls for."""
+    """`heads`, less each optional group (reasoning, the engine's timing, speculation, a split's transfer, an
+    open loop's late sends, SLO verdicts) no turn of `rows` calls for."""
     hidden = {h for group, wanted, _ in OPTIONAL if not any(map(wanted, rows)) for h in group}
     return tuple(h for h in heads if h not in hidden)
 

@@ -63,12 +63,18 @@ class RunConfig:
     prometheus_match: list[Match] = field(default_factory=list)  # which engines it reads, with their roles (none: all)
     prometheus_gpu_match: str = ""  # which GPUs it reads (PromQL label matchers; empty: all)
     serve_metrics: str | None = None  # [HOST:]PORT: expose rampwatch's own figures for Prometheus
+    otlp: str | None = None  # [HOST:]PORT: receive the engine's OTLP/HTTP trace spans (drivers/telemetry/otlp.py)
     extra_body: dict[str, Any] = field(default_factory=dict)  # request options merged into every chat request
     request_headers: list[HeaderTemplate] = field(default_factory=list)  # --header: to the inference servers only
     system_prompt: str | None = None  # --system-prompt: the system message every session opens with
     shared_prefix: int = 0  # --shared-prefix: tokens every session shares after it, before its own salt
     corpus: Path | None = None  # --corpus: new text is read from these files instead of pseudo-words
     think_time: tuple[float, float] | None = None  # --think-time: the user's pause before each later turn (s)
+    arrivals_per_s: float | None = None  # --arrivals: open loop, `sessions` conversations arrive at this Poisson rate
+    seed: int | None = None  # --seed: draws the arrival times (None: one is drawn and recorded)
+    max_live: int | None = None  # --max-live: conversations live at once in an open loop (None: no cap)
+    slo: str | None = None  # --slo as given (checked by drivers/model/slo.parse_slo)
+    warmup: str | None = None  # --warmup as given (checked by drivers/model/slo.parse_warmup)
 
     @property
     def base_url(self) -> str:

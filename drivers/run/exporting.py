@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from rampwatch.drivers.model.slo import parse_slo
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.telemetry.exporter import RunExporter, parse_listen
 
@@ -18,7 +19,7 @@ def start_exporter(cfg: RunConfig, clock: Callable[[], float], run: str) -> RunE
     if not cfg.serve_metrics:
         return None
     host, port = parse_listen(cfg.serve_metrics)
-    exporter = RunExporter(clock, run=run)
+    exporter = RunExporter(clock, run=run, slo=parse_slo(cfg.slo) if cfg.slo else None)
     try:
         exporter.serve(host, port)
     except OSError as e:

@@ -10,7 +10,7 @@ import httpx
 
 from rampwatch.drivers.client.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler
 from rampwatch.drivers.client.tls import is_untrusted
-from rampwatch.drivers.client.tokenizer import ServerTokenizer
+from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_httpx
 from rampwatch.drivers.run.config import BadInput, RunConfig
 
 
@@ -89,7 +89,7 @@ async def calibrate(
     text; default pseudo-words), chat-template tokens around a message, and the needle's fixed text. Falls
     back to rough figures where /tokenize is missing (usage then corrects from turn 2)."""
     sample = sample or Filler(random.Random(7)).text(CALIBRATION_CHARS)
-    tok = ServerTokenizer(client, cfg.base_url, model, cfg.headers())
+    tok = ServerTokenizer(over_httpx(client, cfg.base_url, cfg.headers()), model)
     plain = await tok.raw(sample)
     if not plain:
         return Calibration()

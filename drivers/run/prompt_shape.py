@@ -11,7 +11,7 @@ import httpx
 from rampwatch.drivers.client.prompts import Corpus, CorpusError, CorpusReader, Lead, read_corpus, text_sha256
 from rampwatch.drivers.client.ramp import Calibration, Filler, ScheduleError, TextSource, parse_tokens
 from rampwatch.drivers.client.request_options import text_or_file
-from rampwatch.drivers.client.tokenizer import ServerTokenizer
+from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_httpx
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import BadInput, RunConfig, parse_duration
 
@@ -128,7 +128,7 @@ async def shared_lead(
     """The run's lead, built and checked: the shared block is read from the corpus (its slot 0) when there
     is one, else drawn from salted pseudo-words."""
     tok = (
-        ServerTokenizer(client, cfg.base_url, model, cfg.headers(), cal.tokenize_field, cal.special_tokens)
+        ServerTokenizer(over_httpx(client, cfg.base_url, cfg.headers()), model, cal.tokenize_field, cal.special_tokens)
         if cal.tokenize_field
         else None
     )

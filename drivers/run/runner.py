@@ -11,6 +11,7 @@ import secrets
 import sys
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from rampwatch.drivers.client.tls import TlsError, tls_context
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.arrivals import arrival_times, run_arrivals
 from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, check_topology, default_record_path
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.hub import EventHub
@@ -33,8 +35,10 @@ from rampwatch.drivers.run.probe import CALIBRATION_CHARS, ServerInfo, calibrate
 from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, prompt_shape, shared_lead
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.scrub import scrub_json, shown_headers
+from rampwatch.drivers.telemetry.exporter import parse_listen
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.telemetry.metrics import MetricsScraper
+from rampwatch.drivers.telemetry.otlp import OtlpReceiver
 from rampwatch.drivers.telemetry.prometheus import PrometheusReader, check_prometheus
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
@@ -86,19 +90,30 @@ class Run:
         self.exit_code = 0
         self.interrupted_by: int | None = None
         self._interrupted = False
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
         self.tls = tls_context()
+        self.otlp: OtlpReceiver | None = None  # --otlp: the engine's trace spans
+        self._span_due: set[str] = set()  # request ids of the turns that ended well: each awaits its span
+        self._sent_ids: dict[str, str] = {}  # session -> its request in flight's id
+        # Open loop: the seed that draws the arrival times, recorded so the run can be repeated.
+        self.seed = cfg.seed if cfg.seed is not None else secrets.randbelow(1 << 31)
 
     def _client_for(self) -> httpx.AsyncClient:
-        if self._client is None:
-            n = max(1, self.cfg.sessions) + 4
-            self._client = httpx.AsyncClient(
-                trust_env=False,  # no proxy from the environment: the same direct route as the streams
-                verify=self.tls,
-                timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
-                limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            )
-        return self._client
+        """An httpx client of its own for one session's /tokenize and /health calls (or the probe's): httpx's
+        pool walks every connection on each request, so one pool shared by 64 sessions cost the driver more
+        CPU than their streams and held its loop past the client-busy bar."""
+        client = httpx.AsyncClient(
+            trust_env=False,  # no proxy from the environment: the same direct route as the streams
+            verify=self.tls,
+            timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
+        )
+        self._clients.append(client)
+        return client
+
+    async def _close_clients(self) -> None:
+        clients, self._clients = self._clients, []
+        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
 
     async def prepare(self) -> None:
         cfg = self.cfg
@@ -135,6 +150,8 @@ class Run:
             self.calibration = await calibrate(client, cfg, info.model, self.conversation(1), sample)
             self.lead = await shared_lead(client, cfg, info.model, self.calibration, corpus, self.salt)
         self.info = info
+        if cfg.otlp:
+            await self._listen_for_spans(cfg.otlp)
         header = self.header()
         if self.record:
             path = cfg.record or default_record_path(info.model or "watch")
@@ -191,6 +208,11 @@ class Run:
             prompts=prompt_shape(self.cfg, self.lead, self.corpus),
             reasoning=self.cfg.reasoning,  # type: ignore[arg-type]
             max_tokens=self.cfg.max_tokens,
+            arrivals_per_s=self.cfg.arrivals_per_s,
+            seed=self.seed if self.cfg.arrivals_per_s else None,
+            max_live=self.cfg.max_live,
+            slo=self.cfg.slo,
+            warmup=self.cfg.warmup,
             time_scale=self.cfg.time_scale,
         )
 
@@ -270,14 +292,16 @@ class Run:
                 run_id=self.salt,
                 think_time=cfg.think_time,
             )
-            gate = TurnGate(self.ramp_sessions, lockstep=cfg.lockstep)
-            for k in range(self.ramp_sessions):
-                sid = f"s{k + 1}"
+            open_loop = cfg.arrivals_per_s is not None
+            gate = TurnGate(0 if open_loop else self.ramp_sessions, lockstep=cfg.lockstep)
+
+            def session(k: int) -> SessionRunner:
+                sid = f"s{k}"
                 r = SessionRunner(
                     sid,
-                    self.conversation(k + 1),
+                    self.conversation(k),
                     self._client_for(),
-                    cfg.target_for(sid, k + 1),
+                    cfg.target_for(sid, k),
                     cfg.headers(),
                     opts,
                     emit,
@@ -286,7 +310,11 @@ class Run:
                     tls=self.tls,
                 )
                 runners.append(r)
-                emit(r.plan_event())
+                return r
+
+            if not open_loop:
+                for k in range(self.ramp_sessions):
+                    emit(session(k + 1).plan_event())
             baseline = None
             if cfg.one_shot:
                 baseline = SessionRunner(
@@ -307,6 +335,8 @@ class Run:
             tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
             watchdog = asyncio.create_task(self._time_limit(gate, tasks)) if cfg.time_limit is not None else None
             try:
+                if open_loop:
+                    await self._arrivals(session, gate, tasks)
                 await self._all(tasks)
                 if baseline is not None:
                     # After the ramp, alone on the server, unless the time limit already stopped new turns.
@@ -332,6 +362,8 @@ class Run:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             lag.flush(clock())  # the last second's lag: the last turns' stamps are judged too
+            if self.otlp is not None:
+                await self._last_spans(status in ("done", "failed", "time-limit"))
             if samplers and status in ("done", "failed", "time-limit"):
                 # One last read: the report's server figures cover the last turns too.
                 last = [asyncio.create_task(s.final_read()) for s in samplers]
@@ -344,9 +376,38 @@ class Run:
             emit(ev.RunEnded(t=clock(), status=status, exit_code=self.exit_code, error=error))
             await self._drain_recording()
             self.close()
-            if self._client is not None:
-                await self._client.aclose()
+            await self._close_clients()
         return self.exit_code
+
+    OTLP_FINAL_WAIT_S = 10.0  # the last spans' wait: vLLM's exporter sends its batch every 5 s
+
+    async def _listen_for_spans(self, listen: str) -> None:
+        """--otlp: the receiver on this loop, and the ids of the turns whose spans the run's end waits for."""
+        host, port = parse_listen(listen)
+        self.otlp = OtlpReceiver(self.hub.emit, self.clock)
+        try:
+            await self.otlp.start(host, port)
+        except OSError as e:
+            self.otlp = None
+            raise BadInput(f"--otlp {listen}: cannot listen: {e.strerror or e}") from None
+        where = f"http://{host}:{self.otlp.port}/v1/traces"
+        print(f"rampwatch: receiving OTLP spans on {where}", file=sys.stderr, flush=True)
+        self.hub.listeners.append(self._await_span)
+
+    def _await_span(self, e: ev.AnyEvent) -> None:
+        if isinstance(e, ev.RequestSent):
+            self._sent_ids[e.session] = e.request_id
+        elif isinstance(e, ev.TurnDone) and e.status == "ok" and (rid := self._sent_ids.get(e.session)):
+            self._span_due.add(rid)
+
+    async def _last_spans(self, wait: bool) -> None:
+        """A finished run waits (OTLP_FINAL_WAIT_S at most) for the spans of its last turns, then stops listening."""
+        otlp = self.otlp
+        assert otlp is not None
+        deadline = time.monotonic() + self.OTLP_FINAL_WAIT_S
+        while wait and self._span_due - otlp.received and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await otlp.aclose()
 
     @staticmethod
     async def _all(tasks: list[asyncio.Task[bool]]) -> None:
@@ -358,6 +419,22 @@ class Run:
         for t in done:
             if not t.cancelled() and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
+
+    async def _arrivals(self, session: Callable[[int], SessionRunner], gate: TurnGate, tasks: list) -> None:
+        """Open loop: a new conversation at each seeded Poisson arrival, up to --sessions, none after the time
+        limit; each is planned when it arrives and runs once a --max-live slot is free."""
+        cfg, clock = self.cfg, self.clock
+        assert cfg.arrivals_per_s is not None
+
+        def start(k: int, at: float) -> Callable[[], Awaitable[bool]]:
+            r = session(k)
+            r.arrival = at
+            gate.join()
+            self.hub.emit(r.plan_event())
+            return r.run
+
+        times = arrival_times(cfg.arrivals_per_s, self.ramp_sessions, self.seed)
+        await run_arrivals(times, clock, cfg.time_limit, cfg.max_live, start, tasks)
 
     async def _time_limit(self, gate: TurnGate, tasks: list[asyncio.Task[bool]]) -> None:
         """At --time-limit no new turn starts; after --grace, turns in flight are cancelled."""
@@ -416,8 +493,9 @@ class Run:
     async def aclose(self) -> None:
         """Release what prepare() opened when the run never starts."""
         self.close()
-        if self._client is not None:
-            await self._client.aclose()
+        if self.otlp is not None:
+            await self.otlp.aclose()
+        await self._close_clients()
 
     def mark(self, note: str) -> None:
         self.hub.emit(ev.Mark(t=self.clock(), note=note))

@@ -31,6 +31,7 @@ from rampwatch.drivers.sim.faults import SimFaults, SimulatedDrop
 from rampwatch.drivers.sim.gpus import DCGM_PATH, SimGpus
 from rampwatch.drivers.sim.profiles import SimProfile
 from rampwatch.drivers.sim.surfaces import metrics_for
+from rampwatch.drivers.sim.traces import SpanExporter
 
 OWNED_BY = "rampwatch-sim"
 SGLANG_VERSION = "0.5.23"  # the release whose metric names the sglang flavour serves
@@ -72,6 +73,7 @@ class SimServer:
         clock: SimClock | None = None,
         reasoning_tokens: int = 0,
         per_request_metrics: bool = False,
+        otlp_traces_endpoint: str | None = None,
     ):
         """`gpus` > 0: also serve a simulated dcgm-exporter for that many GPUs of node `node` at /dcgm/metrics.
         `flavor` sglang: SGLang's metric names, /get_model_info and /get_server_info, and cached tokens in
@@ -80,7 +82,9 @@ class SimServer:
         `reasoning_tokens` > 0: a reasoning model that thinks that many tokens before each chat answer (unless the
         request's chat_template_kwargs switch thinking off).
         `per_request_metrics`: vLLM's --enable-per-request-metrics, the engine's own timing of each request beside
-        usage."""
+        usage. `otlp_traces_endpoint`: vLLM's --otlp-traces-endpoint, one `llm_request` span per request POSTed
+        there (OTLP/HTTP protobuf) when it ends."""
+        self.traces = SpanExporter(otlp_traces_endpoint) if otlp_traces_endpoint else None
         self.profile, self.model, self.api_key, self.flavor = profile, model, api_key, flavor
         self.per_request_metrics = per_request_metrics
         self.reasoning_tokens = reasoning_tokens
@@ -262,7 +266,8 @@ class SimServer:
         self.engine.submit(req)
         if body.stream:
             usage = bool((body.stream_options or {}).get("include_usage"))
-            return StreamingResponse(self._stream(req, chat, usage), media_type="text/event-stream")
+            ids = (request.headers.get("x-request-id"), request.headers.get("traceparent"))
+            return StreamingResponse(self._stream(req, chat, usage, ids), media_type="text/event-stream")
         try:
             while not req.finished:
                 await req.wake.wait()
@@ -270,6 +275,8 @@ class SimServer:
         except asyncio.CancelledError:
             self.engine.abort(req)
             raise
+        if self.traces is not None:
+            self.traces.request_ended(req, request.headers.get("x-request-id"), request.headers.get("traceparent"))
         text = "".join(req.out[req.reasoning :])
         message = {"role": "assistant", "content": text}
         if req.reasoning:
@@ -327,7 +334,10 @@ class SimServer:
                 m["mean_itl_ms"] = m["generation_time_ms"] / (req.generated - 1)
         return {"metrics": m}
 
-    async def _stream(self, req: SimRequest, chat: bool, include_usage: bool) -> AsyncIterator[bytes]:
+    async def _stream(
+        self, req: SimRequest, chat: bool, include_usage: bool, ids: tuple[str | None, str | None] = (None, None)
+    ) -> AsyncIterator[bytes]:
+        """`ids`: the request's X-Request-Id and traceparent, for its span."""
         f = self.faults
         drop_after = f.drop_after_tokens if f.take("drop_requests") else 0
         error_after = f.error_after_tokens if f.take("error_requests") else 0
@@ -393,6 +403,8 @@ class SimServer:
                 extra = b',"metrics":' + _enc(metrics["metrics"]) if metrics else b""
                 tail.append(head + b'],"usage":' + _enc(self._usage(req)) + extra + b"}\n\n")
             tail.append(b"data: [DONE]\n\n")
+            if self.traces is not None:
+                self.traces.request_ended(req, *ids)
             yield b"".join(tail)
         finally:
             if not req.finished:

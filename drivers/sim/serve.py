@@ -88,6 +88,12 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
         "generation_time_ms, mean_itl_ms) in a 'metrics' object beside usage (the demo turns it on)",
     )
     p.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="as vLLM's flag: POST one OTLP/HTTP protobuf 'llm_request' span per request, when it ends, to URL "
+        "(e.g. http://127.0.0.1:4318/v1/traces, where rampwatch run --otlp 4318 listens)",
+    )
+    p.add_argument(
         "--gpus",
         type=int,
         default=None,
@@ -176,6 +182,7 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
         "cache_report": args.enable_cache_report,
         "reasoning_tokens": getattr(args, "reasoning_tokens", None) or 0,
         "per_request_metrics": bool(getattr(args, "enable_per_request_metrics", False)),
+        "otlp_traces_endpoint": getattr(args, "otlp_traces_endpoint", None),
     }
     if announce:
         print(
@@ -225,6 +232,7 @@ def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
         "node",
         "flavor",
         "reasoning_tokens",
+        "otlp_traces_endpoint",
     ):
         v = getattr(args, name, None)
         if v is not None:

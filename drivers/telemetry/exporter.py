@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.turns import decode_tok_s, is_delivery_gap
+from rampwatch.drivers.model.slo import Slo, meets
+from rampwatch.drivers.model.turns import LATE_S, TurnRecord, decode_tok_s, is_delivery_gap
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560)
 GAP_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
@@ -33,6 +34,8 @@ SERIES = (
     "rampwatch_failed_turns",
     "rampwatch_needle_found",
     "rampwatch_needle_asked",
+    "rampwatch_late_turns",
+    "rampwatch_slo_met_turns",
 )
 
 
@@ -42,13 +45,17 @@ class _InFlight:
     sent_t: float
     first_t: float | None = None
     last_t: float | None = None
+    due_t: float | None = None  # open loop: when the turn was due
+    new_tokens_est: int = 0
+    answer_t: float | None = None
+    max_gap: float = 0.0
 
 
 class RunExporter:
     """Per-session series, labelled session and run (the run's salt)."""
 
-    def __init__(self, clock: Callable[[], float], run: str = ""):
-        self.clock, self.run = clock, run
+    def __init__(self, clock: Callable[[], float], run: str = "", slo: Slo | None = None):
+        self.clock, self.run, self.slo = clock, run, slo
         self.registry = r = CollectorRegistry()
         lab = ("session", "run")
         self.ttft = Histogram(
@@ -79,6 +86,12 @@ class RunExporter:
         self.asked = Counter(
             "rampwatch_needle_asked", "Turns that asked for the needle (finished ok).", lab, registry=r
         )
+        self.late = Counter(
+            "rampwatch_late_turns", "Open loop: turns sent more than 10 ms after they were due.", lab, registry=r
+        )
+        self.slo_met = Counter(
+            "rampwatch_slo_met_turns", "Turns that met every bound of --slo (goodput: its rate).", lab, registry=r
+        )
         self._flight: dict[str, _InFlight] = {}
         r.register(_PrefillInFlight(self))
         self._server: WSGIServer | None = None
@@ -86,13 +99,21 @@ class RunExporter:
     def __call__(self, e: ev.AnyEvent) -> None:
         """A hub listener: fold one event into the series."""
         if isinstance(e, ev.RequestSent):
-            self._flight[e.session] = _InFlight(turn=e.turn, sent_t=e.t)
+            self._flight[e.session] = _InFlight(turn=e.turn, sent_t=e.t, due_t=e.due, new_tokens_est=e.new_tokens_est)
             self.turn.labels(e.session, self.run).set(e.turn)
+            if e.due is not None and e.t - e.due > LATE_S:
+                self.late.labels(e.session, self.run).inc()
         elif isinstance(e, ev.FirstToken):
             f = self._flight.get(e.session)
             if f is not None and f.turn == e.turn and f.first_t is None:
                 f.first_t = e.t
+                if not e.reasoning:
+                    f.answer_t = e.t
                 self.ttft.labels(e.session, self.run).observe(e.t - f.sent_t)
+        elif isinstance(e, ev.FirstAnswer):
+            f = self._flight.get(e.session)
+            if f is not None and f.turn == e.turn:
+                f.answer_t = e.t
         elif isinstance(e, ev.TokenTimes):
             f = self._flight.get(e.session)
             if f is None or f.turn != e.turn:
@@ -101,6 +122,7 @@ class RunExporter:
             for t in e.times:
                 if f.last_t is not None and is_delivery_gap(t - f.last_t):  # the report's rule: one read, one delivery
                     gap.observe(t - f.last_t)
+                    f.max_gap = max(f.max_gap, t - f.last_t)
                 f.last_t = t
         elif isinstance(e, ev.TurnDone):
             self._done(e)
@@ -122,6 +144,8 @@ class RunExporter:
             rate = decode_tok_s(e.completion_tokens or e.chunks, f.first_t, f.last_t)
             if rate is not None:
                 self.decode.labels(*labels).set(rate)
+            if self.slo is not None and meets(self.slo, _record(e, f)):
+                self.slo_met.labels(*labels).inc()
 
     def prefills(self) -> Iterator[tuple[str, float]]:
         """(session, seconds) of each prefill still waiting for its first token."""
@@ -145,6 +169,27 @@ class RunExporter:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def _record(e: ev.TurnDone, f: _InFlight) -> TurnRecord:
+    """The turn as the SLO judges it (drivers/model/slo.py), from what the exporter kept of it."""
+    return TurnRecord(
+        session=e.session,
+        turn=e.turn,
+        target=0,
+        new_tokens_est=f.new_tokens_est,
+        sent_t=f.sent_t,
+        due_t=f.due_t,
+        first_t=f.first_t,
+        answer_t=f.answer_t,
+        last_t=f.last_t,
+        max_gap=f.max_gap,
+        status=e.status,
+        prompt_tokens=e.prompt_tokens,
+        cached_tokens=e.cached_tokens,
+        completion_tokens=e.completion_tokens,
+        chunks=e.chunks,
+    )
 
 
 class _PrefillInFlight:

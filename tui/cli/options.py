@@ -10,6 +10,8 @@ from typing import Any
 from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
 from rampwatch.drivers.client.reasoning import with_reasoning
 from rampwatch.drivers.client.request_options import parse_extra_body, parse_header
+from rampwatch.drivers.model.slo import parse_slo, parse_warmup
+from rampwatch.drivers.run.arrivals import parse_rate
 from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
 from rampwatch.drivers.run.prompt_shape import (
     check_corpus_path,
@@ -42,7 +44,33 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         command=recorded_command(argv),
         **watched,
     )
-    return cfg if mode == "watch" else replace(cfg, **ramp_settings(args))
+    return cfg if mode == "watch" else replace(cfg, **ramp_settings(args), **open_loop_settings(args))
+
+
+def open_loop_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """--arrivals, --seed, --max-live and --slo, checked (run only: other commands have none of them)."""
+    if not hasattr(args, "arrivals"):
+        return {}
+    rate = parse_rate(args.arrivals) if args.arrivals is not None else None
+    if rate is not None and args.lockstep:
+        raise BadInput("--arrivals starts conversations as users arrive (open loop): --lockstep does not apply")
+    if rate is not None and args.stagger:
+        raise BadInput("--arrivals times the conversations' starts itself: --stagger does not apply")
+    if rate is None and (args.max_live is not None or args.seed is not None):
+        raise BadInput("--max-live and --seed need --arrivals RATE")
+    if args.slo is not None:
+        try:
+            parse_slo(args.slo)
+        except ValueError as e:
+            raise BadInput(f"--slo {args.slo!r}: {e}") from None
+    if args.warmup is not None:
+        if args.slo is None:
+            raise BadInput("--warmup leaves the run's start out of the goodput: it needs --slo")
+        try:
+            parse_warmup(args.warmup)
+        except ValueError as e:
+            raise BadInput(f"--warmup: {e}") from None
+    return dict(arrivals_per_s=rate, seed=args.seed, max_live=args.max_live, slo=args.slo, warmup=args.warmup)
 
 
 def demo_config(args: argparse.Namespace, argv: list[str]) -> RunConfig:
@@ -151,6 +179,7 @@ def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
         prometheus_match=matches,
         prometheus_gpu_match=gpu_matchers,
         serve_metrics=serve_metrics,
+        otlp=otlp_setting(args.otlp),
     )
 
 
@@ -161,6 +190,16 @@ def serve_metrics_setting(listen: str | None) -> str | None:
             parse_listen(listen)
         except ValueError as e:
             raise BadInput(f"--serve-metrics: {e}") from None
+    return listen
+
+
+def otlp_setting(listen: str | None) -> str | None:
+    """--otlp [HOST:]PORT, checked before anything starts."""
+    if listen:
+        try:
+            parse_listen(listen)
+        except ValueError as e:
+            raise BadInput(f"--otlp: {e}") from None
     return listen
 
 

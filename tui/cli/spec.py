@@ -106,6 +106,13 @@ def add_server_watch_args(p: argparse.ArgumentParser, ui: bool = True) -> None:
     )
     add_serve_metrics_arg(p)
     p.add_argument(
+        "--otlp",
+        metavar="[HOST:]PORT",
+        help="receive the engine's OTLP/HTTP trace spans (protobuf, POST /v1/traces) on this port and join each to "
+        "its turn: queued, prefill and decode per turn without per-request metrics (HOST default 127.0.0.1; vLLM: "
+        "--otlp-traces-endpoint http://HOST:PORT/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf)",
+    )
+    p.add_argument(
         "--scrape-interval",
         type=positive_float,
         default=0.5,
@@ -361,8 +368,45 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         help="server base URL, e.g. http://127.0.0.1:8000; several: sessions are spread over them round-robin",
     )
     add_ramp_args(p)
+    add_open_loop_args(p)
     add_pin_arg(p)
     add_server_watch_args(p)
+
+
+def add_open_loop_args(p: argparse.ArgumentParser) -> None:
+    """Arriving users and the latency they were promised (run only)."""
+    p.add_argument(
+        "--arrivals",
+        metavar="RATE",
+        help="open loop: a new conversation (a full ramp) at each arrival of a Poisson process of RATE, e.g. 2/min, "
+        "0.5/s, 30/h (a plain number is per minute), until --sessions have started or --time-limit; latency "
+        "counts from when each turn was due (not with --lockstep or --stagger)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed of the arrival times (default: drawn, and recorded in the header so the run can be repeated)",
+    )
+    p.add_argument(
+        "--max-live",
+        type=positive_int,
+        metavar="N",
+        help="with --arrivals: at most N conversations live at once; later arrivals wait, and their wait counts",
+    )
+    p.add_argument(
+        "--slo",
+        metavar="BOUNDS",
+        help="per-turn objectives, any of ttft, answer (first answer token), gap (worst inter-token gap), tpot "
+        "(mean time per output token), e.g. ttft=90s,gap=1s,tpot=100ms; ttft may scale with the turn's new "
+        "tokens: ttft=0.7ms/token. Each turn gets a verdict; goodput counts the turns meeting every bound",
+    )
+    p.add_argument(
+        "--warmup",
+        metavar="DURATION|N",
+        help="with --slo: leave the run's start out of the goodput, a time (e.g. 60s: turns due before it) or "
+        "the first N arrivals (e.g. 3: conversations s1..s3); the report says what was left out",
+    )
 
 
 def add_watch_args(p: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 
+from rampwatch.drivers.model.slo import judge_rows, parse_slo
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import turn_row
 from rampwatch.drivers.model.views import TIMELINE_BUCKET_S
@@ -18,7 +19,7 @@ from rampwatch.drivers.present.turn_table import row_cells, shown_columns
 from rampwatch.tui.fmt import sparkline
 from rampwatch.tui.widgets.base import ChangingStatic
 from rampwatch.tui.widgets.sessions import session_row
-from rampwatch.tui.widgets.timeline import last_whole_second, prefill_legend
+from rampwatch.tui.widgets.timeline import last_whole_second, prefill_legend, wait_fills
 
 # The report's per-turn columns that one session's screen has room for (the same heads, the same cells).
 TURN_COLUMNS = (
@@ -43,6 +44,8 @@ TURN_COLUMNS = (
     "reasoning",
     "needle",
     "client",
+    "late ms",
+    "SLO",
 )
 
 
@@ -81,6 +84,8 @@ class SessionScreen(Screen[None]):
         if len(records) != self._turns_shown:
             self._turns_shown = len(records)
             rows = [turn_row(rec) for rec in records]
+            if state.header is not None and state.header.slo:
+                judge_rows(parse_slo(state.header.slo), rows, records)
             columns = shown_columns(rows, TURN_COLUMNS)
             table = self.query_one(DataTable)
             table.clear(columns=columns != self._columns)
@@ -105,9 +110,11 @@ class SessionScreen(Screen[None]):
         values = s.timeline_values(first, width)
         marks = state.foreign_prefill_cells(s.id, first * step, step, width, now)
         top = max(values) or 1.0
+        fills = wait_fills(s, first * step, step, width) if s.waits else None
         rows = max(1, lane.size.height - 1)
         lines = [
             Text(f"{top:>6.0f}▕ " if k == 0 else f"{'':6}▕ ", style="dim") + spark
-            for k, spark in enumerate(sparkline(values, top, marks, rows=rows))
+            for k, spark in enumerate(sparkline(values, top, marks, rows=rows, fills=fills))
         ]
-        lane.show_content(Group(*lines, prefill_legend(f"  1 cell = {step:g}s  ")))
+        legend = prefill_legend(f"  1 cell = {step:g}s  ", bool(state.engine_times_turns()), lane.size.width)
+        lane.show_content(Group(*lines, legend))

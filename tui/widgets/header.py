@@ -39,6 +39,7 @@ class HeaderBar(ChangingStatic):
                     "one-shot" if h.one_shot else "",
                     f"reasoning {h.reasoning}" if h.reasoning != "auto" else "",
                     f"max {h.max_tokens} tok" if h.max_tokens else "",
+                    f"arrivals {h.arrivals_per_s * 60:g}/min" if h.arrivals_per_s else "",
                 )
                 if m
             ]
@@ -49,6 +50,11 @@ class HeaderBar(ChangingStatic):
                 modes.append(speed_up(state.time_scale))
             if modes:
                 t.append(f" {' · '.join(modes)} ", style="bold cyan")
+            g = state.goodput
+            if g.judged:
+                share = g.window_share(now)
+                last = f" · {share:.0%} last 5m" if share is not None else ""
+                t.append(f" SLO met {g.met}/{g.judged}{last} ", style="bold magenta")
             engine = (h.engine or state.server.engine or "?") + (f" {h.engine_version}" if h.engine_version else "")
             more = sum(1 for ep in h.endpoints if ep.url) - 1
             t.append(f" {h.model or '?'} · {engine} · {h.server}" + (f" +{more} more" if more > 0 else ""))

@@ -78,6 +78,8 @@ class ServerPanel(Panel):
         if state.sessions and state.usage_reports_cache() is False:
             flag = CACHE_REPORT_FLAGS.get(srv.engine or "", "vLLM: --enable-prompt-tokens-details")
             lines.append(Text(f"  per-request cached tokens unavailable ({flag})", style="dim italic"))
+        if (spans := spans_text(state)) is not None:
+            lines.append(spans)
         line = Text("requests ", style="bold")
         line.append(f"running {whole(v.get('running'))} · waiting {whole(v.get('waiting'))}")
         lines.append(line)
@@ -186,3 +188,15 @@ def endpoint_table(state: RunState, answered: list[EndpointView], width: int) ->
                 line.append(f" {cell(ep, state.server):>{w}}")
         rows.append(line)
     return rows
+
+
+def spans_text(state: RunState) -> Text | None:
+    """--otlp: the engine's spans matched to turns, those matching none, and exports refused (None: none yet)."""
+    led = state.spans
+    if not (led.matched or led.unmatched or led.errors):
+        return None
+    line = Text("spans ", style="bold")
+    line.append(f"{led.matched} matched · {led.unmatched} unmatched", style="yellow" if led.unmatched else "")
+    if led.errors:
+        line.append(f" · {led.errors} refused", style="bold red")
+    return line

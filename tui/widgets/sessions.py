@@ -134,6 +134,9 @@ def aggregate_lines(state: RunState, width: int) -> list[Text]:
     a = state.aggregate()
     counts = Text(no_wrap=True, overflow="ellipsis")
     counts.append(f"{a.total} sessions", style="bold")
+    if a.arrivals is not None:
+        arrived, live, waiting = a.arrivals
+        counts.append(f" · arrived {arrived} · live {live} · waiting {waiting}")
     for name in ("decoding", "reasoning", "prefilling", "queued", "user idle", "idle", "done", "failed", "cancelled"):
         if a.by_state.get(name):
             counts.append(" · ")

@@ -7,6 +7,7 @@ from rich.console import Group
 from rich.text import Text
 
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.model.turns import WaitPart
 from rampwatch.drivers.model.views import GENERATING, TIMELINE_BUCKET_S, SessionView
 from rampwatch.tui.fmt import sparkline
 from rampwatch.tui.widgets.base import Panel
@@ -30,16 +31,39 @@ def chart_start(last: int, width: int) -> int:
     return -(-overflow // stride) * stride if overflow > 0 else 0
 
 
-def prefill_legend(lead: str) -> Text:
+# A finished turn the engine timed: its own wait's cells, queued (light shade) told from prefill (dark shade) by
+# glyph, not hue; the client's rest (HTTP, tokenizer: milliseconds) stays blank as every untimed wait does.
+WAIT_GLYPHS: dict[WaitPart, tuple[str, str]] = {"queued": ("░", "dim yellow"), "prefill": ("▓", "yellow")}
+WAIT_KEYS: tuple[tuple[WaitPart, str, str], ...] = (  # (part, its words, its words where narrow)
+    ("queued", "queued in the engine", "queued"),
+    ("prefill", "engine prefill", "prefill"),
+)
+
+
+def prefill_legend(lead: str, timed: bool = False, width: int = 0) -> Text:
+    """The chart's key; `timed`: the run has turns the engine timed, whose own waits show queued and prefill
+    cells (in the words that fit `width`)."""
     legend = Text(lead, style="dim")
     legend.append("  ", style="on #5f0000")
     legend.append(" another session prefilling", style="dim")
+    if timed:
+        short = len(legend) + sum(4 + len(words) for _, words, _ in WAIT_KEYS) > width
+        for part, words, narrow in WAIT_KEYS:
+            glyph, style = WAIT_GLYPHS[part]
+            legend.append(f"  {glyph}", style=style)
+            legend.append(f" {narrow if short else words}", style="dim")
     return legend
+
+
+def wait_fills(s: SessionView, start: float, step: float, n: int) -> list[tuple[str, str] | None]:
+    """The glyph each of n cells shows where the session's own timed wait covers it."""
+    return [None if part is None else WAIT_GLYPHS.get(part) for part in s.wait_cells(start, step, n)]
 
 
 class TimelinePanel(Panel):
     """Decode tokens/s per session over time, one cell per second; red cells:
-    another session was prefilling. It draws whole seconds only, so it is
+    another session was prefilling; where the engine timed a finished turn,
+    its own wait's cells: ░ queued in the engine, ▓ the engine's prefill. It draws whole seconds only, so it is
     rebuilt once a second, not on every tick."""
 
     LABEL = 13
@@ -71,7 +95,8 @@ class TimelinePanel(Panel):
             values = s.timeline_values(first, width)
             marks = state.foreign_prefill_cells(s.id, start, step, width, now)
             top = max(values) or 1.0
-            for k, line in enumerate(sparkline(values, top, marks, rows=rows)):
+            fills = wait_fills(s, start, step, width) if s.waits else None
+            for k, line in enumerate(sparkline(values, top, marks, rows=rows, fills=fills)):
                 label = f"{s.id:<5}{top:>6.0f}▕ " if k == 0 else f"{'':11}▕ "
                 out.append(Text(label, style="bold" if k == 0 else "dim") + line)
         if aggregate:
@@ -83,7 +108,8 @@ class TimelinePanel(Panel):
                 out.append(Text(f"{'min':<11}▕ ", style="bold") + sparkline(low, top, marks)[0])
         if not self.compact:
             lanes_note = f"lanes: {len(lanes)}/{len(sessions)}, p50/min of all  " if aggregate else ""
-            out.append(prefill_legend(f"{'':5}peak tok/s, 1 cell = {step:g}s  {lanes_note}"))
+            lead = f"{'':5}peak tok/s, 1 cell = {step:g}s  {lanes_note}"
+            out.append(prefill_legend(lead, bool(state.engine_times_turns()), self.size.width))
         return Group(*out)
 
     @staticmethod

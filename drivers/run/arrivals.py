@@ -1,0 +1,61 @@
+"""Open-loop arrivals (--arrivals RATE): conversations start at Poisson-distributed times, seeded, whether
+or not the server is busy; --max-live caps how many run at once (a later arrival waits, its wait counted)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections.abc import Awaitable, Callable
+
+from rampwatch.drivers.run.config import BadInput
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(?:/\s*(s|sec|m|min|h|hour))?\s*$", re.IGNORECASE)
+_PER_S = {"s": 1.0, "sec": 1.0, "m": 1 / 60, "min": 1 / 60, "h": 1 / 3600, "hour": 1 / 3600}
+
+
+def parse_rate(text: str) -> float:
+    """'2/min', '0.5/s', '30/h' or a plain number (per minute) -> conversations per second; BadInput otherwise."""
+    m = _RATE.match(text or "")
+    if not m:
+        raise BadInput(f"--arrivals {text!r}: not a rate (use e.g. 2/min, 0.5/s, 30/h; a plain number is per minute)")
+    value = float(m.group(1))
+    if value <= 0:
+        raise BadInput(f"--arrivals {text!r}: the rate must be above zero")
+    return value * _PER_S[(m.group(2) or "min").lower()]
+
+
+def arrival_times(rate_per_s: float, count: int, seed: int) -> list[float]:
+    """The first `count` arrival times (seconds from the run's start) of a Poisson process of `rate_per_s`:
+    exponential gaps drawn from Random(seed), the first arrival one gap after the start."""
+    draw = random.Random(seed)
+    times, t = [], 0.0
+    for _ in range(count):
+        t += draw.expovariate(rate_per_s)
+        times.append(t)
+    return times
+
+
+async def run_arrivals(
+    times: list[float],
+    clock: Callable[[], float],
+    until: float | None,
+    max_live: int | None,
+    start: Callable[[int, float], Callable[[], Awaitable[bool]]],
+    tasks: list[asyncio.Task[bool]],
+) -> None:
+    """At each arrival time (before `until`, the time limit), `start(k, t)` makes session k (1-based) and
+        returns what runs it; it runs once a --max-live slot is free. Its task joins `tasks` (the time limit's
+        grace cancels them); returns once every arrival before `until` has been started (the caller waits for
+    `tasks` to end)."""
+    slots = asyncio.Semaphore(max_live or len(times) or 1)
+
+    async def live(run: Callable[[], Awaitable[bool]]) -> bool:
+        async with slots:
+            return await run()
+
+    for k, at in enumerate(times, 1):
+        if until is not None and at >= until:
+            break
+        await asyncio.sleep(max(0.0, at - clock()))
+        tasks.append(asyncio.create_task(live(start(k, at))))

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Does the driver stay out of its own measurements at 64 sessions? (issue 19)
+
+Starts the simulated engine (`rampwatch sim`, its own process) at the pace
+of a served model (the 'tiny' profile: about 30 tok/s a session at 64
+sessions) and drives 64 sessions against it headless, as a user would
+(`rampwatch run --headless`), then reads the recording's JSON report. Prints, and asserts nothing:
+  - turns marked `client busy` (a first-token or token stamp taken while the
+    driver's loop woke more than 5 ms late); the bar is none;
+  - the run's worst loop lag;
+  - turns and output tokens, for scale.
+
+On a machine with other work running the OS can hold the driver off a core
+and mark turns that the driver itself did not delay: run it on a quiet machine.
+
+usage: python tests/bench_client_check.py [--sessions 64] [--schedule 2k,4k,8k] [--output-tokens 128] [--profile tiny]
+(--profile fast streams as fast as the engine process can: the driver is then CPU-bound by design.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.conftest import free_port, rampwatch_cmd  # noqa: E402
+
+
+def wait_up(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"the simulated engine exited {proc.returncode}")
+        try:
+            if httpx.get(url + "/v1/models", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    sys.exit("the simulated engine did not come up")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", type=int, default=64)
+    ap.add_argument("--schedule", default="2k,4k,8k")
+    ap.add_argument("--output-tokens", type=int, default=128)
+    ap.add_argument("--profile", default="tiny", help="the simulated engine's profile ('fast': unpaced)")
+    args = ap.parse_args()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    sim = subprocess.Popen(
+        [*rampwatch_cmd(), "sim", "--profile", args.profile, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_up(url, sim)
+        with tempfile.TemporaryDirectory() as tmp:
+            rec = Path(tmp) / "check.jsonl"
+            started = time.monotonic()
+            run = subprocess.run(
+                [
+                    *rampwatch_cmd(),
+                    "run",
+                    url,
+                    "--headless",
+                    "--gpu",
+                    "none",
+                    "--sessions",
+                    str(args.sessions),
+                    "--schedule",
+                    args.schedule,
+                    "--output-tokens",
+                    str(args.output_tokens),
+                    "--ignore-eos",
+                    "--record",
+                    str(rec),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            took = time.monotonic() - started
+            if run.returncode != 0:
+                sys.exit(f"rampwatch run exited {run.returncode}: {run.stderr[-2000:]}")
+            report = json.loads(
+                subprocess.run(
+                    [*rampwatch_cmd(), "report", str(rec), "--format", "json"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    turns = [t for s in report["sessions"] for t in s["turns"]]
+    busy = sum(bool(t.get("client_busy")) for t in turns)
+    tokens = sum(t.get("output_tokens") or 0 for t in turns)
+    print(
+        f"sessions {args.sessions}, schedule {args.schedule}: {len(turns)} turns, {tokens} output tokens, {took:.1f} s"
+    )
+    print(f"turns marked client busy: {busy} (bar: 0)")
+    print(f"worst driver loop lag: {report.get('client_lag_max_ms')} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Open-loop arrivals (issue 22): seeded Poisson starts, --max-live, latency from the due time (coordinated
+omission) with late turns flagged, per-turn SLO verdicts and goodput, and bad values refused."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.model.slo import parse_slo
+from rampwatch.drivers.run.arrivals import arrival_times
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.run.runner import Run
+from rampwatch.drivers.sim.profiles import make_profile
+from rampwatch.drivers.telemetry.exporter import RunExporter
+from tests.conftest import report_json, rw, small_run
+from tests.simhost import ThreadedSim
+
+STALL_S = 2.0
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--arrivals", "0"],
+        ["--arrivals", "fast"],
+        ["--slo", "ttft="],
+        ["--slo", "foo=1s"],
+        ["--arrivals", "2/min", "--lockstep"],
+        ["--max-live", "2"],
+        ["--slo", "ttft=1s", "--warmup", "soon"],
+        ["--warmup", "60s"],
+    ],
+)
+def test_bad_open_loop_values_get_one_line_and_exit_2(flags):
+    out = rw(*small_run("http://127.0.0.1:9", "--no-record", *flags))
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert any(f in lines[0] for f in flags if f.startswith("--")), lines[0]
+
+
+def test_seeded_arrivals_start_the_sessions_at_their_times_until_the_time_limit(tmp_path):
+    """120/min with seed 5: the sessions whose drawn arrival comes before the 4 s limit start, each planned
+    at its drawn time (within the loop's tolerance), turn 1 due then; the later ones never start."""
+    rate, seed, limit = 2.0, 5, 4.0
+    times = arrival_times(rate, 12, seed)
+    expected = [t for t in times if t < limit]
+    assert 0 < len(expected) < 12  # the seed is chosen so the limit cuts the arrivals
+    record = tmp_path / "arrivals.jsonl"
+    with ThreadedSim(make_profile("tiny")) as sim:
+        args = ["--arrivals", "120/min", "--seed", str(seed), "--sessions", "12", "--time-limit", "4s"]
+        out = rw(*small_run(sim.url, "--record", str(record), *args, schedule="1k,2k"))
+    assert out.returncode == 0, out.stderr
+    events = list(read_recording(record).events)
+    planned = [e for e in events if isinstance(e, ev.SessionPlanned)]
+    assert [p.session for p in planned] == [f"s{k}" for k in range(1, len(expected) + 1)]
+    assert [p.arrival for p in planned] == pytest.approx(expected, abs=1e-9)
+    for p in planned:
+        assert p.arrival <= p.t < p.arrival + 0.3, (p.session, p.arrival, p.t)
+    firsts = {e.session: e for e in events if isinstance(e, ev.RequestSent) and e.turn == 1}
+    assert {sid: e.due for sid, e in firsts.items()} == {p.session: p.arrival for p in planned}
+    rep = report_json(record)
+    assert rep["open_loop"]["arrived"] == len(expected) and rep["open_loop"]["seed"] == seed
+
+
+def test_max_live_holds_and_a_waiting_arrival_is_late_by_its_wait(tmp_path):
+    """Three conversations arriving within a second, at most one live: they run one after the other, and a
+    later one's turn 1 is due at its arrival, sent after the one before ended."""
+    record = tmp_path / "live.jsonl"
+    with ThreadedSim(make_profile("tiny")) as sim:
+        args = ["--arrivals", "10/s", "--seed", "1", "--sessions", "3", "--max-live", "1"]
+        out = rw(*small_run(sim.url, "--record", str(record), *args, schedule="1k,2k,4k", output_tokens=32))
+    assert out.returncode == 0, out.stderr
+    events = list(read_recording(record).events)
+    spans: dict[str, list[float]] = {}
+    for e in events:
+        if isinstance(e, (ev.RequestSent, ev.TurnDone)):
+            spans.setdefault(e.session, []).append(e.t)
+    runs = sorted((min(ts), max(ts)) for ts in spans.values())
+    assert len(runs) == 3
+    for (_, end), (start, _) in zip(runs, runs[1:]):
+        assert start >= end  # never two live at once
+    rep = report_json(record)
+    for s in rep["sessions"][1:]:
+        first = s["turns"][0]
+        assert first["late"] and first["send_lag_s"] == pytest.approx(first["sent_s"] - first["due_s"])
+        assert first["ttft_from_due_s"] == pytest.approx(first["ttft_s"] + first["send_lag_s"])
+
+
+def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_recording():
+    """The driver's loop is held for 2 s as s1 arrives: the turns due meanwhile are sent late by what was left
+    of the stall, flagged late, and their TTFT from the due time exceeds that from the send time by exactly
+    the lag (about the stall for s1's first turn). The SLO (ttft=1s) verdicts and goodput match figures
+    worked out by hand from the recorded events."""
+    with ThreadedSim(make_profile("tiny")) as sim:
+        cfg = RunConfig(
+            url=sim.url,
+            gpu="none",
+            metrics_urls=[],
+            schedule=[1024, 2048],
+            sessions=3,
+            output_tokens=16,
+            arrivals_per_s=1.0,
+            seed=11,
+            slo="ttft=1s",
+        )
+        run = Run(cfg, record=False, keep_events=True)
+        emit, stalls = run.hub.emit, []
+
+        def stall() -> None:
+            start = run.clock()
+            time.sleep(STALL_S)
+            stalls.append((start, run.clock()))
+
+        def emit_and_stall(e: ev.AnyEvent) -> None:
+            emit(e)
+            if isinstance(e, ev.SessionPlanned) and e.session == "s1":
+                asyncio.get_running_loop().call_soon(stall)
+
+        run.hub.emit = emit_and_stall
+
+        async def main() -> int:
+            await run.prepare()
+            return await run.drive()
+
+        assert asyncio.run(main()) == 0
+    ((stall_start, stall_end),) = stalls
+    events = run.hub.events
+    sent = {(e.session, e.turn): e for e in events if isinstance(e, ev.RequestSent)}
+    first = {(e.session, e.turn): e.t for e in events if isinstance(e, ev.FirstToken)}
+    assert all(e.due is not None for e in sent.values())
+    rep = build_report(run.state)
+    rows = {(s.id, r.turn): r for s in rep.sessions for r in s.turns}
+    assert len(rows) == 6
+    for key, row in rows.items():
+        e = sent[key]
+        lag = e.t - e.due
+        assert row.due_s == e.due and row.sent_s == e.t and row.late == (lag > 0.010)
+        assert row.ttft_from_due_s == pytest.approx(row.ttft_s + lag)
+        if e.due < stall_end - 0.05:  # due while the loop was held: sent only after it
+            assert row.late and lag >= stall_end - e.due - 0.01
+        # The verdict by hand: finished, and the first token within 1 s of the due time.
+        assert row.slo_met == (first[key] - e.due <= 1.0)
+    s1 = rows[("s1", 1)]
+    assert s1.ttft_from_due_s - s1.ttft_s == pytest.approx(STALL_S, abs=0.3)
+    assert s1.slo_met is False
+    met = [k for k, r in rows.items() if r.slo_met]
+    g = rep.goodput
+    assert g is not None and g.turns_met == len(met) and g.turns == 6
+    assert g.conversations_met == sum(all(rows[(s, t)].slo_met for t in (1, 2)) for s in ("s1", "s2", "s3"))
+    assert g.turns_met_per_min == pytest.approx(len(met) / (run.state.ended.t / 60))
+    assert rep.open_loop is not None and rep.open_loop.late_turns == sum(1 for r in rows.values() if r.late)
+    # The live tally (the header's) agrees with the report, and the window share is of the last 5 minutes' turns.
+    assert (run.state.goodput.met, run.state.goodput.judged) == (g.turns_met, 6)
+    assert run.state.goodput.window_share(run.state.t) == pytest.approx(g.turns_met / 6)
+    assert run.state.goodput.window_share(run.state.t + 301) is None
+    # The Prometheus exporter, fed the same events, counts the same late turns and the same turns meeting the SLO.
+    exporter = RunExporter(lambda: 0.0, slo=parse_slo("ttft=1s"))
+    for e in events:
+        exporter(e)
+
+    def total(name: str) -> float:
+        return sum(exporter.registry.get_sample_value(name, {"session": s, "run": ""}) or 0 for s in ("s1", "s2", "s3"))
+
+    assert total("rampwatch_late_turns_total") == rep.open_loop.late_turns
+    assert total("rampwatch_slo_met_turns_total") == g.turns_met
+    # --warmup 1: the first arrival (s1, the stalled one) is left out, and the time before s2's first due turn.
+    run.state.header.warmup = "1"
+    warm = build_report(run.state).goodput
+    kept = [k for k in rows if k[0] != "s1"]
+    start = min(sent[k].due for k in kept)
+    assert warm is not None and warm.warmup_turns == 2 and warm.turns == 4 and warm.conversations == 2
+    assert warm.turns_met == sum(rows[k].slo_met for k in kept)
+    assert warm.minutes == pytest.approx((run.state.ended.t - start) / 60)
+
+
+def test_the_sessions_line_counts_arrived_live_and_waiting():
+    from rampwatch.drivers.model.state import RunState
+    from rampwatch.tui.widgets.sessions import aggregate_lines
+
+    state = RunState()
+    for k, sid in enumerate(("s1", "s2", "s3")):
+        state.apply(ev.SessionPlanned(t=k, session=sid, schedule=[100], salt=sid, arrival=float(k)))
+    for sid in ("s1", "s2"):
+        state.apply(ev.RequestSent(t=3.0, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    state.apply(ev.TurnDone(t=4.0, session="s1", turn=1, status="ok"))
+    assert state.aggregate().arrivals == (3, 1, 1)
+    assert "arrived 3 · live 1 · waiting 1" in aggregate_lines(state, 200)[0].plain
+    closed = RunState()
+    closed.apply(ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="s1"))
+    assert closed.aggregate().arrivals is None and "arrived" not in aggregate_lines(closed, 200)[0].plain
+
+
+def test_headless_progress_says_arrived_live_and_waiting():
+    import io
+
+    from rampwatch.drivers.model.state import RunState
+    from rampwatch.tui.headless import PROGRESS_EVERY_S, HeadlessPrinter
+
+    state, out = RunState(), io.StringIO()
+    state.apply(ev.SessionPlanned(t=1.0, session="s1", schedule=[100], salt="s1", arrival=1.0))
+    HeadlessPrinter(state, out).progress(PROGRESS_EVERY_S)
+    assert "arrived 1 · live 0 · waiting 1" in out.getvalue()
+
+
+def test_compare_shows_each_runs_goodput(tmp_path):
+    """Two recordings of the same open-loop run judged by different SLOs: compare gives each its goodput,
+    equal to its own report's."""
+    with ThreadedSim(make_profile("tiny")) as sim:
+        for name, slo in (("loose", "ttft=60s"), ("tight", "ttft=1ms")):
+            args = ["--arrivals", "10/s", "--seed", "2", "--sessions", "2", "--slo", slo]
+            out = rw(*small_run(sim.url, "--record", str(tmp_path / f"{name}.jsonl"), *args, schedule="1k"))
+            assert out.returncode == 0, out.stderr
+    paths = [str(tmp_path / f"{n}.jsonl") for n in ("loose", "tight")]
+    import json
+
+    cmp = json.loads(rw("compare", *paths, "--format", "json").stdout)
+    reports = [report_json(tmp_path / f"{n}.jsonl") for n in ("loose", "tight")]
+    for row, rep in zip(cmp["runs"], reports, strict=True):
+        assert row["slo_turns_met"] == rep["goodput"]["turns_met"]
+        assert row["late_turns"] == rep["open_loop"]["late_turns"]
+    assert [r["slo_turns_met"] for r in cmp["runs"]] == [2, 0]
+    table = rw("compare", *paths).stdout
+    assert "goodput" in table and "SLO ttft=60s" in table
