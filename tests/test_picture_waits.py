@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import report_json, rw
-from tests.test_export import GLM, browse
+from tests.test_export import VLLM, browse
 
 
 def timed_demo(tmp: Path, time_scale: str = "5") -> Path:
@@ -87,8 +87,10 @@ def test_the_html_export_renders_the_split_waits_in_a_real_browser(tmp_path, tim
 
 
 def test_a_recording_without_engine_figures_draws_its_waits_whole(tmp_path):
+    # The shipped vLLM CPU recording: its server ran without --enable-per-request-metrics (the glm-like one's
+    # demo timed every request).
     svg_path = tmp_path / "run.svg"
-    assert rw("export", str(GLM), "--svg", str(svg_path)).returncode == 0
+    assert rw("export", str(VLLM), "--svg", str(svg_path)).returncode == 0
     svg = svg_path.read_text()
     assert 'class="wait-' not in svg and "<pattern" not in svg and "queued in the engine" not in svg
     assert svg.count('class="prefill"') == 20 and ">prefill<" in svg

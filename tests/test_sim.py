@@ -236,7 +236,7 @@ def test_one_session_seed_ramp_matches_the_model():
     total, one = sum(ttfts), engine[10]
     assert total == pytest.approx(one, rel=0.15), (total, one)
     assert rows[0].hit_rate == 0.0 and rows[-1].hit_rate > 0.9
-    # At 1M the live sequence holds ~1M of the pool's 2.4M tokens (block rounding aside).
+    # At 1M the live sequence holds ~1M of the pool's 5.92M tokens (block rounding aside).
     assert kv_at_1m == pytest.approx(1_000_000 / PROFILES["glm-like"].kv_tokens, rel=0.1)
 
 

@@ -222,7 +222,8 @@ async def test_stall_column_shows_a_stall_in_progress_then_the_turns_longest_gap
 # -- the report screen -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("size,dropped", [((80, 24), True), ((160, 50), False)])
+# The shipped recording has the engine's own timing (three more columns): 200 cells fit every column.
+@pytest.mark.parametrize("size,dropped", [((80, 24), True), ((200, 50), False)])
 async def test_report_screen_fits_the_terminal_and_sorts(size, dropped):
     from textual.widgets import DataTable
 
@@ -274,6 +275,27 @@ async def test_a_narrow_sessions_panel_before_any_needle():
         assert any(line.strip().startswith("s1") for line in sessions_text(app).splitlines())
 
 
+async def test_a_sped_up_demo_replays_in_modelled_time():
+    """A recording whose header says its simulated engine ran 10x faster: the same run as above reads ten times
+    longer in the Sessions and Prefill panels and the run clock, and the header says the speed-up."""
+    from msgspec.structs import replace
+
+    from rampwatch.tui.widgets.header import HeaderBar
+
+    src = ReplaySource(Recording(header=replace(header(), time_scale=10.0), events=two_session_run()))
+    src.paused = True
+    app = RampwatchApp(src, autostart=False)
+    async with app.run_test(size=(160, 40)) as pilot:
+        src.seek(10.0)  # recorded seconds: s2 sent at 6.5, 3.5 s ago (35 s modelled)
+        app.refresh_panels()
+        await pilot.pause()
+        s2 = next(line for line in sessions_text(app).splitlines() if line.strip().startswith("s2"))
+        assert "prefilling 35.0s" in s2, s2
+        assert "35.0s" in app.query_one(PrefillPanel).plain_text()
+        bar = str(app.query_one(HeaderBar).render())
+        assert "0:01:40" in bar and "simulated 10x faster than real time; times shown as modelled" in bar, bar
+
+
 # -- a turn's wait as the engine timed it, in the decode lanes (issue 19) ---------------------------------------------
 
 
@@ -317,6 +339,8 @@ async def test_decode_lanes_show_a_turn_queued_behind_the_others_prefill(tmp_pat
     firsts = {(e.session, e.turn): e.t for e in rec.events if isinstance(e, ev.FirstToken)}
     first = firsts[(slow.session, last)]
     queued_from, queued_to = first - slow.server_prefill_s - slow.queued_s, first - slow.server_prefill_s
+    k = rec.header.time_scale or 1.0  # the lanes' cells are modelled seconds; the recording's times wall clock
+    queued_from, queued_to = queued_from * k, queued_to * k
     whole = range(math.ceil(queued_from), math.floor(queued_to))  # one-second cells wholly inside the queued part
     assert whole and all(slow_lane[i] == "░" and before[i] == " " for i in whole), (whole, before, slow_lane)
 

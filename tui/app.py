@@ -68,7 +68,8 @@ class PositionBar(ChangingStatic):
         for t in src.turn_marks:
             cells[min(width - 1, int(t / end * (width - 1)))] = "┬"
         head = min(width - 1, int(src.position / end * (width - 1)))
-        t = Text(f" {'⏸' if src.paused else '▶'} {clock(src.position)} / {clock(src.end_t)} ", style="bold")
+        end_modelled = src.end_t * src.state.time_scale  # the bar's positions are recorded times; the clock modelled
+        t = Text(f" {'⏸' if src.paused else '▶'} {clock(src.now())} / {clock(end_modelled)} ", style="bold")
         t.append("".join(cells[:head]), style="green")
         t.append("●", style="bold yellow")
         t.append("".join(cells[head + 1 :]), style="dim")

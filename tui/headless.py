@@ -31,7 +31,7 @@ class HeadlessPrinter:
 
     def progress(self, now: float) -> None:
         """Called on a timer: say how long each waiting prefill has been waiting."""
-        if now - self._last_progress < PROGRESS_EVERY_S:
+        if now - self._last_progress < PROGRESS_EVERY_S * self.state.time_scale:  # every 10 s of wall clock
             return
         self._last_progress = now
         for rec in self.state.prefilling():

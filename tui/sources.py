@@ -139,7 +139,7 @@ class ReplaySource:
         return self.position >= self.end_t
 
     def now(self) -> float:
-        return self.position
+        return self.position * self.state.time_scale  # modelled, as the state's times are
 
     def mode(self) -> str:
         state = "paused" if self.paused else ("end" if self.finished else "playing")
@@ -202,7 +202,8 @@ class FollowSource:
 
     def now(self) -> float:
         ended = self.state.ended
-        return ended.t if ended is not None else max(self.state.t, time.time() - self._origin)
+        wall = (time.time() - self._origin) * self.state.time_scale
+        return ended.t if ended is not None else max(self.state.t, wall)
 
     def mode(self) -> str:
         header = self.state.header

@@ -62,6 +62,9 @@ class RunInfo(msgspec.Struct):
     max_tokens: int | None  # --max-tokens: the cap on reasoning + answer; None: the answer budget (output_tokens)
     output_tokens: int
     prompts: PromptShape | None = None  # the shared lead, the corpus and the think time (None: none of them)
+    # A demo's simulated engine ran this many times faster than real time; every time and rate in the report is
+    # modelled (the recorded times multiplied by it). None: real time.
+    time_scale: float | None = None
 
 
 class Interference(msgspec.Struct):
@@ -290,6 +293,7 @@ def build_report(state: RunState) -> Report:
             reasoning=h.reasoning if h else "auto",
             max_tokens=h.max_tokens if h else None,
             output_tokens=h.output_tokens if h else 0,
+            time_scale=h.time_scale if h else None,
         ),
         sessions=sessions,
         interference=Interference(

@@ -100,6 +100,9 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     max_live: int | None = None  # --max-live: conversations live at once (None: no cap)
     slo: str | None = None  # --slo as given: the bounds each turn is judged by (drivers/model/slo.py)
     warmup: str | None = None  # --warmup as given: the run's start left out of the goodput (a time or N arrivals)
+    # A simulated engine run this many times faster than the engine it models (demo): times in the events are
+    # wall clock, and RunState reads them as modelled (model/modelled.py). None: a real server, real time.
+    time_scale: float | None = None
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):

@@ -19,6 +19,7 @@ from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView, merge_endpoints
 from rampwatch.drivers.model.engine_spans import SpanLedger
 from rampwatch.drivers.model.log import LogEntry
+from rampwatch.drivers.model.modelled import modelled, time_factor
 from rampwatch.drivers.model.slo import GoodputTally
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.stats import median
@@ -44,7 +45,8 @@ class RunState:
 
     def __init__(self, header: ev.Header | None = None):
         self.header = header
-        self.t = 0.0  # time of the newest event
+        self.t = 0.0  # time of the newest event (modelled: see time_scale)
+        self.raw_t = 0.0  # ... as recorded (wall clock), for events made from it
         self.version = 0  # events applied so far
         self.sessions: dict[str, SessionView] = {}
         self.turns: list[TurnRecord] = []  # every finished attempt, in finishing order
@@ -70,8 +72,18 @@ class RunState:
 
     # -- folding -------------------------------------------------------------
 
+    @property
+    def time_scale(self) -> float:
+        """Modelled seconds per recorded second (a sped-up simulated engine; 1 for a real server)."""
+        return time_factor(self.header)
+
     def apply(self, e: ev.AnyEvent) -> None:
         self.version += 1
+        if e.t > self.raw_t:
+            self.raw_t = e.t
+        header = self.header
+        if header is not None and header.time_scale is not None and header.time_scale != 1.0:
+            e = modelled(e, time_factor(header))  # the one place recorded times become modelled ones
         if e.t > self.t:
             self.t = e.t
         handler = _HANDLERS.get(type(e))

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import TurnRecord, WaitPart, turn_row, wait_parts
 from rampwatch.drivers.present.compare import Comparison
@@ -62,11 +63,11 @@ def fold(header: ev.Header, events: list[ev.AnyEvent]) -> Series:
                 (out.waiting, v.get("waiting")),
             ):
                 if value is not None:
-                    line.append((e.t, value))
+                    line.append((e.t * state.time_scale, value))  # modelled, as the lanes' times are
         elif isinstance(e, ev.GpuSample):
             utils = [g.util for g in e.gpus if g.util is not None]
             if utils:
-                out.gpu.append((e.t, sum(utils) / len(utils)))
+                out.gpu.append((e.t * state.time_scale, sum(utils) / len(utils)))
     return out
 
 
@@ -398,6 +399,7 @@ def run_html(series: Series, summary: list[str]) -> str:
         (
             f"{_esc(h.server)} · started {_esc(h.started_at)} · {h.sessions} session(s)"
             f"{' · lockstep' if h.lockstep else ''} · rampwatch {_esc(h.rampwatch_version)}"
+            + (f" · {speed_up(series.state.time_scale)}" if series.state.time_scale != 1.0 else "")
         )
         if h
         else ""

@@ -10,8 +10,9 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from rampwatch.drivers.model.analysis import Report, SessionSummary, SpanFigures
+from rampwatch.drivers.model.analysis import Report, RunInfo, SessionSummary, SpanFigures
 from rampwatch.drivers.model.events import PromptShape
+from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRow, engine_timing_hint
 from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
@@ -19,6 +20,14 @@ from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
 from rampwatch.drivers.present.turn_table import BY_HEAD, extra_width, row_cells, shown_columns
 
 FORMATS = ("table", "md", "csv", "json")
+
+
+def report_title(r: RunInfo) -> str:
+    """The report's first line; a sped-up demo's says its times are modelled."""
+    title = f"rampwatch report: {r.model} on {r.engine} at {r.server}, started {r.started_at}"
+    if r.time_scale and r.time_scale != 1.0:
+        title += f" ({speed_up(r.time_scale)})"
+    return title
 
 
 def needle_count(found: int, asked: int, no_answer: int) -> str:
@@ -192,7 +201,7 @@ def render(rep: Report, fmt: str, width: int = 140) -> str:
                 w.writerow([session, *("" if v is None else v for v in msgspec.structs.astuple(r))])
         return out.getvalue()
     r = rep.run
-    title = f"rampwatch report: {r.model} on {r.engine} at {r.server}, started {r.started_at}"
+    title = report_title(r)
     heads = shown_columns([t for _, _, rows in _turn_tables(rep) for t in rows])
     if fmt == "md":
         parts = [f"## {title}", ""]

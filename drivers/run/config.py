@@ -37,6 +37,7 @@ class RunConfig:
     schedule: list[int] = field(default_factory=list)
     output_tokens: int = 128
     max_tokens: int | None = None  # caps reasoning + answer; None: each request asks output_tokens
+    time_scale: float | None = None  # demo: the simulated engine's speed-up (the Header's, see events.py)
     reasoning: str = "auto"  # off | on | auto: the thinking switches sent in extra_body (auto: none)
     ignore_eos: bool = False
     metrics_urls: list[str] = field(default_factory=list)  # [ROLE:][NAME=]URL each; default URL/metrics per server

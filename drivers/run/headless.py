@@ -123,7 +123,8 @@ async def drive_headless(run: Run, printer: LinePrinter) -> int:
     async def progress() -> None:
         while True:
             await asyncio.sleep(1.0)
-            printer.progress(run.clock())
+            scale = run.state.time_scale if run.state is not None else 1.0
+            printer.progress(run.clock() * scale)  # modelled, as the state's times are
 
     ticker = asyncio.create_task(progress())
     try:

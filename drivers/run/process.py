@@ -177,7 +177,7 @@ class DriverProcess:
             what = "a line" if self._unread == 1 else f"{self._unread} lines"
             self.state.apply(
                 ev.Notice(
-                    t=self.state.t,
+                    t=self.state.raw_t,
                     level="error",
                     message=(
                         f"the UI could not read {what} of the driver's stream ({str(error)[:120]}); the recording has "
@@ -237,7 +237,7 @@ class DriverProcess:
             self._complete_recording(None)
 
     def _crashed(self, why: str) -> None:
-        end = ev.RunEnded(t=max(self.state.t, self.clock()), status="crashed", exit_code=EXIT_CRASHED, error=why)
+        end = ev.RunEnded(t=max(self.state.raw_t, self.clock()), status="crashed", exit_code=EXIT_CRASHED, error=why)
         self.state.apply(end)
         self._complete_recording(end)
 
@@ -339,4 +339,4 @@ class DriverProcess:
         return quiet if quiet >= SILENT_AFTER_S else None
 
     def now(self) -> float:
-        return self.state.ended.t if self.state.ended else self.clock()
+        return self.state.ended.t if self.state.ended else self.clock() * self.state.time_scale

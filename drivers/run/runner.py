@@ -211,6 +211,7 @@ class Run:
             max_live=self.cfg.max_live,
             slo=self.cfg.slo,
             warmup=self.cfg.warmup,
+            time_scale=self.cfg.time_scale,
         )
 
     def interrupt(self, task: asyncio.Task, sig: int | None) -> None:

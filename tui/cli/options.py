@@ -85,6 +85,7 @@ def demo_config(args: argparse.Namespace, argv: list[str]) -> RunConfig:
         api_key=load_api_key(None, None),
         serve_metrics=serve_metrics_setting(args.serve_metrics),
         gpu=["auto"],
+        time_scale=args.time_scale if args.time_scale not in (None, 1.0) else None,  # modelled time (model/modelled.py)
         **ramp_settings(args),
     )
 

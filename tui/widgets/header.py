@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.widgets.base import ChangingStatic
@@ -43,7 +44,10 @@ class HeaderBar(ChangingStatic):
                 if m
             ]
             if h.time_limit_s:
-                modes.append(f"limit {clock(h.time_limit_s)}" + (" reached" if now >= h.time_limit_s else ""))
+                limit = h.time_limit_s * state.time_scale  # the limit is wall clock; `now` is modelled
+                modes.append(f"limit {clock(limit)}" + (" reached" if now >= limit else ""))
+            if state.time_scale != 1.0:
+                modes.append(speed_up(state.time_scale))
             if modes:
                 t.append(f" {' · '.join(modes)} ", style="bold cyan")
             g = state.goodput

@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.turns import TurnRow
-from rampwatch.drivers.present.report import summary_lines
+from rampwatch.drivers.present.report import report_title, summary_lines
 from rampwatch.drivers.present.turn_table import BY_HEAD, row_cells, shown_columns
 
 # Dropped first when the terminal is narrow; turn, context, TTFT, decode tok/s, max gap and needle stay.
@@ -79,9 +79,7 @@ class ReportScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         r = self.report.run
         with VerticalScroll(id="report-box"):
-            yield Static(
-                Text(f"rampwatch report: {r.model} on {r.engine} at {r.server}, started {r.started_at}", style="bold")
-            )
+            yield Static(Text(report_title(r), style="bold"))
             for sid in self.tables:
                 yield Static(
                     Text(f"session {sid}" if sid != "one-shot" else "one-shot baseline", style="bold"),
