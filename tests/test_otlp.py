@@ -172,3 +172,16 @@ def test_spans_of_no_turn_are_counted_not_dropped():
 def test_otlp_port_is_checked_before_the_run():
     p = rw("run", "http://127.0.0.1:9", "--otlp", "nope", "--headless", "--no-record")
     assert p.returncode == 2 and "--otlp" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_demo_checks_its_engines_metrics_against_its_spans(tmp_path):
+    """The demo turns both of the engine's accounts on, as vLLM gives them: every turn's span is matched and
+    agrees with that turn's per-request metrics."""
+    record = tmp_path / "demo.jsonl"
+    p = rw("demo", "--headless", "--schedule", "8k,16k", "--time-scale", "5", "--record", str(record))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rep = report_json(record)
+    turns = [t for s in rep["sessions"] for t in s["turns"]]
+    assert len(turns) == 4 and all(t["engine_timing"] == "metrics" for t in turns)
+    assert rep["spans"]["matched"] == 4 and rep["spans"]["unmatched"] == 0
+    assert rep["spans"]["max_disagreement_ms"] < 1.0

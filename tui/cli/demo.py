@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from dataclasses import replace
 
 from rampwatch.drivers.sim.gpus import DCGM_PATH
@@ -15,6 +16,11 @@ from rampwatch.tui.cli.options import demo_config
 
 def execute(args: argparse.Namespace, argv: list[str]) -> int:
     cfg = demo_config(args, argv)  # validate before starting anything
+    # The engine's own account of each turn both ways, as vLLM gives it: per-request metrics on each response
+    # (the demo's default) and a trace span per request to the run's --otlp receiver, which checks them.
+    otlp_port = free_loopback_port()
+    args.otlp_traces_endpoint = f"http://127.0.0.1:{otlp_port}/v1/traces"
+    cfg = replace(cfg, otlp=f"127.0.0.1:{otlp_port}")
     try:
         child = ChildSim(args)
         child.wait_ready()
@@ -28,3 +34,11 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
         return execute_run(cfg, record=not args.no_record, headless=args.headless, web=args.web, refresh_s=args.refresh)
     finally:
         child.__exit__()
+
+
+def free_loopback_port() -> int:
+    """A port free on 127.0.0.1 now (the driver binds it once the engine is up; the engine sends its first
+    span only when its first request ends)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
