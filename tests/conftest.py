@@ -314,3 +314,25 @@ def drive(url: str, **overrides) -> Run:
 
     run.exit_code = asyncio.run(main())
     return run
+
+
+async def focus_table(src, size: tuple[int, int]) -> tuple[list[str], list[list[str]]]:
+    """The first session's focus screen over a paused replay source, opened as a user does (enter):
+    its table's column heads and cells."""
+    from rampwatch.tui.app import RampwatchApp
+    from rampwatch.tui.widgets.focus import SessionScreen
+
+    src.seek(1e9)
+    src.paused = True
+    app = RampwatchApp(src, autostart=False)
+    async with app.run_test(size=size) as pilot:
+        app.redraw()
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SessionScreen)
+        app.redraw()
+        await pilot.pause()
+        table = app.screen.query_one("DataTable")
+        heads = [str(c.label) for c in table.columns.values()]
+        return heads, [[str(c) for c in table.get_row_at(k)] for k in range(table.row_count)]

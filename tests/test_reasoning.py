@@ -21,7 +21,7 @@ from rampwatch.drivers.run.recording import decode_event, read_recording
 from rampwatch.drivers.sim.app import SimServer
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.widgets.sessions import needle_marks, session_row
-from tests.conftest import free_port, report_json, rw, rw_started, small_run
+from tests.conftest import focus_table, free_port, report_json, rw, rw_started, small_run
 from tests.simhost import ThreadedServer
 
 THINK = 200  # the simulated model's reasoning tokens per reply
@@ -176,26 +176,11 @@ def test_the_events_line_and_the_sessions_panel_show_reasoning(runs):
 
 
 async def test_the_focus_screen_shows_both_first_token_times(runs):
-    from rampwatch.tui.app import RampwatchApp
     from rampwatch.tui.sources import ReplaySource
-    from rampwatch.tui.widgets.focus import SessionScreen
 
-    src = ReplaySource(read_recording(runs["on"][0]))
-    src.seek(1e9)
-    src.paused = True
-    app = RampwatchApp(src, autostart=False)
-    async with app.run_test(size=(160, 40)) as pilot:
-        app.redraw()
-        await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, SessionScreen)
-        app.redraw()
-        await pilot.pause()
-        table = app.screen.query_one("DataTable")
-        heads = [str(c.label) for c in table.columns.values()]
-        assert "TTFT s" in heads and "TTFA s" in heads and "reasoning" in heads
-        assert table.row_count == 3
+    heads, cells = await focus_table(ReplaySource(read_recording(runs["on"][0])), (160, 40))
+    assert "TTFT s" in heads and "TTFA s" in heads and "reasoning" in heads
+    assert len(cells) == 3
 
 
 def no_tokenize(app):

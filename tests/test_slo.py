@@ -13,7 +13,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import TurnRecord
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
-from tests.conftest import report_json, rw, small_run
+from tests.conftest import focus_table, report_json, rw, small_run
 from tests.simhost import ThreadedSim
 
 
@@ -177,28 +177,12 @@ def test_the_turn_table_shows_late_sends_and_verdicts_where_a_run_has_them():
 
 async def test_the_focus_screen_shows_the_late_send_and_the_verdicts():
     from rampwatch.drivers.run.recording import Recording
-    from rampwatch.tui.app import RampwatchApp
     from rampwatch.tui.sources import ReplaySource
-    from rampwatch.tui.widgets.focus import SessionScreen
 
     header = ev.Header(rampwatch_version="t", command=[], mode="run", server="x", arrivals_per_s=1.0, slo="ttft=1s")
-    src = ReplaySource(Recording(header=header, events=late_then_on_time()))
-    src.seek(1e9)
-    src.paused = True
-    app = RampwatchApp(src, autostart=False)
-    async with app.run_test(size=(200, 40)) as pilot:
-        app.redraw()
-        await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, SessionScreen)
-        app.redraw()
-        await pilot.pause()
-        table = app.screen.query_one("DataTable")
-        heads = [str(c.label) for c in table.columns.values()]
-        late, slo = heads.index("late ms"), heads.index("SLO")
-        cells = [[str(c) for c in table.get_row_at(k)] for k in range(table.row_count)]
-        assert [(r[late], r[slo]) for r in cells] == [("1500", "MISS"), ("", "met")]
+    heads, cells = await focus_table(ReplaySource(Recording(header=header, events=late_then_on_time())), (200, 40))
+    late, slo = heads.index("late ms"), heads.index("SLO")
+    assert [(r[late], r[slo]) for r in cells] == [("1500", "MISS"), ("", "met")]
 
 
 def test_an_arrival_the_time_limit_kept_waiting_is_no_conversation_of_the_goodput(tmp_path):

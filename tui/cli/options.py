@@ -83,7 +83,7 @@ def demo_config(args: argparse.Namespace, argv: list[str]) -> RunConfig:
         record=args.record,
         command=recorded_command(argv),
         api_key=load_api_key(None, None),
-        serve_metrics=serve_metrics_setting(args.serve_metrics),
+        serve_metrics=listen_setting("--serve-metrics", args.serve_metrics),
         gpu=["auto"],
         time_scale=args.time_scale if args.time_scale not in (None, 1.0) else None,  # modelled time (model/modelled.py)
         **ramp_settings(args),
@@ -163,7 +163,7 @@ def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
     for g in gpus:
         if g not in ("auto", "none") and "://" not in g:
             raise BadInput(f"--gpu {g!r}: use auto, none or a dcgm-exporter URL like http://node1:9400/metrics")
-    serve_metrics = serve_metrics_setting(args.serve_metrics)
+    serve_metrics = listen_setting("--serve-metrics", args.serve_metrics)
     if args.prometheus and "://" not in args.prometheus:
         raise BadInput(f"not a URL: {args.prometheus!r} (e.g. http://127.0.0.1:8000)")
     matches, gpu_matchers = prometheus_selection(args)
@@ -179,27 +179,17 @@ def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
         prometheus_match=matches,
         prometheus_gpu_match=gpu_matchers,
         serve_metrics=serve_metrics,
-        otlp=otlp_setting(args.otlp),
+        otlp=listen_setting("--otlp", args.otlp),
     )
 
 
-def serve_metrics_setting(listen: str | None) -> str | None:
-    """--serve-metrics [HOST:]PORT, checked before anything starts."""
+def listen_setting(flag: str, listen: str | None) -> str | None:
+    """`flag` [HOST:]PORT (--serve-metrics, --otlp), checked before anything starts."""
     if listen:
         try:
             parse_listen(listen)
         except ValueError as e:
-            raise BadInput(f"--serve-metrics: {e}") from None
-    return listen
-
-
-def otlp_setting(listen: str | None) -> str | None:
-    """--otlp [HOST:]PORT, checked before anything starts."""
-    if listen:
-        try:
-            parse_listen(listen)
-        except ValueError as e:
-            raise BadInput(f"--otlp: {e}") from None
+            raise BadInput(f"{flag}: {e}") from None
     return listen
 
 
