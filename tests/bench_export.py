@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.present import picture
-from rampwatch.drivers.present.report import summary_lines
+from rampwatch.drivers.present.summary import summary_lines
 from rampwatch.drivers.run.recording import read_recording
 
 ROOT = Path(__file__).resolve().parents[1]

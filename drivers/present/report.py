@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
 
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from rampwatch.drivers.model.analysis import Report, RunInfo, SessionSummary, SpanFigures
-from rampwatch.drivers.model.events import PromptShape
+from rampwatch.drivers.model.analysis import Report, RunInfo
 from rampwatch.drivers.model.modelled import speed_up
-from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import GapStats, TurnRow, engine_timing_hint
+from rampwatch.drivers.model.turns import TurnRow
 from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
+from rampwatch.drivers.present.summary import needle_count, summary_lines
 from rampwatch.drivers.present.turn_table import BY_HEAD, extra_width, row_cells, shown_columns
 
 FORMATS = ("table", "md", "csv", "json")
@@ -28,157 +26,6 @@ def report_title(r: RunInfo) -> str:
     if r.time_scale and r.time_scale != 1.0:
         title += f" ({speed_up(r.time_scale)})"
     return title
-
-
-def needle_count(found: int, asked: int, no_answer: int) -> str:
-    """found/asked, and how many of those turns were cut before any answer."""
-    return f"{found}/{asked}" + (f" ({no_answer} no answer)" if no_answer else "")
-
-
-def summary_lines(rep: Report) -> list[str]:
-    lines = []
-    for s in rep.sessions:
-        m = s.summary
-        reached = f", reached turn {m.reached_turn}/{m.planned_turns}" if m.reached_turn < m.planned_turns else ""
-        answered = any(t.ttfa_s is not None for t in s.turns)
-        reasoned = f", reasoning {m.reasoning_tokens:,} tok" if m.reasoning_tokens else ""
-        if reasoned and answered:
-            reasoned += f", time to first answer sum {m.ttfa_sum_s:.2f}s"
-        lines.append(
-            f"{s.id}: {m.turns} turns{reached}, TTFT sum {m.ttft_sum_s:.2f}s, longest {m.ttft_max_s:.2f}s, "
-            f"decode median {fmt_num(m.decode_tok_s_median, '.1f')} tok/s, "
-            f"needle {needle_count(m.needle_found, m.turns, m.needle_no_answer)}" + reasoned + _engine_sums(m)
-        )
-    i = rep.interference
-    if i.overlapping_turns:
-        worst = i.gaps_during_foreign_prefill.max_s if i.gaps_during_foreign_prefill else None
-        lines.append(
-            f"interference: decode median {fmt_num(i.decode_tok_s_alone_median, '.1f')} tok/s alone vs "
-            f"{fmt_num(i.decode_tok_s_during_foreign_prefill_median, '.1f')} tok/s while another session prefills "
-            f"({i.overlapping_turns} overlapping turns); worst gap during a foreign prefill {fmt_num(worst, '.2f')}s"
-        )
-    if i.extra_wait_s is not None and i.extra_wait_queued_s is not None:
-        share = f" ({i.extra_wait_queued_s / i.extra_wait_s:.0%})" if i.extra_wait_s > 0 else ""
-        lines.append(
-            f"interference: the slowest session waited {i.extra_wait_s:.2f}s longer in all, "
-            f"{i.extra_wait_queued_s:.2f}s{share} of it queued in the engine (behind another session's prefill)"
-        )
-    turns = [t for s in rep.sessions for t in s.turns]
-    if turns and all(t.engine_prefill_s is None for t in turns):
-        lines.append(engine_timing_hint(rep.run.engine))
-    if rep.spans is not None:
-        lines.append(span_line(rep.spans))
-    if i.gaps_alone or i.gaps_during_foreign_prefill:
-        lines.append(
-            f"inter-token gaps: alone {_gaps(i.gaps_alone)}; during another session's prefill "
-            f"{_gaps(i.gaps_during_foreign_prefill)}"
-        )
-    if rep.turn_spread:
-        ratios = ", ".join(f"{x.ratio:.2f}" for x in rep.turn_spread)
-        lines.append(f"slowest/fastest TTFT per turn: median {fmt_num(rep.ttft_ratio_median, '.2f')} ({ratios})")
-    if rep.one_shot is not None:
-        shot = rep.one_shot.turn
-        for r in rep.one_shot.ramps:
-            lines.append(
-                f"ramp {r.session}: summed TTFT {r.ramp_ttft_sum_s:.2f}s, longest {r.ramp_ttft_max_s:.2f}s; "
-                f"one-shot ({format_tokens(shot.context_tokens)}, {format_tokens(shot.cached_tokens)} cached): "
-                f"{fmt_num(shot.ttft_s, '.2f')}s; sum/one-shot "
-                f"{r.sum_ratio:.2f}, longest/one-shot {r.longest_ratio:.2f}"
-            )
-    run = rep.run
-    modes = [
-        m
-        for m in (
-            "lockstep" if run.lockstep else "",
-            "strict needle" if run.needle_mode == "strict" else "",
-            f"time limit {run.time_limit_s:g}s" if run.time_limit_s else "",
-            f"reasoning {run.reasoning}" if run.reasoning != "auto" else "",
-            f"max tokens {run.max_tokens}" if run.max_tokens else "",
-        )
-        if m
-    ]
-    lines.append(f"run: {run.status or 'running'}" + (f" ({', '.join(modes)})" if modes else ""))
-    if run.extra_body or run.request_headers:
-        lines.append("requests: " + request_options_text(run.extra_body, run.request_headers))
-    if rep.client_lag_max_ms is not None:
-        turns = [t for s in rep.sessions for t in s.turns]
-        busy = sum(t.client_busy for t in turns)
-        lines.append(
-            f"client: event-loop lag worst {rep.client_lag_max_ms:.0f} ms; {busy} of {len(turns)} turns client busy "
-            "(a stamp taken while it ran over 5 ms late)"
-        )
-    lines += open_loop_lines(rep)
-    if run.prompts is not None:
-        lines.append(prompts_line(run.prompts, [t.think_s for s in rep.sessions for t in s.turns]))
-    lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
-    return lines
-
-
-def open_loop_lines(rep: Report) -> list[str]:
-    """--arrivals and --slo: how users arrived, the turns sent late, and the goodput."""
-    lines = []
-    o, g = rep.open_loop, rep.goodput
-    if o is not None:
-        cap = f", at most {o.max_live} live" if o.max_live else ""
-        lag = f" (worst {o.send_lag_max_s * 1000:.0f} ms)" if o.send_lag_max_s is not None else ""
-        ttft = (
-            f"; TTFT p50 {o.ttft_from_due_p50_s:.2f}s from due, {o.ttft_from_send_p50_s:.2f}s from send"
-            if o.ttft_from_due_p50_s is not None and o.ttft_from_send_p50_s is not None
-            else ""
-        )
-        lines.append(
-            f"arrivals: {o.arrivals_per_min:g}/min (seed {o.seed}){cap}, {o.arrived} arrived; "
-            f"{o.late_turns} turns sent over 10 ms late{lag}{ttft}"
-        )
-    if g is not None:
-        per_min = f", {g.turns_met_per_min:.2f} turns/min" if g.turns_met_per_min is not None else ""
-        lines.append(
-            f"goodput (SLO {g.slo}): {g.turns_met} of {g.turns} turns met it{per_min}; "
-            f"{g.conversations_met} of {g.conversations} conversations met it on every turn"
-            + (f"; warmup: {g.warmup} left out ({g.warmup_turns} turns)" if g.warmup else "")
-        )
-    return lines
-
-
-def _engine_sums(m: SessionSummary) -> str:
-    """The engine's own account summed over a session's turns, where it gave one."""
-    if m.engine_prefill_sum_s is None:
-        return ""
-    queued = f"queued {m.queued_sum_s:.2f}s, " if m.queued_sum_s is not None else ""
-    return f"; engine: {queued}prefill {m.engine_prefill_sum_s:.2f}s"
-
-
-def request_options_text(extra_body: dict[str, Any], headers: dict[str, str]) -> str:
-    """--extra-body and --header in one line, as the report and the run's header show them."""
-    parts = [f"body {msgspec.json.encode(extra_body).decode()}"] if extra_body else []
-    parts += [f"header {name}: {value}" for name, value in headers.items()]
-    return "; ".join(parts)
-
-
-def prompts_line(p: PromptShape, pauses: list[float | None]) -> str:
-    """How the prompts were made: the shared lead, the corpus, the user's pauses."""
-    parts = []
-    if p.system_prompt_chars:
-        parts.append(f"system prompt {p.system_prompt_chars:,} chars (sha256 {p.system_prompt_sha256[:12]})")
-    if p.shared_prefix_tokens:
-        counted = f", {p.shared_prefix_measured:,} counted" if p.shared_prefix_measured is not None else ""
-        parts.append(f"shared prefix {p.shared_prefix_tokens:,} tokens{counted}")
-    if p.lead_tokens:
-        parts.append(f"{p.lead_tokens:,} tokens open every session")
-    if p.corpus:
-        parts.append(f"corpus {p.corpus} ({p.corpus_files:,} files, {p.corpus_chars:,} chars)")
-    if p.think_time_s is not None:
-        low, high = p.think_time_s
-        taken = [x for x in pauses if x is not None]
-        spec = f"{low:g}s" if low == high else f"{low:g}s..{high:g}s"
-        parts.append(f"think time {spec}" + (f" (median pause {median(taken):.2f}s)" if taken else ""))
-    return "prompts: " + "; ".join(parts)
-
-
-def _gaps(g: GapStats | None) -> str:
-    if g is None:
-        return "-"
-    return f"p50 {g.p50_s:.3f}s p99 {g.p99_s:.3f}s max {g.max_s:.2f}s, {g.over_100ms} over 100 ms, {g.over_1s} over 1 s"
 
 
 def _turn_tables(rep: Report) -> list[tuple[str, str, list[TurnRow]]]:
@@ -427,13 +274,3 @@ def render_curve(points: list[tuple[int, Report, float | None]]) -> str:
     console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
     console.print(table)
     return console.file.getvalue()  # type: ignore[attr-defined]
-
-
-def span_line(s: SpanFigures) -> str:
-    """`engine spans (OTLP): 12 matched, 0 unmatched; agree with the per-request metrics within 0.3 ms`."""
-    text = f"engine spans (OTLP): {s.matched} matched, {s.unmatched} unmatched"
-    if s.refused:
-        text += f", {s.refused} bad exports refused"
-    if s.max_disagreement_ms is not None:
-        text += f"; agree with the per-request metrics within {s.max_disagreement_ms:.2f} ms"
-    return text

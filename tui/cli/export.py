@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.present import picture
-from rampwatch.drivers.present.report import summary_lines
+from rampwatch.drivers.present.summary import summary_lines
 from rampwatch.tui.cli.errors import fail
 from rampwatch.tui.cli.files import read_noting, write_file
 

@@ -13,7 +13,8 @@ from textual.widgets import DataTable, Footer, Static
 
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.turns import TurnRow
-from rampwatch.drivers.present.report import report_title, summary_lines
+from rampwatch.drivers.present.report import report_title
+from rampwatch.drivers.present.summary import summary_lines
 from rampwatch.drivers.present.turn_table import BY_HEAD, row_cells, shown_columns
 
 # Dropped first when the terminal is narrow; turn, context, TTFT, decode tok/s, max gap and needle stay.
