@@ -56,7 +56,7 @@ def test_the_exported_picture_names_every_unit_and_ticks_round_values(tmp_path):
     seconds = [int(h) * 3600 + int(m) * 60 + int(s) for h, m, s in clock_labels]
     assert len(seconds) >= 3 and all(s % seconds[1] == 0 for s in seconds)
     keys = re.findall(r'<g class="key">.*?</g>', text)
-    assert len(keys) == 6 and all(k.count("<text") == 1 for k in keys)
+    assert len(keys) == 8 and all(k.count("<text") == 1 for k in keys)  # the timed waits split: 8 keys
 
 
 PROBE = """<!DOCTYPE html><html><body>{svg}<pre id="out"></pre><script>
@@ -89,4 +89,4 @@ def test_legend_keys_stand_apart_in_a_real_browser(tmp_path):
         text=True,
         timeout=120,
     ).stdout
-    assert "keys=6 overlaps=0" in dom, dom[-300:]
+    assert "keys=8 overlaps=0" in dom, dom[-300:]

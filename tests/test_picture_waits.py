@@ -72,7 +72,7 @@ def test_the_slower_sessions_turn_is_drawn_queued_behind_the_others_prefill(tmp_
         assert prefill_start == pytest.approx(slow_start + slow_queued, abs=pixel)
         assert prefill_len == pytest.approx(slow["engine_prefill_s"], abs=pixel)
     keys = re.findall(r'<g class="key">.*?</g>', svg)
-    assert [k for k in keys if "then queued in the engine" in k and 'url(#rw-queued-hatch)"' in k]
+    assert [k for k in keys if "then queued" in k and 'url(#rw-queued-hatch)"' in k]
     assert '<pattern id="rw-queued-hatch"' in svg and ">prefill<" not in svg
 
 
@@ -82,7 +82,7 @@ def test_the_html_export_renders_the_split_waits_in_a_real_browser(tmp_path, tim
     dom, log, shot = browse(page, tmp_path)
     # Two sessions, three turns each: every timed wait has its queued and prefill parts in the page as rendered.
     assert dom.count('class="wait-queued"') == 6 and dom.count('class="wait-prefill"') == 6, dom[:2000]
-    assert '<pattern id="rw-queued-hatch"' in dom and "then queued in the engine" in dom
+    assert '<pattern id="rw-queued-hatch"' in dom and "then queued" in dom
     assert "Uncaught" not in log and shot.exists() and shot.stat().st_size > 20_000
 
 

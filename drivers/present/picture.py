@@ -142,8 +142,8 @@ HATCH_DEFS = (
 )
 SPLIT_KEYS = (  # the legend's keys for a wait split, in the order they are drawn: one line that reads left to right
     (WAIT_FILLS["rest"], 1.0, "wait: client, HTTP"),
-    (WAIT_FILLS["queued"], 1.0, "then queued in the engine"),
-    (WAIT_FILLS["prefill"], 1.0, "then engine prefill to first token"),
+    (WAIT_FILLS["queued"], 1.0, "then queued"),
+    (WAIT_FILLS["prefill"], 1.0, "then engine prefill"),
 )
 LEGEND = (
     (PREFILL, 1.0, "prefill"),
@@ -164,7 +164,7 @@ def legend_svg(y: int = 12, split: bool = False) -> str:
             f'<g class="key"><rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colour}" '
             f'fill-opacity="{opacity}"/><text x="{x + 14}" y="{y}" fill="#555">{_esc(label)}</text></g>'
         )
-        x += 14 + 6 * len(label) + 18  # ~6 px a character at 11 px, then a gap
+        x += 14 + 7 * len(label) + 18  # at most ~7 px a character at 11 px (Chromium's sans), then a gap
     parts.append(
         f'<g class="key"><text x="{x}" y="{y}" fill="#555"><tspan fill="#2e7d32">✓</tspan> / '
         f'<tspan fill="#c62828">✗</tspan> needle found / missed</text></g>'

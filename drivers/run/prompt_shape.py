@@ -17,7 +17,7 @@ from rampwatch.drivers.run.config import BadInput, RunConfig, parse_duration
 
 LEAD_SAMPLE_SEED = 7  # the text the lead's tokens are measured against: any text, the same every run
 LEAD_SAMPLE_CHARS = 2_000
-FIT_ROUNDS = 4  # /tokenize rounds that bring the shared block to its size (each one a character-level correction)
+FIT_ROUNDS = 8  # /tokenize rounds that bring the shared block to its size (each one a character-level correction)
 
 
 def load_system_prompt(spec: str | None) -> str | None:
@@ -94,7 +94,10 @@ async def build_lead(
     for _ in range(FIT_ROUNDS):
         if counted is None or counted == shared_tokens or tok is None:
             break
-        chars = round((shared_tokens - counted) * cal.chars_per_token) or (1 if counted < shared_tokens else -1)
+        off = shared_tokens - counted
+        # Far off: the ratio's guess; a token or two off, one character at a time (a guess of 3 characters
+        # can step over the size both ways, forever).
+        chars = round(off * cal.chars_per_token) if abs(off) > 2 else (1 if off > 0 else -1)
         shared = shared + source.text(chars) if chars > 0 else shared[: len(shared) + chars]
         counted = await tok.text(shared)
     if system is None and not shared:
