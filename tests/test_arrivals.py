@@ -46,11 +46,10 @@ def test_bad_open_loop_values_get_one_line_and_exit_2(flags):
 
 def test_seeded_arrivals_start_the_sessions_at_their_times_until_the_time_limit(tmp_path):
     """120/min with seed 5: the sessions whose drawn arrival comes before the 4 s limit start, each planned
-    at its drawn time (within the loop's tolerance), turn 1 due then; the later ones never start."""
+    at its drawn time after the drive's start (within the loop's tolerance), turn 1 due then; the later ones
+    never start."""
     rate, seed, limit = 2.0, 5, 4.0
     times = arrival_times(rate, 12, seed)
-    expected = [t for t in times if t < limit]
-    assert 0 < len(expected) < 12  # the seed is chosen so the limit cuts the arrivals
     record = tmp_path / "arrivals.jsonl"
     with ThreadedSim(make_profile("tiny")) as sim:
         args = ["--arrivals", "120/min", "--seed", str(seed), "--sessions", "12", "--time-limit", "4s"]
@@ -58,6 +57,10 @@ def test_seeded_arrivals_start_the_sessions_at_their_times_until_the_time_limit(
     assert out.returncode == 0, out.stderr
     events = list(read_recording(record).events)
     planned = [e for e in events if isinstance(e, ev.SessionPlanned)]
+    begun = planned[0].arrival - times[0]  # the arrivals count from the drive's start, after probe and calibration
+    assert 0 < begun < 2.0
+    expected = [begun + t for t in times if begun + t < limit]
+    assert 0 < len(expected) < 12  # the seed is chosen so the limit cuts the arrivals
     assert [p.session for p in planned] == [f"s{k}" for k in range(1, len(expected) + 1)]
     assert [p.arrival for p in planned] == pytest.approx(expected, abs=1e-9)
     for p in planned:

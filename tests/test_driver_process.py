@@ -153,6 +153,23 @@ async def test_a_dead_uis_signal_then_its_closed_pipe_still_leave_a_finished_rec
     assert isinstance(end, ev.RunEnded) and (end.status, end.exit_code) == ("interrupted", 143), end
 
 
+async def test_a_stop_while_the_run_writes_its_end_cuts_the_wait_short_and_keeps_the_end(tmp_path):
+    """--otlp against an engine that exports no spans: the finished run waits for its last turns' spans. A quit
+    then (the UI's Stop, a Ctrl-C) ends that wait at once and the recording still ends with the run's own end."""
+    rec = tmp_path / "ending.jsonl"
+    with ThreadedSim(make_profile("tiny", time_scale=0.05)) as s:
+        run = Run(config(s.url, rec, schedule=[2000], otlp=f"127.0.0.1:{free_port()}"), record=True)
+        await run.prepare()
+        drive = asyncio.create_task(run.drive())
+        await wait_for(lambda: run._ending)  # both turns done: waiting for spans that never come
+        started = time.monotonic()
+        run.interrupt(drive, None)
+        code = await drive
+    assert code == 0 and time.monotonic() - started < 2.0
+    end = read_recording(rec).events[-1]
+    assert isinstance(end, ev.RunEnded) and end.status == "done", end
+
+
 async def test_with_the_ui_its_process_serves_the_runs_figures(tmp_path):
     """--serve-metrics with the UI: the driver's events reach the UI process's exporter, which still
     serves the final figures after the run; they equal the recording's report."""

@@ -76,14 +76,29 @@ async def test_bad_requests_are_refused_counted_and_the_receiver_keeps_serving()
             assert (await c.get(url + "/v1/traces")).status_code == 405
             assert (await c.post(url + "/v1/metrics", content=b"")).status_code == 404
             ok = await c.post(url + "/v1/traces", content=b"")  # an empty export is a valid one
+        # What no HTTP client library sends: a chunk size that is not hex, and 70 KB of headers.
+        chunk = await _raw(r.port, b"POST /v1/traces HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        heads = await _raw(r.port, b"POST /v1/traces HTTP/1.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
         await asyncio.to_thread(_export_with_sdk, r.port)
     finally:
         await r.aclose()
     assert bad.status_code == 400 and big.status_code == 400 and ok.status_code == 200
+    assert chunk.startswith(b"HTTP/1.1 400") and heads.startswith(b"HTTP/1.1 400")
     errors = [e for e in seen if isinstance(e, ev.TraceReceiverError)]
-    assert r.errors == 2 and len(errors) == 2
+    assert r.errors == 4 and len(errors) == 4
     assert "OTLP" in errors[0].error and "MiB" in errors[1].error
+    assert "chunk size" in errors[2].error and "headers" in errors[3].error
     assert [e.request_id for e in seen if isinstance(e, ev.EngineSpan)] == ["abc-s1-t2-a1"]
+
+
+async def _raw(port: int, request: bytes) -> bytes:
+    """`request` as bytes on a socket of its own; the answer's first line."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    line = await asyncio.wait_for(reader.readline(), 5)
+    writer.close()
+    return line
 
 
 async def test_the_runs_end_waits_for_due_spans_and_notices_what_matched_nothing():
@@ -185,3 +200,26 @@ def test_the_demo_checks_its_engines_metrics_against_its_spans(tmp_path):
     assert len(turns) == 4 and all(t["engine_timing"] == "metrics" for t in turns)
     assert rep["spans"]["matched"] == 4 and rep["spans"]["unmatched"] == 0
     assert rep["spans"]["max_disagreement_ms"] < 1.0
+
+
+def test_a_retried_span_counts_once_and_is_no_unmatched_span():
+    """An exporter may send a span again (a retry after a lost answer): the turn keeps its first, the count
+    stays one, and no "matches no turn" line appears."""
+    from rampwatch.drivers.model.state import RunState
+
+    state = RunState(ev.Header(rampwatch_version="t", command=[], mode="run", server="x"))
+    state.apply(ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"))
+    state.apply(
+        ev.RequestSent(
+            t=0.1, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1, request_id="r1"
+        )
+    )
+    state.apply(ev.FirstToken(t=0.5, session="s1", turn=1))
+    state.apply(ev.TurnDone(t=0.9, session="s1", turn=1, status="ok", completion_tokens=2, chunks=2))
+    span = ev.EngineSpan(t=1.0, request_id="r1", queued_s=0.1, prefill_s=0.25, decode_s=0.4)
+    state.apply(span)
+    state.apply(msgspec.structs.replace(span, t=1.5, prefill_s=0.3))
+    assert (state.spans.matched, state.spans.unmatched) == (1, 0)
+    assert state.turns[-1].server_prefill_s == 0.25
+    assert sum(p == "prefill" for p, _, _ in state.sessions["s1"].waits) == 1
+    assert not any("matches no turn" in x.text for x in state.log)

@@ -34,6 +34,8 @@ class SpanLedger:
         if rec is None:
             self.unmatched += 1
             return None
+        if rec.span is not None:  # an exporter's retry of a span already here: nothing new
+            return None
         self.matched += 1
         rec.span = e
         if rec.status != "running":

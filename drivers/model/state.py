@@ -323,8 +323,8 @@ class RunState:
     def _on_span(self, e: ev.EngineSpan) -> None:
         before = self.spans.unmatched
         rec = self.spans.arrived(e)
-        if rec is None:
-            if before == 0:
+        if rec is None:  # unmatched (said once), or a retried span already here
+            if before == 0 and self.spans.unmatched:
                 self._log(LogEntry(e.t, "warn", f"OTLP span {e.request_id or '(no request id)'} matches no turn"))
             return
         if rec.status == "ok" and rec.engine_timing == "span":  # late: the turn's line said no engine figures

@@ -90,6 +90,8 @@ class Run:
         self.exit_code = 0
         self.interrupted_by: int | None = None
         self._interrupted = False
+        self._ending = False  # drive() is writing the run's end: a stop now cuts its waits short, never the writing
+        self._cut_short = asyncio.Event()
         self._clients: list[httpx.AsyncClient] = []
         self.tls = tls_context()
         self.otlp: OtlpReceiver | None = None  # --otlp: the engine's trace spans
@@ -97,9 +99,9 @@ class Run:
         self.seed = cfg.seed if cfg.seed is not None else secrets.randbelow(1 << 31)
 
     def _client_for(self) -> httpx.AsyncClient:
-        """An httpx client of its own for one session's /tokenize and /health calls (or the probe's): httpx's
-        pool walks every connection on each request, so one pool shared by 64 sessions cost the driver more
-        CPU than their streams and held its loop past the client-busy bar."""
+        """An httpx client of its own for one session's /health calls during an outage (or the probe's): httpx's
+        pool walks every connection on each request, so one pool shared by 64 sessions was costly; it opens no
+        connection until used (a session's /tokenize goes over its own streaming connection)."""
         client = httpx.AsyncClient(
             trust_env=False,  # no proxy from the environment: the same direct route as the streams
             verify=self.tls,
@@ -216,8 +218,13 @@ class Run:
 
     def interrupt(self, task: asyncio.Task, sig: int | None) -> None:
         """End the run as interrupted by `sig` (None: the UI went away) by cancelling `task`, the one awaiting
-        drive(). Only the first call counts: a second Ctrl-C, or the closed pipe that follows a dead UI's
-        SIGTERM, would otherwise cancel the clean-up that writes the run's end."""
+        drive(). Only the first call counts, and none once drive() is writing the run's end (waiting for the
+        last spans, the last metrics read): a stop then only cuts those waits short. A second Ctrl-C, the closed
+        pipe that follows a dead UI's SIGTERM, or a quit during the end would otherwise cancel the clean-up and
+        lose the recording's RunEnded."""
+        if self._ending:
+            self._cut_short.set()
+            return
         if self._interrupted or task.done():
             return
         self._interrupted = True
@@ -356,12 +363,13 @@ class Run:
             status, error, self.exit_code = "crashed", crash_summary(e), EXIT_CRASHED
             traceback.print_exc()  # the driver's stderr: the details behind the one-line summary
         finally:
+            self._ending = True
             for t in background:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             lag.flush(clock())  # the last second's lag: the last turns' stamps are judged too
             if self.otlp is not None:
-                await self.otlp.finish(wait=status in ("done", "failed", "time-limit"))
+                await self.otlp.finish(wait=status in ("done", "failed", "time-limit"), cut_short=self._cut_short)
             if samplers and status in ("done", "failed", "time-limit"):
                 # One last read: the report's server figures cover the last turns too.
                 last = [asyncio.create_task(s.final_read()) for s in samplers]
@@ -414,7 +422,10 @@ class Run:
             self.hub.emit(r.plan_event())
             return r.run
 
-        times = arrival_times(cfg.arrivals_per_s, self.ramp_sessions, self.seed)
+        # Counted from now, not from the run's clock zero: arrivals drawn inside the probe and calibration would
+        # otherwise all start at once, each turn 1 late by the setup.
+        begun = clock()
+        times = [begun + t for t in arrival_times(cfg.arrivals_per_s, self.ramp_sessions, self.seed)]
         await run_arrivals(times, clock, cfg.time_limit, cfg.max_live, start, tasks)
 
     async def _time_limit(self, gate: TurnGate, tasks: list[asyncio.Task[bool]]) -> None:

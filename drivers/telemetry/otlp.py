@@ -34,7 +34,6 @@ _FIGURES = {
     "gen_ai.latency.time_in_model_decode": "decode_s",
     "gen_ai.latency.e2e": "e2e_s",
 }
-_HEADER_LIMIT = 64 << 10
 
 
 class BadTraces(ValueError):
@@ -130,11 +129,14 @@ class OtlpReceiver:
         elif isinstance(e, ev.TurnDone) and e.status == "ok" and (rid := self._in_flight.get(e.session)):
             self._due.add(rid)
 
-    async def finish(self, wait: bool) -> None:
-        """The run's end: wait (`wait`, FINAL_WAIT_S at most) for the spans of its last turns, stop listening, and
-        say in one Notice what the spans left unexplained (spans of no turn, turns whose span never came)."""
+    async def finish(self, wait: bool, cut_short: asyncio.Event | None = None) -> None:
+        """The run's end: wait (`wait`, FINAL_WAIT_S at most, less once `cut_short` is set: the user stopped) for
+        the spans of its last turns, stop listening, and say in one Notice what the spans left unexplained
+        (spans of no turn, turns whose span never came)."""
         deadline = time.monotonic() + self.FINAL_WAIT_S
         while wait and self._due - self.received and time.monotonic() < deadline:
+            if cut_short is not None and cut_short.is_set():
+                break
             await asyncio.sleep(0.05)
         await self.aclose()
         missing = len(self._due - self.received) if wait else 0
@@ -172,9 +174,10 @@ class OtlpReceiver:
 
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection is done."""
-        head = await reader.readuntil(b"\r\n\r\n")
-        if len(head) > _HEADER_LIMIT:
-            return False
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")  # the reader's limit (64 KiB) bounds the headers
+        except asyncio.LimitOverrunError:
+            return self._refuse(writer, BadTraces("request headers over 64 KiB"))
         lines = head.decode("latin-1").split("\r\n")
         method, path, *_ = lines[0].split(" ") + ["", ""]
         headers = {}
@@ -194,9 +197,7 @@ class OtlpReceiver:
             body = _inflate(body, headers.get("content-encoding", "").lower())
             spans = decode_spans(body, self.clock())
         except BadTraces as e:
-            self.errors += 1
-            self.emit(ev.TraceReceiverError(t=self.clock(), error=str(e)))
-            return self._answer(writer, 400, str(e).encode(), keep=False)  # the rest of a bad body is unread
+            return self._refuse(writer, e)
         for span in spans:
             self.spans += 1
             self.received.add(span.request_id)
@@ -205,11 +206,21 @@ class OtlpReceiver:
         ok = ExportTraceServiceResponse().SerializeToString()
         return self._answer(writer, 200, ok, keep, "application/x-protobuf")
 
+    def _refuse(self, writer: asyncio.StreamWriter, e: BadTraces) -> bool:
+        """A bad request: counted, recorded, answered 400, and its connection closed (the rest is unread)."""
+        self.errors += 1
+        self.emit(ev.TraceReceiverError(t=self.clock(), error=str(e)))
+        return self._answer(writer, 400, str(e).encode(), keep=False)
+
     async def _body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
         if "chunked" in headers.get("transfer-encoding", "").lower():
             parts, total = [], 0
             while True:
-                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                line = (await reader.readuntil(b"\r\n")).split(b";")[0].strip()
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    raise BadTraces(f"bad chunk size {line[:20]!r}") from None
                 total += size
                 if total > MAX_BODY_BYTES:
                     raise BadTraces(f"body over {MAX_BODY_BYTES >> 20} MiB")

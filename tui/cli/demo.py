@@ -18,9 +18,10 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
     cfg = demo_config(args, argv)  # validate before starting anything
     # The engine's own account of each turn both ways, as vLLM gives it: per-request metrics on each response
     # (the demo's default) and a trace span per request to the run's --otlp receiver, which checks them.
-    otlp_port = free_loopback_port()
-    args.otlp_traces_endpoint = f"http://127.0.0.1:{otlp_port}/v1/traces"
-    cfg = replace(cfg, otlp=f"127.0.0.1:{otlp_port}")
+    if not args.otlp_traces_endpoint:  # the user's own collector, when given, gets them instead
+        otlp_port = free_loopback_port()
+        args.otlp_traces_endpoint = f"http://127.0.0.1:{otlp_port}/v1/traces"
+        cfg = replace(cfg, otlp=f"127.0.0.1:{otlp_port}")
     try:
         child = ChildSim(args)
         child.wait_ready()
