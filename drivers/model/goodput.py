@@ -69,7 +69,10 @@ def goodput(state: RunState, slo: Slo, sessions: list[SessionReport]) -> Goodput
     """Turns that met the SLO, and conversations every turn of which did, over the run's minutes; --warmup's
     turns (and a conversation with any turn in it) left out, and its time with them."""
     h = state.header
-    warm = parse_warmup(h.warmup) if h is not None and h.warmup else None
+    try:
+        warm = parse_warmup(h.warmup) if h is not None and h.warmup else None
+    except ValueError:  # a hand-edited header's warmup that no longer reads: nothing left out
+        warm = None
     keep: dict[str, list[TurnRow]] = {}
     left_out, start = 0, 0.0
     for s in sessions:
