@@ -204,3 +204,14 @@ def test_an_arrival_the_time_limit_kept_waiting_is_no_conversation_of_the_goodpu
     for e in events:
         state.apply(e)
     assert state.aggregate().arrivals == (6, 0, 0)  # the run over: none live, none still waiting
+
+
+def test_a_hand_edited_slo_that_no_longer_reads_gives_a_report_without_verdicts():
+    state = RunState(
+        ev.Header(rampwatch_version="t", command=[], mode="run", server="x", slo="ttft=fast", warmup="soon")
+    )
+    state.apply(ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"))
+    state.apply(ev.RequestSent(t=0.1, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    state.apply(ev.TurnDone(t=0.4, session="s1", turn=1, status="ok", completion_tokens=2, chunks=2))
+    rep = build_report(state)
+    assert rep.goodput is None and rep.sessions[0].turns[0].slo_met is None
