@@ -78,3 +78,14 @@ def test_the_pictures_metric_lines_share_the_lanes_clock():
     sample = ev.MetricsSample(t=2.0, source="e", engine="vllm", values={"kv_usage": 0.5, "running": 1.0})
     series = fold(header, [sample])
     assert series.kv == [(20.0, 0.5)] and series.state.t == 20.0
+
+
+def test_the_exporter_serves_a_demos_figures_in_modelled_seconds():
+    """--serve-metrics beside a sped-up demo: the TTFT Prometheus gets is the one the UI and report show."""
+    from rampwatch.drivers.telemetry.exporter import RunExporter
+
+    exporter = RunExporter(lambda: 3.0, run="r", time_scale=10.0)
+    exporter(ev.RequestSent(t=1.0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    exporter(ev.FirstToken(t=1.5, session="s1", turn=1))
+    ttft = exporter.registry.get_sample_value("rampwatch_ttft_seconds_sum", {"session": "s1", "run": "r"})
+    assert ttft == pytest.approx(5.0)

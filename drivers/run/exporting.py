@@ -19,7 +19,9 @@ def start_exporter(cfg: RunConfig, clock: Callable[[], float], run: str) -> RunE
     if not cfg.serve_metrics:
         return None
     host, port = parse_listen(cfg.serve_metrics)
-    exporter = RunExporter(clock, run=run, slo=parse_slo(cfg.slo) if cfg.slo else None)
+    exporter = RunExporter(
+        clock, run=run, slo=parse_slo(cfg.slo) if cfg.slo else None, time_scale=cfg.time_scale or 1.0
+    )
     try:
         exporter.serve(host, port)
     except OSError as e:

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.modelled import modelled
 from rampwatch.drivers.model.slo import Slo, meets
 from rampwatch.drivers.model.turns import LATE_S, TurnRecord, decode_tok_s, is_delivery_gap
 
@@ -54,8 +55,9 @@ class _InFlight:
 class RunExporter:
     """Per-session series, labelled session and run (the run's salt)."""
 
-    def __init__(self, clock: Callable[[], float], run: str = "", slo: Slo | None = None):
-        self.clock, self.run, self.slo = clock, run, slo
+    def __init__(self, clock: Callable[[], float], run: str = "", slo: Slo | None = None, time_scale: float = 1.0):
+        """`time_scale`: a sped-up demo's; its figures are served in modelled seconds, as the UI shows them."""
+        self.clock, self.run, self.slo, self.time_scale = clock, run, slo, time_scale
         self.registry = r = CollectorRegistry()
         lab = ("session", "run")
         self.ttft = Histogram(
@@ -98,6 +100,8 @@ class RunExporter:
 
     def __call__(self, e: ev.AnyEvent) -> None:
         """A hub listener: fold one event into the series."""
+        if self.time_scale != 1.0:
+            e = modelled(e, self.time_scale)
         if isinstance(e, ev.RequestSent):
             self._flight[e.session] = _InFlight(turn=e.turn, sent_t=e.t, due_t=e.due, new_tokens_est=e.new_tokens_est)
             self.turn.labels(e.session, self.run).set(e.turn)
@@ -149,7 +153,7 @@ class RunExporter:
 
     def prefills(self) -> Iterator[tuple[str, float]]:
         """(session, seconds) of each prefill still waiting for its first token."""
-        now = self.clock()
+        now = self.clock() * self.time_scale
         for sid, f in list(self._flight.items()):
             if f.first_t is None:
                 yield sid, max(0.0, now - f.sent_t)
