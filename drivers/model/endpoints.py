@@ -115,6 +115,9 @@ class ServerView(_Rates):
     engine: str | None = None
     kv_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
     kv_peak: float | None = None
+    # Requests waiting for the scheduler, summed over endpoints: a sweep stops a point whose queue keeps growing.
+    waiting_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
+    waiting_peak: float | None = None
     rates: dict[str, float] = field(default_factory=dict)  # tokens/s, summed over endpoints
     last_sample_t: float | None = None
 

@@ -275,6 +275,10 @@ class RunState:
                         own.values.get("kv_usage", kv) if own is not None else kv
                     )  # the session's own server where known
                     rec.kv_peak = here if rec.kv_peak is None else max(rec.kv_peak, here)
+        waiting = srv.values.get("waiting")
+        if waiting is not None:
+            srv.waiting_history.append((e.t, waiting))
+            srv.waiting_peak = waiting if srv.waiting_peak is None else max(srv.waiting_peak, waiting)
         srv.last_sample_t = e.t
         if self.transfers.awaiting and ep.role == "decode":
             self._settle_transfers(e.t, final=False)

@@ -1,6 +1,6 @@
-"""A sweep: the same ramp at several session counts, in lockstep, one
-recording per point, and a small JSON file that lists them (which
-`rampwatch compare` reads as its runs)."""
+"""A sweep: the same ramp at several session counts in lockstep (closed loop), or at several arrival rates
+(open loop, --arrivals; --find-max searches for the knee), one recording per point, and a small JSON file
+that lists them (which `rampwatch compare` reads as its runs, and `export` draws as a capacity curve)."""
 
 from __future__ import annotations
 
@@ -15,28 +15,37 @@ SWEEP_TYPE = "rampwatch-sweep"
 
 class SweepFile(msgspec.Struct, kw_only=True):
     type: str = SWEEP_TYPE
-    schema: int = 1
-    sessions: list[int]  # the points asked for
+    schema: int = 2  # 2 added the open-loop fields below; a schema-1 file reads as a closed-loop sweep
+    sessions: list[int] = []  # closed loop: the session counts asked for
     runs: list[str]  # recordings of the points that ran, relative to this file
     stopped: str | None = None  # why the sweep ended before its last point
+    arrivals_per_min: list[float] = []  # open loop: the rates of the points, in the order they ran
+    slo: str | None = None  # --find-max: the SLO each point was judged by
+    slo_share: float | None = None  # the share of turns that had to meet it
+    knee_per_min: float | None = None  # the highest rate that kept the share (None: none did)
+    knee_fail_per_min: float | None = None  # the lowest rate above it that did not (None: every rate tried kept it)
 
 
 def write_sweep(path: Path, sweep: SweepFile) -> None:
     path.write_bytes(msgspec.json.format(msgspec.json.encode(sweep)) + b"\n")
 
 
-def read_sweep(path: Path) -> list[Path] | None:
-    """The recordings a sweep file lists, or None when `path` is not a sweep file."""
+def read_sweep_file(path: Path) -> SweepFile | None:
+    """The sweep file at `path`, or None when it is not one."""
     try:
-        head = path.open("rb").read(1)
-        if head != b"{":
-            return None
+        with path.open("rb") as f:
+            if f.read(1) != b"{":
+                return None
         sweep = msgspec.json.decode(path.read_bytes(), type=SweepFile)
     except (OSError, msgspec.DecodeError):
         return None
-    if sweep.type != SWEEP_TYPE:
-        return None
-    return [path.parent / run for run in sweep.runs]
+    return sweep if sweep.type == SWEEP_TYPE else None
+
+
+def read_sweep(path: Path) -> list[Path] | None:
+    """The recordings a sweep file lists, or None when `path` is not a sweep file."""
+    sweep = read_sweep_file(path)
+    return None if sweep is None else [path.parent / run for run in sweep.runs]
 
 
 def why_stop(state: RunState) -> str | None:
