@@ -111,4 +111,5 @@ def saturation(state: RunState, window_s: float = SATURATION_WINDOW_S) -> str | 
     second = min(w for t, w in recent if t >= middle)
     if first is None or second <= first:
         return None
-    return f"the waiting queue grew for {window_s:g}s (at least {first:.0f}, then {second:.0f}, now {recent[-1][1]:.0f})"
+    now_waiting = recent[-1][1]
+    return f"the waiting queue grew for {window_s:g}s (at least {first:.0f}, then {second:.0f}, now {now_waiting:.0f})"
