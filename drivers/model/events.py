@@ -20,7 +20,8 @@ Level = Literal["info", "warn", "error"]
 TurnOutcome = Literal["ok", "failed", "cancelled"]
 # done: every turn ran; failed: done with failed turns; interrupted: SIGINT/SIGTERM or the user quit;
 # crashed: the driver died or raised (exit 3); time-limit: --time-limit stopped new turns.
-RunStatus = Literal["done", "failed", "interrupted", "crashed", "time-limit"]
+# saturated: a sweep's point stopped early because the server could not keep up (drivers/model/capacity.py).
+RunStatus = Literal["done", "failed", "interrupted", "crashed", "time-limit", "saturated"]
 NeedleMode = Literal["verbatim", "strict"]
 SessionRole = Literal["ramp", "one-shot"]
 ReasoningMode = Literal["off", "on", "auto"]

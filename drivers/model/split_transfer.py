@@ -39,9 +39,9 @@ class TransferLedger:
     def __init__(self) -> None:
         # Finished turns whose decode-side counters do not yet cover their first token.
         self.awaiting: list[TurnRecord] = []
-        # Recently attributed turns: (first token time, KV transferred, prompt tokens), so a later turn's
-        # counter window does not count their admissions again.
-        self._attributed: deque[tuple[float, float, float]] = deque(maxlen=256)
+        # Recently attributed turns: (send time, first token time, KV transferred, prompt tokens), so a later
+        # turn's counter window does not count their admissions again.
+        self._attributed: deque[tuple[float, float, float, float]] = deque(maxlen=256)
 
     def attribute(self, rec: TurnRecord, decode: list[EndpointView] | None) -> None:
         """The KV transferred for `rec`: the decode servers' counters from its send to a sample after its first
@@ -51,8 +51,12 @@ class TransferLedger:
         if a is None or b is None or not rec.prompt_tokens:
             return
         moved, admitted = b[0] - a[0], b[1] - a[1]
-        for first_t, m, p in self._attributed:
-            if first_t > a[2]:
+        # Turns admitted inside this window were attributed already: take theirs out. One sent after the sample
+        # at `rec`'s send surely was; one sent before it but first answered after may have been admitted on either
+        # side of that sample (an admission comes just before the first token), so it is taken out only if what
+        # is left still holds `rec`'s own admission, which this window surely does.
+        for sent_t, first_t, m, p in sorted(self._attributed, key=lambda x: x[0] <= a[2]):
+            if first_t > a[2] and (sent_t > a[2] or admitted - p >= rec.prompt_tokens):
                 moved, admitted = moved - m, admitted - p
         if admitted <= 0:
             return  # the counters never showed the turn (scrapes failed)
@@ -63,7 +67,7 @@ class TransferLedger:
         held = rec.prev_prompt_tokens + rec.prev_reply_tokens if rec.prev_prompt_tokens is not None else 0
         mine = max(mine, min(round(moved), rec.prompt_tokens - held))
         rec.kv_transferred = mine if rec.cached_tokens is None else min(mine, rec.cached_tokens)  # usage counts it
-        self._attributed.append((rec.first_t or rec.sent_t, rec.kv_transferred, rec.prompt_tokens))
+        self._attributed.append((rec.sent_t, rec.first_t or rec.sent_t, rec.kv_transferred, rec.prompt_tokens))
 
     def settle(self, decode: list[EndpointView] | None, final: bool) -> list[TurnRecord]:
         """The waiting turns the decode servers' counters now cover (all of them at the run's end), attributed."""

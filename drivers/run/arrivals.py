@@ -25,6 +25,30 @@ def parse_rate(text: str) -> float:
     return value * _PER_S[(m.group(2) or "min").lower()]
 
 
+def parse_rates(text: str) -> list[float]:
+    """'0.5,1,2,4/min' -> conversations per second, ascending; a unit written on the last rate applies to the
+    rates written without one (a sweep's --arrivals)."""
+    items = [p.strip() for p in (text or "").split(",")]
+    unit = _RATE.match(items[-1])
+    suffix = f"/{unit.group(2)}" if unit and unit.group(2) else ""
+    rates = [parse_rate(item if "/" in item or not suffix else item + suffix) for item in items]
+    if len(set(rates)) != len(rates):
+        raise BadInput(f"--arrivals {text!r}: a rate is given twice")
+    return sorted(rates)
+
+
+def parse_rate_range(text: str) -> tuple[float, float]:
+    """'0.5..8/min' -> (low, high) in conversations per second (--find-max's range); the unit as parse_rates."""
+    lo, dots, hi = (text or "").partition("..")
+    if not dots:
+        raise BadInput(f"--arrivals {text!r}: --find-max searches a range: give LOW..HIGH, e.g. 0.5..8/min")
+    try:
+        low, high = parse_rates(f"{lo},{hi}")
+    except BadInput as e:
+        raise BadInput(f"--arrivals {text!r}: {str(e).partition(': ')[2] or 'the two ends must differ'}") from None
+    return low, high
+
+
 def arrival_times(rate_per_s: float, count: int, seed: int) -> list[float]:
     """The first `count` arrival times (seconds from the run's start) of a Poisson process of `rate_per_s`:
     exponential gaps drawn from Random(seed), the first arrival one gap after the start."""

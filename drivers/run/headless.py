@@ -50,11 +50,14 @@ def run_headless(
     printer_for: Callable[[RunState], LinePrinter],
     final_report: Callable[[RunState], str],
     open_web: Callable[[Run], Closable | None] | None = None,
+    stop_when: Callable[[RunState], str | None] | None = None,
 ) -> tuple[Run, Serving]:
     """The whole run; `open_web(run)`, once the run is prepared (its recording exists), starts the browser UI;
     `final_report(state)` is the table printed at the end of a run that drove sessions (presentation is the
-    caller's). The caller closes what is served (after letting it linger, if it likes)."""
+    caller's); `stop_when(state)`, asked once a second, ends the run early with its reason (a sweep's saturated
+    point). The caller closes what is served (after letting it linger, if it likes)."""
     run = Run(cfg, record=record)
+    run.stop_when = stop_when
     serving = Serving()
 
     async def main() -> int:

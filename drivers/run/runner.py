@@ -44,6 +44,9 @@ from rampwatch.drivers.telemetry.prometheus import PrometheusReader, check_prome
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
+FINISHED: tuple[ev.RunStatus, ...] = ("done", "failed", "time-limit", "saturated")  # ran to an end of its own
+
+
 def return_big_buffers_to_the_os() -> None:
     """Have glibc serve allocations of 1 MiB or more with mmap, always. Building a
     1M-token turn's new message takes several MB of short-lived pieces; by default
@@ -97,6 +100,9 @@ class Run:
         self.otlp: OtlpReceiver | None = None  # --otlp: the engine's trace spans
         # Open loop: the seed that draws the arrival times, recorded so the run can be repeated.
         self.seed = cfg.seed if cfg.seed is not None else secrets.randbelow(1 << 31)
+        # A sweep's point ends early when this says why (the server saturated); asked once a second.
+        self.stop_when: Callable[[RunState], str | None] | None = None
+        self.stopped_early: str | None = None
 
     def _client_for(self) -> httpx.AsyncClient:
         """An httpx client of its own for one session's /health calls during an outage (or the probe's): httpx's
@@ -339,9 +345,13 @@ class Run:
             slots = asyncio.Semaphore(cfg.concurrency or len(runners) or 1)
             tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
             watchdog = asyncio.create_task(self._time_limit(gate, tasks)) if cfg.time_limit is not None else None
+            arriving = asyncio.create_task(self._arrivals(session, gate, tasks)) if open_loop else None
+            early = asyncio.create_task(self._stop_early(gate, tasks, arriving)) if self.stop_when else None
             try:
-                if open_loop:
-                    await self._arrivals(session, gate, tasks)
+                if arriving is not None:
+                    await asyncio.wait([arriving])  # cancelled by an early stop: the run goes on to its end
+                    if not arriving.cancelled() and arriving.exception() is not None:
+                        raise arriving.exception()  # type: ignore[misc]
                 await self._all(tasks)
                 if baseline is not None:
                     # After the ramp, alone on the server, unless the time limit already stopped new turns.
@@ -349,13 +359,22 @@ class Run:
                     runners.append(baseline)
                     await self._all([asyncio.create_task(baseline.run())])
             finally:
-                if watchdog is not None:
-                    watchdog.cancel()
+                for t in (watchdog, arriving, early):
+                    if t is not None:
+                        t.cancel()
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
             self.exit_code = 1 if any(r.failed for r in runners) else 0
-            status = "time-limit" if gate.time_up else "failed" if self.exit_code else "done"
+            status = (
+                "saturated"
+                if self.stopped_early
+                else "time-limit"
+                if gate.time_up
+                else "failed"
+                if self.exit_code
+                else "done"
+            )
         except asyncio.CancelledError:
             status = "interrupted"
             self.exit_code = 128 + self.interrupted_by if self.interrupted_by else 130  # 143 SIGTERM, 129 SIGHUP
@@ -369,8 +388,8 @@ class Run:
             await asyncio.gather(*background, return_exceptions=True)
             lag.flush(clock())  # the last second's lag: the last turns' stamps are judged too
             if self.otlp is not None:
-                await self.otlp.finish(wait=status in ("done", "failed", "time-limit"), cut_short=self._cut_short)
-            if samplers and status in ("done", "failed", "time-limit"):
+                await self.otlp.finish(wait=status in FINISHED, cut_short=self._cut_short)
+            if samplers and status in FINISHED:
                 # One last read: the report's server figures cover the last turns too.
                 last = [asyncio.create_task(s.final_read()) for s in samplers]
                 _, slow = await asyncio.wait(last, timeout=max(s.FINAL_WAIT_S for s in samplers))
@@ -443,6 +462,19 @@ class Run:
         if cfg.grace > 0:
             await asyncio.sleep(cfg.grace)
             for t in tasks:
+                t.cancel()
+
+    async def _stop_early(self, gate: TurnGate, tasks: list[asyncio.Task[bool]], arriving: asyncio.Task | None) -> None:
+        """Once a second, ask `stop_when`; when it gives a reason, no new conversation or turn starts and the turns
+        in flight are cancelled (a saturated server would take long to drain, and only the queue would grow)."""
+        assert self.stop_when is not None and self.state is not None
+        while (reason := self.stop_when(self.state)) is None:
+            await asyncio.sleep(1.0)
+        self.stopped_early = reason
+        gate.expire()
+        self.hub.emit(ev.Notice(t=self.clock(), level="warn", message=f"stopping early: {reason}"))
+        for t in (arriving, *tasks):
+            if t is not None:
                 t.cancel()
 
     async def _staggered(self, runner: SessionRunner, delay: float, slots: asyncio.Semaphore) -> None:

@@ -20,6 +20,7 @@ class SweepFile(msgspec.Struct, kw_only=True):
     runs: list[str]  # recordings of the points that ran, relative to this file
     stopped: str | None = None  # why the sweep ended before its last point
     arrivals_per_min: list[float] = []  # open loop: the rates of the points, in the order they ran
+    seed: int | None = None  # open loop: every point's arrivals are drawn from this seed
     slo: str | None = None  # --find-max: the SLO each point was judged by
     slo_share: float | None = None  # the share of turns that had to meet it
     knee_per_min: float | None = None  # the highest rate that kept the share (None: none did)

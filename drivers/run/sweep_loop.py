@@ -1,19 +1,29 @@
-"""Running a sweep: the ramp at each session count in turn, in lockstep, each point recorded beside the
-sweep file, stopping at the first point where the server fails or preempts (more would only measure
-overload). Kept apart from sweep.py, which `compare` reads without loading the run machinery."""
+"""Running a sweep, one headless point after another, each recorded beside the sweep file, which is rewritten
+after every point (a sweep cut short still lists what ran):
+- closed loop (--sessions 1,2,4): the ramp at each session count in lockstep, stopping at the first point
+  where the server fails or preempts (more would only measure overload);
+- open loop (--arrivals RATES): conversations arriving at each rate for --time-limit, a point ending early
+  once the server saturates, the sweep with it;
+- the knee (--find-max): open-loop points at the rates a KneeSearch picks, each judged by its goodput share.
+Kept apart from sweep.py, which `compare` and `export` read without loading the run machinery."""
 
 from __future__ import annotations
 
+import math
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rampwatch.drivers.model.analysis import Report, build_report
+from rampwatch.drivers.model.capacity import CapacityPoint, capacity_point, saturation
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.headless import LinePrinter, run_headless
+from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.run.sweep import SweepFile, why_stop, write_sweep
+from rampwatch.drivers.run.sweep_plan import OpenLoopPlan
 
 EXIT_INTERRUPTED = (129, 130, 143)  # SIGHUP, Ctrl-C, SIGTERM
 
@@ -21,13 +31,59 @@ EXIT_INTERRUPTED = (129, 130, 143)  # SIGHUP, Ctrl-C, SIGTERM
 @dataclass
 class SweepResult:
     sweep: SweepFile
-    points: list[tuple[int, Report, float | None]] = field(default_factory=list)  # sessions, report, preemptions
+    points: list[tuple[int, Report, float | None]] = field(default_factory=list)  # closed: sessions, report, preempted
+    capacity: list[CapacityPoint] = field(default_factory=list)  # open loop, in the order the points ran
     exit_code: int = 0
 
 
-def point_path(sweep_path: Path, sessions: int) -> Path:
-    """Where the point at `sessions` sessions records: beside the sweep file, named after it."""
-    return sweep_path.with_name(f"{sweep_path.name.removesuffix('.sweep.json')}-{sessions}s.jsonl")
+def point_path(sweep_path: Path, label: str) -> Path:
+    """Where a point (labelled '4s': 4 sessions, '2.5pm': 2.5 arrivals a minute) records: beside the sweep file."""
+    return sweep_path.with_name(f"{sweep_path.name.removesuffix('.sweep.json')}-{label}.jsonl")
+
+
+def rate_label(per_s: float) -> str:
+    return f"{per_s * 60:.4g}pm"
+
+
+@dataclass
+class _Points:
+    """Runs the points of one sweep, keeping its file current."""
+
+    sweep_path: Path | None
+    printer_for: Callable[[RunState], LinePrinter]
+    final_report: Callable[[RunState], str]
+    result: SweepResult
+
+    def run(self, cfg: RunConfig, label: str, stop_when: Callable[[RunState], str | None] | None = None) -> Run:
+        path = point_path(self.sweep_path, label) if self.sweep_path is not None else cfg.record
+        run, serving = run_headless(
+            replace(cfg, record=path),
+            record=self.sweep_path is not None,
+            printer_for=self.printer_for,
+            final_report=self.final_report,
+            stop_when=stop_when,
+        )
+        serving.close()  # the next point serves on the same port
+        sweep = self.result.sweep
+        if self.sweep_path is not None and run.recording_path is not None:
+            sweep.runs.append(run.recording_path.name)
+            write_sweep(self.sweep_path, sweep)
+        return run
+
+    def ended(self, run: Run) -> bool:
+        """Whether the sweep ends because this point was interrupted or crashed (its exit code is the sweep's)."""
+        if run.exit_code in (*EXIT_INTERRUPTED, EXIT_CRASHED):
+            self.result.exit_code = run.exit_code
+            return True
+        return False
+
+    def finish(self) -> SweepResult:
+        sweep = self.result.sweep
+        if self.sweep_path is not None:
+            write_sweep(self.sweep_path, sweep)
+        failed = (sweep.stopped and "failed" in sweep.stopped) or any(p.failed_turns for p in self.result.capacity)
+        self.result.exit_code = 1 if failed else 0
+        return self.result
 
 
 def run_sweep(
@@ -37,32 +93,81 @@ def run_sweep(
     printer_for: Callable[[RunState], LinePrinter],
     final_report: Callable[[RunState], str],
 ) -> SweepResult:
-    """Each point headless, from `cfg` with its session count (its lines from `printer_for`, its table from
-    `final_report`); the sweep file is rewritten after every point, so a sweep cut short still lists what ran."""
-    result = SweepResult(SweepFile(sessions=counts, runs=[]))
-    sweep = result.sweep
+    """Closed loop: each session count headless, in lockstep, from `cfg` (its lines from `printer_for`, its
+    table from `final_report`)."""
+    points = _Points(sweep_path, printer_for, final_report, SweepResult(SweepFile(sessions=counts, runs=[])))
+    sweep = points.result.sweep
     for n in counts:
-        point = replace(
-            cfg, sessions=n, lockstep=True, record=point_path(sweep_path, n) if sweep_path is not None else cfg.record
-        )
         print(f"rampwatch sweep: {n} session(s)", flush=True)
-        run, serving = run_headless(
-            point, record=sweep_path is not None, printer_for=printer_for, final_report=final_report
-        )
-        serving.close()  # the next point serves on the same port
+        run = points.run(replace(cfg, sessions=n, lockstep=True), f"{n}s")
         assert run.state is not None
-        result.points.append((n, build_report(run.state), run.state.preemptions_this_run()))
-        if sweep_path is not None and run.recording_path is not None:
-            sweep.runs.append(run.recording_path.name)
-            write_sweep(sweep_path, sweep)
-        if run.exit_code in (*EXIT_INTERRUPTED, EXIT_CRASHED):
-            result.exit_code = run.exit_code
-            return result
+        points.result.points.append((n, build_report(run.state), run.state.preemptions_this_run()))
+        if points.ended(run):
+            return points.result
         sweep.stopped = why_stop(run.state)
         if sweep.stopped:
             print(f"rampwatch sweep: stopped: {sweep.stopped}", flush=True)
             break
-    if sweep_path is not None:
-        write_sweep(sweep_path, sweep)
-    result.exit_code = 1 if sweep.stopped and "failed" in sweep.stopped else 0
-    return result
+    return points.finish()
+
+
+def conversations_for(rate_per_s: float, seconds: float) -> int:
+    """Enough conversations that the time limit, not their number, ends a point: the Poisson count's mean
+    plus six standard deviations."""
+    mean = rate_per_s * seconds
+    return math.ceil(mean + 6 * math.sqrt(mean) + 6)
+
+
+def run_open_sweep(
+    cfg: RunConfig,
+    plan: OpenLoopPlan,
+    sweep_path: Path | None,
+    printer_for: Callable[[RunState], LinePrinter],
+    final_report: Callable[[RunState], str],
+) -> SweepResult:
+    """Open loop: a point per rate of `plan` (or per rate its search picks), each for cfg.time_limit with the
+    same seed (so a higher rate's arrivals are the lower one's, sooner), ending early when the server
+    saturates. A search records each point's verdict and the knee in the sweep file."""
+    assert cfg.time_limit is not None
+    if cfg.seed is None:  # one seed for every point, drawn here
+        cfg = replace(cfg, seed=secrets.randbelow(1 << 31))
+    search = plan.search
+    sweep = SweepFile(runs=[], seed=cfg.seed)
+    if search is not None:
+        sweep.slo, sweep.slo_share = cfg.slo, plan.slo_share
+    points = _Points(sweep_path, printer_for, final_report, SweepResult(sweep))
+    pending = list(plan.rates)
+
+    def saturated(state: RunState) -> str | None:
+        return saturation(state, plan.saturation_window_s)
+
+    while (rate := search.next_rate() if search is not None else (pending.pop(0) if pending else None)) is not None:
+        print(f"rampwatch sweep: {rate * 60:.4g} arrivals/min", flush=True)
+        sessions = plan.sessions or conversations_for(rate, cfg.time_limit)
+        run = points.run(
+            replace(cfg, arrivals_per_s=rate, sessions=sessions),
+            rate_label(rate),
+            stop_when=saturated,
+        )
+        sweep.arrivals_per_min.append(rate * 60)
+        assert run.state is not None
+        point = capacity_point(run.state, build_report(run.state))
+        assert point is not None  # an open-loop run
+        points.result.capacity.append(point)
+        if points.ended(run):
+            return points.result
+        if point.turns == 0:
+            sweep.stopped = f"no conversation arrived within --time-limit at {rate * 60:.4g}/min"
+        elif search is not None:
+            share = point.goodput_share or 0.0
+            search.record(rate, run.stopped_early is None and share >= plan.slo_share)
+            sweep.knee_per_min = search.knee * 60 if search.knee is not None else None
+            sweep.knee_fail_per_min = search.lowest_fail * 60 if search.lowest_fail is not None else None
+        elif run.stopped_early:
+            sweep.stopped = f"saturated at {rate * 60:.4g}/min: {run.stopped_early}"
+        if sweep.stopped:
+            print(f"rampwatch sweep: stopped: {sweep.stopped}", flush=True)
+            break
+        if sweep_path is not None:
+            write_sweep(sweep_path, sweep)
+    return points.finish()

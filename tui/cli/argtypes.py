@@ -37,6 +37,18 @@ def positive_int(text: str) -> int:
     return _at_least(text, int, "a whole number", 1, "must be at least 1")
 
 
+def share(text: str) -> float:
+    """'95%' or '0.95' -> 0.95, a share above 0 and at most 1."""
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a share: {text!r} (e.g. 95% or 0.95)") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"a share is above 0 and at most 100%: {text!r}")
+    return v
+
+
 def session_counts(text: str) -> list[int]:
     try:
         counts = [int(x) for x in text.split(",") if x.strip()]

@@ -11,7 +11,7 @@ from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_sc
 from rampwatch.drivers.client.reasoning import with_reasoning
 from rampwatch.drivers.client.request_options import parse_extra_body, parse_header
 from rampwatch.drivers.model.slo import parse_slo, parse_warmup
-from rampwatch.drivers.run.arrivals import parse_rate
+from rampwatch.drivers.run.arrivals import parse_rate, parse_rate_range, parse_rates
 from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
 from rampwatch.drivers.run.prompt_shape import (
     check_corpus_path,
@@ -20,6 +20,7 @@ from rampwatch.drivers.run.prompt_shape import (
     shared_prefix_size,
 )
 from rampwatch.drivers.run.scrub import scrub_argv, scrub_header_arg
+from rampwatch.drivers.run.sweep_plan import KneeSearch, OpenLoopPlan
 from rampwatch.drivers.telemetry.exporter import parse_listen
 from rampwatch.drivers.telemetry.prometheus import Match, parse_match, parse_matchers
 
@@ -48,10 +49,14 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
 
 
 def open_loop_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """--arrivals, --seed, --max-live and --slo, checked (run only: other commands have none of them)."""
+    """--arrivals, --seed, --max-live and --slo, checked (run and sweep: other commands have none of them); a
+    sweep's rate is its first point's."""
     if not hasattr(args, "arrivals"):
         return {}
-    rate = parse_rate(args.arrivals) if args.arrivals is not None else None
+    plan = open_loop_plan(args)
+    rate = (plan.rates or [plan.search.low if plan.search else 0.0])[0] if plan else None
+    if args.arrivals is not None and rate is None:
+        rate = parse_rate(args.arrivals)
     if rate is not None and args.lockstep:
         raise BadInput("--arrivals starts conversations as users arrive (open loop): --lockstep does not apply")
     if rate is not None and args.stagger:
@@ -71,6 +76,35 @@ def open_loop_settings(args: argparse.Namespace) -> dict[str, Any]:
         except ValueError as e:
             raise BadInput(f"--warmup: {e}") from None
     return dict(arrivals_per_s=rate, seed=args.seed, max_live=args.max_live, slo=args.slo, warmup=args.warmup)
+
+
+DEFAULT_SEARCH_PER_MIN = (0.25, 8.0)  # --find-max without --arrivals searches from here (and beyond, if need be)
+
+
+def open_loop_plan(args: argparse.Namespace) -> OpenLoopPlan | None:
+    """A sweep's open loop (--arrivals RATES, or --find-max over a range), checked; None for a closed-loop sweep
+    or another command."""
+    find_max = getattr(args, "find_max", False)
+    if not hasattr(args, "find_max") or (args.arrivals is None and not find_max):
+        return None
+    if args.time_limit is None:
+        raise BadInput("an open-loop sweep runs each rate for --time-limit: give one, e.g. --time-limit 10m")
+    if args.sessions is not None and len(args.sessions) > 1:
+        raise BadInput("with --arrivals, --sessions is one number: at most that many conversations a point")
+    cap = args.sessions[0] if args.sessions else None
+    plan = OpenLoopPlan(saturation_window_s=args.saturation_window, sessions=cap, slo_share=args.slo_share)
+    if not find_max:
+        plan.rates = parse_rates(args.arrivals)
+        return plan
+    if args.slo is None:
+        raise BadInput("--find-max searches for the highest rate that meets an SLO: give --slo, e.g. --slo ttft=5s")
+    if args.max_points < 3:
+        raise BadInput("--max-points: --find-max needs at least 3 points (a bracket and one bisection)")
+    low, high = (
+        parse_rate_range(args.arrivals) if args.arrivals is not None else (r / 60 for r in DEFAULT_SEARCH_PER_MIN)
+    )
+    plan.search = KneeSearch(low, high, max_points=args.max_points)
+    return plan
 
 
 def demo_config(args: argparse.Namespace, argv: list[str]) -> RunConfig:
@@ -104,7 +138,7 @@ def schedule_from(args: argparse.Namespace) -> list[int]:
 
 def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The RunConfig fields add_ramp_args sets (for a sweep, `sessions` is its first point)."""
-    sessions = args.sessions if isinstance(args.sessions, int) else args.sessions[0]
+    sessions = args.sessions if isinstance(args.sessions, int) else (args.sessions or [1])[0]
     return dict(
         model=args.model,
         sessions=sessions,

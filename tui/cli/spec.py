@@ -16,7 +16,7 @@ from typing import Any
 
 import rampwatch.drivers as drivers
 from rampwatch.drivers.present.report import FORMATS
-from rampwatch.tui.cli.argtypes import duration, positive_float, positive_int, session_counts, topology
+from rampwatch.tui.cli.argtypes import duration, positive_float, positive_int, session_counts, share, topology
 from rampwatch.tui.cli.errors import BadArguments
 
 # The glm-like profile at 10x: a full two-session 1M ramp in about two minutes.
@@ -186,9 +186,9 @@ def add_ramp_args(
         p.add_argument(
             "--sessions",
             type=session_counts,
-            required=True,
             metavar="N,N,...",
-            help="session counts to run, in lockstep, one after the other (e.g. 1,2,4,8)",
+            help="closed loop: session counts to run, in lockstep, one after the other (e.g. 1,2,4,8); with "
+            "--arrivals or --find-max one N: at most N conversations a point (default: as many as arrive)",
         )
     else:
         p.add_argument(
@@ -373,15 +373,24 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     add_server_watch_args(p)
 
 
-def add_open_loop_args(p: argparse.ArgumentParser) -> None:
-    """Arriving users and the latency they were promised (run only)."""
-    p.add_argument(
-        "--arrivals",
-        metavar="RATE",
-        help="open loop: a new conversation (a full ramp) at each arrival of a Poisson process of RATE, e.g. 2/min, "
-        "0.5/s, 30/h (a plain number is per minute), until --sessions have started or --time-limit; latency "
-        "counts from when each turn was due (not with --lockstep or --stagger)",
-    )
+def add_open_loop_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
+    """Arriving users and the latency they were promised (run, and sweep's open loop)."""
+    if sweep:
+        p.add_argument(
+            "--arrivals",
+            metavar="RATES|LOW..HIGH",
+            help="open loop: a point per arrival rate, each run for --time-limit, e.g. 0.5,1,2,4/min (a unit on "
+            "the last rate applies to all); with --find-max the range searched, e.g. 0.5..8/min (default "
+            "0.25..8/min)",
+        )
+    else:
+        p.add_argument(
+            "--arrivals",
+            metavar="RATE",
+            help="open loop: a new conversation (a full ramp) at each arrival of a Poisson process of RATE, e.g. "
+            "2/min, 0.5/s, 30/h (a plain number is per minute), until --sessions have started or --time-limit; "
+            "latency counts from when each turn was due (not with --lockstep or --stagger)",
+        )
     p.add_argument(
         "--seed",
         type=int,
@@ -517,7 +526,41 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
 def add_sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", metavar="URL", nargs="+", help="server base URL (several: sessions spread round-robin)")
     add_ramp_args(p, sweep=True)
+    add_open_loop_args(p, sweep=True)
+    add_knee_args(p)
     add_server_watch_args(p, ui=False)
+
+
+def add_knee_args(p: argparse.ArgumentParser) -> None:
+    """sweep --find-max: the search for the highest arrival rate that keeps the SLO."""
+    p.add_argument(
+        "--find-max",
+        action="store_true",
+        help="search (bisection on the rate) for the highest arrival rate whose turns meet --slo for at least "
+        "--slo-share of them; prints the knee and what the engine's KV pool would have said",
+    )
+    p.add_argument(
+        "--slo-share",
+        type=share,
+        default=0.95,
+        metavar="PCT",
+        help="with --find-max: the share of turns that must meet --slo, e.g. 95%% or 0.95 (default 95%%)",
+    )
+    p.add_argument(
+        "--max-points",
+        type=positive_int,
+        default=6,
+        metavar="N",
+        help="with --find-max: run at most N points (default 6; at least 3 for a bracket and one bisection)",
+    )
+    p.add_argument(
+        "--saturation-window",
+        type=duration,
+        default=60.0,
+        metavar="DURATION",
+        help="an open-loop point ends early, saturated, once the server's waiting queue never emptied and kept "
+        "growing for this long (default 60s), or a turn failed, or the server preempted",
+    )
 
 
 def add_report_args(p: argparse.ArgumentParser) -> None:
