@@ -90,15 +90,22 @@ def _mean_conversation_s(state: RunState, ramp: set[str]) -> float | None:
     return sum(lengths) / len(lengths) if lengths else None
 
 
-def saturation(state: RunState, window_s: float = SATURATION_WINDOW_S) -> str | None:
-    """Why the server cannot keep up, or None: a turn failed, the server preempted, or its waiting queue never
-    emptied for `window_s` while its floor rose (the low of the window's second half above its first half's)."""
+def overload(state: RunState) -> str | None:
+    """A sign the server is past what it can carry, or None: a turn failed, or the server preempted."""
     failed = sum(1 for r in state.turns if r.status == "failed")
     if failed:
         return f"{failed} turn(s) failed"
     preempted = state.preemptions_this_run()
     if preempted:
         return f"the server preempted {preempted:.0f} time(s)"
+    return None
+
+
+def saturation(state: RunState, window_s: float = SATURATION_WINDOW_S) -> str | None:
+    """Why the server cannot keep up, or None: overload, or its waiting queue never emptied for `window_s` while
+    its floor rose (the low of the window's second half above its first half's)."""
+    if reason := overload(state):
+        return reason
     history = state.server.waiting_history
     if not history or history[-1][0] - history[0][0] < window_s:
         return None

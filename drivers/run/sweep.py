@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 
+from rampwatch.drivers.model.capacity import overload
 from rampwatch.drivers.model.state import RunState
 
 SWEEP_TYPE = "rampwatch-sweep"
@@ -51,12 +52,8 @@ def read_sweep(path: Path) -> list[Path] | None:
 
 def why_stop(state: RunState) -> str | None:
     """A point after which more sessions would only measure an overloaded server."""
-    failed = sum(1 for r in state.turns if r.status == "failed")
-    if failed:
-        return f"{failed} turn(s) failed at {len(state.sessions)} sessions"
-    preempted = state.preemptions_this_run()
-    if preempted:
-        return f"the server preempted {preempted:.0f} time(s) at {len(state.sessions)} sessions"
+    if reason := overload(state):
+        return f"{reason} at {len(state.sessions)} sessions"
     if state.ended is not None and state.ended.status not in ("done", "failed"):
         return f"the run at {len(state.sessions)} sessions ended {state.ended.status}"
     return None
