@@ -11,7 +11,7 @@ import pytest
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.slo import parse_slo
-from rampwatch.drivers.run.arrivals import arrival_times
+from rampwatch.drivers.run.arrivals import ArrivingSession, arrival_times
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.run.runner import Run
@@ -95,8 +95,9 @@ def test_max_live_holds_and_a_waiting_arrival_is_late_by_its_wait(tmp_path):
         assert first["ttft_from_due_s"] == pytest.approx(first["ttft_s"] + first["send_lag_s"])
 
 
-def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_recording():
-    """The driver's loop is held for 2 s as s1 arrives: the turns due meanwhile are sent late by what was left
+def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_recording(monkeypatch):
+    """The driver's loop is held for 2 s from just before s1 arrives (its first prompt already built, as every
+    conversation's is ahead of its arrival): the turns due meanwhile are sent late by what was left
     of the stall, flagged late, and their TTFT from the due time exceeds that from the send time by exactly
     the lag (about the stall for s1's first turn). The SLO (ttft=1s) verdicts and goodput match figures
     worked out by hand from the recorded events."""
@@ -113,19 +114,22 @@ def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_re
             slo="ttft=1s",
         )
         run = Run(cfg, record=False, keep_events=True)
-        emit, stalls = run.hub.emit, []
+        stalls: list[tuple[float, float]] = []
 
         def stall() -> None:
             start = run.clock()
             time.sleep(STALL_S)
             stalls.append((start, run.clock()))
 
-        def emit_and_stall(e: ev.AnyEvent) -> None:
-            emit(e)
-            if isinstance(e, ev.SessionPlanned) and e.session == "s1":
-                asyncio.get_running_loop().call_soon(stall)
+        prepare = ArrivingSession.prepare
 
-        run.hub.emit = emit_and_stall
+        async def prepare_then_stall_at_the_arrival(self: ArrivingSession) -> None:
+            await prepare(self)
+            if self.runner.sid == "s1":  # a moment before s1 is due, so its turn 1 waits the whole stall
+                assert self.runner.arrival is not None
+                asyncio.get_running_loop().call_later(self.runner.arrival - run.clock() - 0.005, stall)
+
+        monkeypatch.setattr(ArrivingSession, "prepare", prepare_then_stall_at_the_arrival)
 
         async def main() -> int:
             await run.prepare()

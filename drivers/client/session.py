@@ -86,6 +86,7 @@ class SessionRunner:
         # Open loop (--arrivals): when the conversation arrived; each turn then records when it was due.
         self.arrival: float | None = None
         self._due: float | None = None
+        self._first: tuple[bytes, str | None] | None = None  # turn 1's message, built ahead by prepare()
         self._think = random.Random(f"{conv.salt}-think")  # the user's pauses: drawn the same for the same salt
         # The server's own counts, where calibration found a /tokenize (None: usage alone corrects the budget).
         self.tokenizer = (
@@ -120,7 +121,8 @@ class SessionRunner:
         gate = self.gate
         self._due = self.arrival  # turn 1 is due when the conversation arrived
         try:
-            await self._measure_fixed_text()
+            if self._first is None:
+                await self._measure_fixed_text()
             for turn in range(1, len(self.conv.schedule) + 1):
                 # Lockstep: the barrier first, then this session's own pause.
                 if (gate is not None and not await gate.before(turn)) or not await self._user_pause(turn):
@@ -156,6 +158,16 @@ class SessionRunner:
                 gate.leave()
             self.conn.close()
 
+    async def prepare(self) -> None:
+        """Ahead of the conversation's arrival (open loop): count the fixed text and build turn 1's message, so
+        turn 1 leaves when it is due, not after the client's own round trips to /tokenize."""
+        await self._measure_fixed_text()
+        self._first = await self._user_message(1)
+
+    def close(self) -> None:
+        """Close the streaming connection (a prepared conversation that never arrived: run() closes its own)."""
+        self.conn.close()
+
     async def _user_pause(self, turn: int) -> bool:
         """--think-time: the user reads the reply and types the next message before every turn after the
         first. False: the time limit came meanwhile."""
@@ -188,7 +200,10 @@ class SessionRunner:
     async def run_turn(self, turn: int) -> str:
         """'ok', 'failed' (after retries), or 'gone' (the server did not come back)."""
         _, new_est = self.conv.plan(turn)
-        user, user_text = await self._user_message(turn)
+        if turn == 1 and self._first is not None:
+            (user, user_text), self._first = self._first, None
+        else:
+            user, user_text = await self._user_message(turn)
         o = self.opts
         body = chat_body(o.model, [*self.history, user], o.max_tokens or o.output_tokens, o.ignore_eos, o.extra_body)
         headers = merge_headers(self.headers, request_headers(list(o.header_templates), self.sid, turn, o.run_id))

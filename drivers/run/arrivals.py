@@ -7,8 +7,12 @@ import asyncio
 import random
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
+from rampwatch.drivers.client.session import SessionRunner
+from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import BadInput
+from rampwatch.drivers.run.pacing import TurnGate
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(?:/\s*(s|sec|m|min|h|hour))?\s*$", re.IGNORECASE)
 _PER_S = {"s": 1.0, "sec": 1.0, "m": 1 / 60, "min": 1 / 60, "h": 1 / 3600, "hour": 1 / 3600}
@@ -60,26 +64,60 @@ def arrival_times(rate_per_s: float, count: int, seed: int) -> list[float]:
     return times
 
 
+PREPARE_AHEAD_S = 1.0  # a conversation builds and counts its first prompt this long before it arrives
+
+
+@dataclass
+class ArrivingSession:
+    """A conversation of the open loop, made ahead of its arrival time."""
+
+    runner: SessionRunner
+    gate: TurnGate
+    emit: Callable[[ev.AnyEvent], None]
+
+    async def prepare(self) -> None:
+        """Before the arrival: what the client would otherwise do after it (its first prompt, counted)."""
+        await self.runner.prepare()
+
+    def arrive(self) -> Callable[[], Awaitable[bool]]:
+        """At the arrival: the conversation joins the run and is announced; returns what runs it."""
+        self.gate.join()
+        self.emit(self.runner.plan_event())
+        return self.runner.run
+
+    def abandon(self) -> None:
+        """Cancelled before it arrived: its connection closes (run() closes its own otherwise)."""
+        self.runner.close()
+
+
 async def run_arrivals(
     times: list[float],
     clock: Callable[[], float],
     until: float | None,
     max_live: int | None,
-    start: Callable[[int, float], Callable[[], Awaitable[bool]]],
+    start: Callable[[int, float], ArrivingSession],
     tasks: list[asyncio.Task[bool]],
 ) -> None:
-    """At each arrival time (before `until`, the time limit), `start(k, t)` makes session k (1-based) and
-        returns what runs it; it runs once a --max-live slot is free. Its task joins `tasks` (the time limit's
-        grace cancels them); returns once every arrival before `until` has been started (the caller waits for
-    `tasks` to end)."""
+    """For each arrival time before `until` (the time limit), `start(k, t)` makes conversation k (1-based)
+    PREPARE_AHEAD_S before it; it prepares, arrives at t, and runs once a --max-live slot is free. Its task
+    joins `tasks` (the time limit's grace cancels them); returns once every arrival before `until` has been
+    made (the caller waits for `tasks` to end)."""
     slots = asyncio.Semaphore(max_live or len(times) or 1)
 
-    async def live(run: Callable[[], Awaitable[bool]]) -> bool:
-        async with slots:
-            return await run()
+    async def arriving(conversation: ArrivingSession, at: float) -> bool:
+        run = None
+        try:
+            await conversation.prepare()
+            await asyncio.sleep(max(0.0, at - clock()))
+            run = conversation.arrive()
+            async with slots:
+                return await run()
+        finally:
+            if run is None:
+                conversation.abandon()
 
     for k, at in enumerate(times, 1):
         if until is not None and at >= until:
             break
-        await asyncio.sleep(max(0.0, at - clock()))
-        tasks.append(asyncio.create_task(live(start(k, at))))
+        await asyncio.sleep(max(0.0, at - PREPARE_AHEAD_S - clock()))
+        tasks.append(asyncio.create_task(arriving(start(k, at), at)))

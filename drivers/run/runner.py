@@ -11,7 +11,7 @@ import secrets
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from rampwatch.drivers.client.tls import TlsError, tls_context
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run.arrivals import arrival_times, run_arrivals
+from rampwatch.drivers.run.arrivals import ArrivingSession, arrival_times, run_arrivals
 from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, check_topology, default_record_path
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.hub import EventHub
@@ -434,12 +434,10 @@ class Run:
         cfg, clock = self.cfg, self.clock
         assert cfg.arrivals_per_s is not None
 
-        def start(k: int, at: float) -> Callable[[], Awaitable[bool]]:
+        def start(k: int, at: float) -> ArrivingSession:
             r = session(k)
             r.arrival = at
-            gate.join()
-            self.hub.emit(r.plan_event())
-            return r.run
+            return ArrivingSession(r, gate, self.hub.emit)
 
         # Counted from now, not from the run's clock zero: arrivals drawn inside the probe and calibration would
         # otherwise all start at once, each turn 1 late by the setup.
