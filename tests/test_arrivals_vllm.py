@@ -4,6 +4,14 @@ Seed 149 draws the four arrivals within 6 s (6/min averages 10 s apart), keeping
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
+from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.model.capacity import capacity_point
+from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.recording import read_recording
 from tests.conftest import report_json, rw, small_run
 
 SEED = "149"
@@ -27,3 +35,29 @@ def test_open_loop_arrivals_against_vllm_record_due_send_and_verdict(vllm_server
     g = rep["goodput"]
     assert g["turns"] == 40 and g["turns_met"] == sum(t["slo_met"] for t in turns)
     assert "goodput (SLO ttft=5s)" in out.stdout
+
+
+def test_a_knee_search_against_vllm_runs_its_points_and_judges_each(vllm_server, tmp_path):
+    """`sweep --find-max` over 6..24/min, three 20 s points: each recorded with the server's waiting queue
+    read from vLLM's own gauge, each judged against the share, and the knee the sweep file names is the
+    highest rate judged kept below every one judged missed."""
+    path = tmp_path / "knee.sweep.json"
+    flags = ["--find-max", "--arrivals", "6..24/min", "--max-points", "3", "--slo", "ttft=5s", "--seed", SEED]
+    flags += ["--time-limit", "20s", "--grace", "5", "--schedule", "2k,4k", "--output-tokens", "8"]
+    out = rw("sweep", vllm_server, *flags, "--gpu", "none", "--record", str(path), timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    sweep = json.loads(path.read_text())
+    assert len(sweep["runs"]) == 3 and sweep["slo"] == "ttft=5s" and sweep["slo_share"] == 0.95
+    kept, missed = [], []
+    for name, rate in zip(sweep["runs"], sweep["arrivals_per_min"], strict=True):
+        rec = read_recording(tmp_path / name)
+        state = RunState(rec.header)
+        for e in rec.events:
+            state.apply(e)
+        point = capacity_point(state, build_report(state))
+        assert point is not None and point.offered_per_min == pytest.approx(rate)
+        assert point.waiting_peak is not None and point.turns > 0
+        (kept if point.status != "saturated" and (point.goodput_share or 0) >= 0.95 else missed).append(rate)
+    assert sweep["knee_per_min"] == (max(r for r in kept if not missed or r < min(missed)) if kept else None)
+    assert sweep["knee_fail_per_min"] == (min(missed) if missed else None)
+    assert "sweep: one point per arrival rate (open loop)" in out.stdout and "knee:" in out.stdout
