@@ -10,8 +10,7 @@ import pytest
 
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.capacity import capacity_point
-from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run.recording import read_recording
+from rampwatch.tui.cli.files import load_state
 from tests.conftest import report_json, rw, small_run
 
 SEED = "149"
@@ -50,10 +49,7 @@ def test_a_knee_search_against_vllm_runs_its_points_and_judges_each(vllm_server,
     assert len(sweep["runs"]) == 3 and sweep["slo"] == "ttft=5s" and sweep["slo_share"] == 0.95
     kept, missed = [], []
     for name, rate in zip(sweep["runs"], sweep["arrivals_per_min"], strict=True):
-        rec = read_recording(tmp_path / name)
-        state = RunState(rec.header)
-        for e in rec.events:
-            state.apply(e)
+        state = load_state(tmp_path / name, skip_bad_lines=False)
         point = capacity_point(state, build_report(state))
         assert point is not None and point.offered_per_min == pytest.approx(rate)
         assert point.waiting_peak is not None and point.turns > 0

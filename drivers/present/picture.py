@@ -76,7 +76,7 @@ def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return points[::step]
 
 
-def _esc(text: object) -> str:
+def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
@@ -162,7 +162,7 @@ def legend_svg(y: int = 12, split: bool = False) -> str:
     for colour, opacity, label in keys:
         parts.append(
             f'<g class="key"><rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colour}" '
-            f'fill-opacity="{opacity}"/><text x="{x + 14}" y="{y}" fill="#555">{_esc(label)}</text></g>'
+            f'fill-opacity="{opacity}"/><text x="{x + 14}" y="{y}" fill="#555">{esc(label)}</text></g>'
         )
         x += 14 + 7 * len(label) + 18  # at most ~7 px a character at 11 px (Chromium's sans), then a gap
     parts.append(
@@ -192,8 +192,8 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
     for s in sessions:
         recs = by_session.get(s.id, [])
         label = "one-shot" if s.role == "one-shot" else s.id
-        parts.append(f'<g class="lane" data-session="{_esc(s.id)}">')
-        parts.append(f'<text x="4" y="{y + LANE_H - 4}" class="lane-label">{_esc(label)}</text>')
+        parts.append(f'<g class="lane" data-session="{esc(s.id)}">')
+        parts.append(f'<text x="4" y="{y + LANE_H - 4}" class="lane-label">{esc(label)}</text>')
         others = _union([span for sid, spans in prefill.items() if sid != s.id for span in spans])
         for a, b in others:
             parts.append(
@@ -227,14 +227,14 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
                 wide = max(0.5, x(stop) - x(r.sent_t))
                 parts.append(
                     f'<rect class="prefill" x="{x(r.sent_t):.1f}" y="{y}" width="{wide:.1f}" '
-                    f'height="{LANE_H}" fill="{"#c62828" if failed else PREFILL}"><title>{_esc(tip)}</title></rect>'
+                    f'height="{LANE_H}" fill="{"#c62828" if failed else PREFILL}"><title>{esc(tip)}</title></rect>'
                 )
             if r.first_t is not None and r.done_t is not None:
                 parts.append(
                     f'<rect class="decode" x="{x(r.first_t):.1f}" y="{y}" '
                     f'width="{max(0.5, x(r.done_t) - x(r.first_t)):.1f}" '
                     f'height="{LANE_H}" fill="{"#c62828" if failed else _rate_colour(row.decode_tok_s, top)}">'
-                    f"<title>{_esc(tip)}</title></rect>"
+                    f"<title>{esc(tip)}</title></rect>"
                 )
             if (r.needle is not None or r.no_answer) and r.done_t is not None:
                 mark, colour = ("∅", "#b26a00") if r.no_answer else ("✓", "#2e7d32") if r.needle else ("✗", "#c62828")
@@ -248,7 +248,7 @@ def timeline_svg(series: Series, width: int = 1400) -> str:
         ("GPU load", series.gpu, 100.0, "%"),
     ):
         y += 12
-        parts.append(f'<g class="strip"><text x="4" y="{y + 12}">{_esc(title)}</text>')
+        parts.append(f'<g class="strip"><text x="4" y="{y + 12}">{esc(title)}</text>')
         parts.append(f'<rect x="{LABEL_W}" y="{y}" width="{plot_w}" height="{STRIP_H}" fill="#fafafa" stroke="#ddd"/>')
         lines = [(line, "#1f77b4")] + ([(series.waiting, "#d62728")] if line is series.running else [])
         peak = top_value or nice_ticks(max((v for ln, _ in lines for _, v in ln), default=1.0) or 1.0)[1]
@@ -282,7 +282,7 @@ def _wait_rect(part: WaitPart, x0: float, x1: float, y: int, tip: str) -> str:
     top, height = (y + 3, LANE_H - 6) if part == "rest" else (y, LANE_H)
     return (
         f'<rect class="wait-{part}" x="{x0:.1f}" y="{top}" width="{max(0.5, x1 - x0):.1f}" height="{height}" '
-        f'fill="{WAIT_FILLS[part]}"><title>{_esc(tip)}</title></rect>'
+        f'fill="{WAIT_FILLS[part]}"><title>{esc(tip)}</title></rect>'
     )
 
 
@@ -312,38 +312,39 @@ def _chart(
     parts = [
         f'<line x1="{left}" y1="{bottom}" x2="{width - 150}" y2="{bottom}" stroke="#555"/>',
         f'<line x1="{left}" y1="16" x2="{left}" y2="{bottom}" stroke="#555"/>',
-        f'<text x="{(left + width - 150) / 2}" y="{height - 6}" text-anchor="middle">{_esc(x_label)}</text>',
+        f'<text x="{(left + width - 150) / 2}" y="{height - 6}" text-anchor="middle">{esc(x_label)}</text>',
         f'<text x="12" y="{(bottom + 16) / 2}" transform="rotate(-90 12 {(bottom + 16) / 2})" text-anchor="middle">'
-        f"{_esc(y_label)}</text>",
+        f"{esc(y_label)}</text>",
     ]
     for vx in x_ticks:
         parts.append(
             f'<text class="tick x" x="{px(vx):.1f}" y="{bottom + 14}" '
-            f'text-anchor="middle" fill="#555">{_num(vx)}</text>'
+            f'text-anchor="middle" fill="#555">{tick_label(vx)}</text>'
         )
     for vy in y_ticks:
         parts.append(
-            f'<text class="tick y" x="{left - 4}" y="{py(vy) + 4:.1f}" text-anchor="end" fill="#555">{_num(vy)}</text>'
+            f'<text class="tick y" x="{left - 4}" y="{py(vy) + 4:.1f}" text-anchor="end" fill="#555">'
+            f"{tick_label(vy)}</text>"
         )
     for k, (name, pts) in enumerate(lines):
         colour = PALETTE[k % len(PALETTE)]
         path = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in pts)
         parts.append(
-            f'<g class="series" data-name="{_esc(name)}"><polyline points="{path}" fill="none" stroke="{colour}" '
+            f'<g class="series" data-name="{esc(name)}"><polyline points="{path}" fill="none" stroke="{colour}" '
             f'stroke-width="1.6"/>'
         )
         parts += [
             f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="2.6" '
-            f'fill="{colour}"><title>{_esc(name)}: {b:.2f}</title></circle>'
+            f'fill="{colour}"><title>{esc(name)}: {b:.2f}</title></circle>'
             for a, b in pts
         ]
-        parts.append(f'<text x="{width - 140}" y="{24 + 16 * k}" fill="{colour}">{_esc(name)}</text></g>')
+        parts.append(f'<text x="{width - 140}" y="{24 + 16 * k}" fill="{colour}">{esc(name)}</text></g>')
     if baseline is not None:
         name, value = baseline
         parts.append(
             f'<g class="baseline"><line x1="{left}" x2="{width - 150}" y1="{py(value):.1f}" y2="{py(value):.1f}" '
             f'stroke="#333" stroke-dasharray="5,4"/><text x="{width - 140}" y="{py(value) + 4:.1f}">'
-            f"{_esc(name)} {value:.2f}s</text></g>"
+            f"{esc(name)} {value:.2f}s</text></g>"
         )
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="{css}" width="{width}" height="{height}" '
@@ -351,7 +352,7 @@ def _chart(
     )
 
 
-def _num(v: float) -> str:
+def tick_label(v: float) -> str:
     return f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}K" if v >= 1e3 else f"{round(v, 6):g}"
 
 
@@ -385,9 +386,9 @@ def _height(svg: str) -> int:
     return int(svg.split('height="', 1)[1].split('"', 1)[0])
 
 
-def _page(title: str, body: str) -> str:
+def html_page(title: str, body: str) -> str:
     return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>'
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
         f"<style>{STYLE}</style></head><body>{body}</body></html>\n"
     )
 
@@ -397,35 +398,35 @@ def run_html(series: Series, summary: list[str]) -> str:
     title = f"rampwatch: {h.model if h else '?'} on {h.engine if h else '?'}"
     info = (
         (
-            f"{_esc(h.server)} · started {_esc(h.started_at)} · {h.sessions} session(s)"
-            f"{' · lockstep' if h.lockstep else ''} · rampwatch {_esc(h.rampwatch_version)}"
+            f"{esc(h.server)} · started {esc(h.started_at)} · {h.sessions} session(s)"
+            f"{' · lockstep' if h.lockstep else ''} · rampwatch {esc(h.rampwatch_version)}"
             + (f" · {speed_up(series.state.time_scale)}" if series.state.time_scale != 1.0 else "")
         )
         if h
         else ""
     )
     body = (
-        f"<h1>{_esc(title)}</h1><p>{info}</p><h2>Timeline</h2>{timeline_svg(series)}"
+        f"<h1>{esc(title)}</h1><p>{info}</p><h2>Timeline</h2>{timeline_svg(series)}"
         f"<h2>TTFT against context</h2>{ttft_chart_svg(series.state)}<h2>Summary</h2>"
-        f"<pre>{_esc(chr(10).join(summary))}</pre>"
+        f"<pre>{esc(chr(10).join(summary))}</pre>"
     )
-    return _page(title, body)
+    return html_page(title, body)
 
 
 def compare_html(cmp: Comparison, table_fields: list[tuple[str, list[str]]]) -> str:
     """The comparison table and every run's TTFT per turn on one chart."""
-    heads = "".join(f"<th>{_esc(name)}</th>" for name, _ in table_fields)
+    heads = "".join(f"<th>{esc(name)}</th>" for name, _ in table_fields)
     rows = "".join(
-        "<tr>" + "".join(f"<td>{_esc(cells[k])}</td>" for _, cells in table_fields) + "</tr>"
+        "<tr>" + "".join(f"<td>{esc(cells[k])}</td>" for _, cells in table_fields) + "</tr>"
         for k in range(len(cmp.runs))
     )
     lines = [
         (run.label, [(float(c.turn), c.ttft_s[k]) for c in cmp.turns if c.ttft_s[k] is not None])
         for k, run in enumerate(cmp.runs)
     ]
-    notes = "".join(f"<p>note: {_esc(n)}</p>" for n in cmp.notes)
+    notes = "".join(f"<p>note: {esc(n)}</p>" for n in cmp.notes)
     body = (
         f'<h1>rampwatch: {len(cmp.runs)} runs compared</h1><table class="runs"><tr>{heads}</tr>{rows}</table>{notes}'
         f"<h2>TTFT per turn (slowest session)</h2>{_chart(lines, 'turn (number)', 'TTFT (s)', css='chart turns')}"
     )
-    return _page("rampwatch comparison", body)
+    return html_page("rampwatch comparison", body)

@@ -509,7 +509,13 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_export_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", type=Path, metavar="RUN", nargs="?", help="the recording (.jsonl) to draw")
+    p.add_argument(
+        "path",
+        type=Path,
+        metavar="RUN",
+        nargs="?",
+        help="the recording (.jsonl) to draw, or an open-loop sweep's file (.sweep.json): its capacity curve",
+    )
     p.add_argument(
         "--grafana-dashboard",
         type=Path,
@@ -517,9 +523,14 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
         help="write the Grafana dashboard for --serve-metrics (with vLLM's metrics beside) as JSON",
     )
     p.add_argument(
-        "--html", type=Path, metavar="OUT", help="the timeline, TTFT against context and the summary, as HTML"
+        "--html",
+        type=Path,
+        metavar="OUT",
+        help="the timeline, TTFT against context and the summary, as HTML (a sweep: its curve and table)",
     )
-    p.add_argument("--svg", type=Path, metavar="OUT", help="the timeline and the TTFT chart as one SVG")
+    p.add_argument(
+        "--svg", type=Path, metavar="OUT", help="the timeline and the TTFT chart as one SVG (a sweep: its curve)"
+    )
     add_skip_bad_lines_arg(p)
 
 
