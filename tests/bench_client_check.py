@@ -12,8 +12,12 @@ sessions) and drives 64 sessions against it headless, as a user would
 
 On a machine with other work running the OS can hold the driver off a core
 and mark turns that the driver itself did not delay: run it on a quiet machine.
+By default the engine and the client each get a core of their own (`--pin`,
+where there are two or more), as they would on a GPU node where the engine's
+work is not the client's core; `--no-pin` lets the OS place them.
 
 usage: python tests/bench_client_check.py [--sessions 64] [--schedule 2k,4k,8k] [--output-tokens 128] [--profile tiny]
+                                          [--no-pin]
 (--profile fast streams as fast as the engine process can: the driver is then CPU-bound by design.)
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -47,18 +52,34 @@ def wait_up(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     sys.exit("the simulated engine did not come up")
 
 
+def on_core(core: int | None):
+    """A Popen preexec_fn that keeps the child (and what it starts) on one core; None: wherever the OS puts it."""
+    if core is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {core})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=64)
     ap.add_argument("--schedule", default="2k,4k,8k")
     ap.add_argument("--output-tokens", type=int, default=128)
     ap.add_argument("--profile", default="tiny", help="the simulated engine's profile ('fast': unpaced)")
+    ap.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=len(os.sched_getaffinity(0)) >= 2,
+        help="the engine on one core, the client on another (default where there are two)",
+    )
     args = ap.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    engine_core, client_core = (cores[-1], cores[0]) if args.pin else (None, None)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     sim = subprocess.Popen(
         [*rampwatch_cmd(), "sim", "--profile", args.profile, "--port", str(port)],
         stdout=subprocess.DEVNULL,
+        preexec_fn=on_core(engine_core),
     )
     try:
         wait_up(url, sim)
@@ -86,6 +107,7 @@ def main() -> None:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 text=True,
+                preexec_fn=on_core(client_core),
             )
             took = time.monotonic() - started
             if run.returncode != 0:
@@ -104,8 +126,10 @@ def main() -> None:
     turns = [t for s in report["sessions"] for t in s["turns"]]
     busy = sum(bool(t.get("client_busy")) for t in turns)
     tokens = sum(t.get("output_tokens") or 0 for t in turns)
+    placed = f"engine on core {engine_core}, client on core {client_core}" if args.pin else "unpinned"
     print(
-        f"sessions {args.sessions}, schedule {args.schedule}: {len(turns)} turns, {tokens} output tokens, {took:.1f} s"
+        f"sessions {args.sessions}, schedule {args.schedule} ({placed}): {len(turns)} turns, {tokens} output tokens, "
+        f"{took:.1f} s"
     )
     print(f"turns marked client busy: {busy} (bar: 0)")
     print(f"worst driver loop lag: {report.get('client_lag_max_ms')} ms")
