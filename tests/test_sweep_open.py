@@ -235,7 +235,8 @@ def test_find_max_finds_the_knee_an_fcfs_queue_model_predicts_within_one_bisecti
         f"predicted {expected:.4g}/min (service {service:.3f}s, lag {lag * 1000:.0f} ms, begun {start:.2f}s)"
     )
     # Within one bisection step of the derived knee: the reported (highest kept) rate is at most one step above
-    # or below the rate Lindley's recursion predicts.
+    # or below the rate Lindley's recursion predicts. On this 2-core machine the derivation gives ~80.7/min
+    # (service 0.500 s, send lag 1 ms, arrivals from 0.37 s) and the search reports 80/min, missing 87.2/min.
     assert knee / ONE_STEP <= expected <= knee * ONE_STEP, (
         f"derived knee {expected:.4g}/min is not within one step ({ONE_STEP:.4f}x) of the reported {knee:.4g}/min"
     )
