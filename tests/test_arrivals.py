@@ -11,8 +11,8 @@ import pytest
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.slo import parse_slo
-from rampwatch.drivers.run.arrivals import ArrivingSession, arrival_times
-from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.arrivals import ArrivingSession, arrival_times, parse_rate
+from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.profiles import make_profile
@@ -21,6 +21,23 @@ from tests.conftest import report_json, rw, small_run
 from tests.simhost import ThreadedSim
 
 STALL_S = 2.0
+
+
+@pytest.mark.parametrize(
+    ("text", "per_s"),
+    [("0.5/s", 0.5), ("30/h", 30 / 3600), ("2/min", 2 / 60), ("2", 2 / 60), (" 1.5 / sec ", 1.5), (".5/m", 0.5 / 60)],
+)
+def test_a_rate_reads_as_conversations_per_second(text, per_s):
+    assert parse_rate(text) == pytest.approx(per_s)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("0", "above zero"), ("0/s", "above zero"), ("fast", "not a rate"), ("2/day", "not a rate"), ("", "not a rate")],
+)
+def test_a_bad_rate_says_why(text, why):
+    with pytest.raises(BadInput, match=why):
+        parse_rate(text)
 
 
 @pytest.mark.parametrize(
@@ -176,6 +193,10 @@ def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_re
 
     assert total("rampwatch_late_turns_total") == rep.open_loop.late_turns
     assert total("rampwatch_slo_met_turns_total") == g.turns_met
+    assert total("rampwatch_slo_met_conversations_total") == g.conversations_met  # every conversation finished
+    # The header's tally counts the same conversations, and both rates over the run so far.
+    assert run.state.goodput.conversations_met == g.conversations_met
+    assert run.state.goodput.per_min(g.turns_met, run.state.ended.t) == pytest.approx(g.turns_met_per_min)
     # --warmup 1: the first arrival (s1, the stalled one) is left out, and the time before s2's first due turn.
     run.state.header.warmup = "1"
     warm = build_report(run.state).goodput
@@ -231,6 +252,12 @@ def test_compare_shows_each_runs_goodput(tmp_path):
     for row, rep in zip(cmp["runs"], reports, strict=True):
         assert row["slo_turns_met"] == rep["goodput"]["turns_met"]
         assert row["late_turns"] == rep["open_loop"]["late_turns"]
+        assert row["slo_conversations_met"] == rep["goodput"]["conversations_met"]
+        assert row["slo_conversations_met_per_min"] == rep["goodput"]["conversations_met_per_min"]
     assert [r["slo_turns_met"] for r in cmp["runs"]] == [2, 0]
+    assert [r["slo_conversations_met"] for r in cmp["runs"]] == [2, 0]
     table = rw("compare", *paths).stdout
+    loose = cmp["runs"][0]["slo_conversations_met_per_min"]
     assert "goodput" in table and "SLO ttft=60s" in table
+    assert f"2 conversations met it on every turn, {loose:.2f}/min" in table
+    assert "0 conversations met it on every turn, 0.00/min" in table

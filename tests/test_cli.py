@@ -112,7 +112,7 @@ def test_report_json_schema(recorded):
         "output_tokens",
         "time_scale",
     }
-    assert rep["run"]["schema"] == 4 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 5 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",

@@ -43,7 +43,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
     )
     cmp = json.loads(out["json"].stdout)
     assert (
-        cmp["schema"] == 3 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
+        cmp["schema"] == 4 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
     )
     assert "schedules differ" in " ".join(cmp["notes"])
     for row, path in zip(cmp["runs"], runs):
@@ -92,6 +92,8 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         "slo_turns_met",
         "slo_turns_met_per_min",
         "late_turns",
+        "slo_conversations_met",
+        "slo_conversations_met_per_min",
     }
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3

@@ -8,7 +8,7 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.slo import meets, parse_slo, parse_warmup
+from rampwatch.drivers.model.slo import GOODPUT_WINDOW_S, GoodputTally, meets, parse_slo, parse_warmup
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import TurnRecord
 from rampwatch.drivers.run.recording import read_recording
@@ -91,7 +91,7 @@ def test_a_closed_loop_run_gets_verdicts_goodput_and_warmup_as_worked_out_from_i
     assert out.returncode == 0, out.stderr
     assert "goodput (SLO ttft=30s): 8 of 8 turns met it" in out.stdout
     rep = report_json(record)
-    assert rep["run"]["schema"] == 4 and rep["open_loop"] is None
+    assert rep["run"]["schema"] == 5 and rep["open_loop"] is None
     assert all(t["slo_met"] is True and t["due_s"] is None for s in rep["sessions"] for t in s["turns"])
     g = rep["goodput"]
     assert (g["turns_met"], g["turns"], g["conversations_met"], g["conversations"]) == (8, 8, 2, 2)
@@ -215,3 +215,18 @@ def test_a_hand_edited_slo_that_no_longer_reads_gives_a_report_without_verdicts(
     state.apply(ev.TurnDone(t=0.4, session="s1", turn=1, status="ok", completion_tokens=2, chunks=2))
     rep = build_report(state)
     assert rep.goodput is None and rep.sessions[0].turns[0].slo_met is None
+
+
+def test_the_live_share_evicts_turns_older_than_the_window():
+    """A miss at 0 s, a met turn at 100 s and at 200 s: within the 5-minute window the share is 2/3; once the
+    window has moved past 0 s the miss is evicted (1.0); past 200 s nothing is left (None). The totals keep all."""
+    assert GOODPUT_WINDOW_S == 300.0
+    tally = GoodputTally()
+    for t, ttft in ((0.0, 9.0), (100.0, 0.5), (200.0, 0.5)):  # finished at t: a miss, then two met
+        rec = TurnRecord(session="s1", turn=1, target=0, new_tokens_est=1, sent_t=t - ttft, status="ok")
+        rec.first_t = t
+        tally.add("ttft=1s", rec, t)
+    assert tally.window_share(299.0) == pytest.approx(2 / 3)
+    assert tally.window_share(300.5) == pytest.approx(1.0)  # the miss at 0 s is now older than the window
+    assert tally.window_share(500.5) is None
+    assert (tally.met, tally.judged) == (2, 3)

@@ -166,6 +166,7 @@ def test_a_point_stops_early_when_the_server_saturates_and_the_sweep_with_it(tmp
 STEP_S, BUDGET = 0.010, 164
 SEED, LIMIT_S, GRACE_S, TTFT_SLO_S, SHARE = 5, 40.0, 2.0, 2.0, 0.95
 LOW, HIGH = 40.0, 160.0  # per minute: the range searched, 4x, so six points bisect it to 4**(1/16) = 1.09x
+ONE_STEP = (HIGH / LOW) ** (1 / 16)  # the bracket six points leave: 1.09x
 
 
 def predicted_share(per_min: float, begun: float, lag: float, service: float) -> float:
@@ -208,11 +209,14 @@ def test_find_max_finds_the_knee_an_fcfs_queue_model_predicts_within_one_bisecti
         out = rw(*sweep_args(sim.url, *flags, schedule="8k"))
         took = time.monotonic() - began
     assert out.returncode == 0, out.stderr[-3000:]
+    assert took < 600, f"the search took {took:.0f}s, over the 10 minutes the issue allows"
     sweep = json.loads(path.read_text())
     assert 3 <= len(sweep["runs"]) <= 6
     knee, fail = sweep["knee_per_min"], sweep["knee_fail_per_min"]
     assert knee is not None and fail is not None, sweep
+    # Six points over a 4x range: both ends, then four bisections, each halving the bracket's log: 4**(1/16).
     step = fail / knee
+    assert step <= ONE_STEP * 1.0001, f"the search's bracket {knee:.4g}..{fail:.4g}/min is wider than one step"
 
     prompts, lags, begun = [], [], []
     for name in sweep["runs"]:
@@ -230,5 +234,10 @@ def test_find_max_finds_the_knee_an_fcfs_queue_model_predicts_within_one_bisecti
         f"knee search: {len(sweep['runs'])} points in {took:.0f}s; reported {knee:.4g}/min (missed {fail:.4g}); "
         f"predicted {expected:.4g}/min (service {service:.3f}s, lag {lag * 1000:.0f} ms, begun {start:.2f}s)"
     )
-    assert knee / step <= expected <= fail * step, (knee, fail, expected)
+    # Within one bisection step of the derived knee: the reported (highest kept) rate is at most one step above
+    # or below the rate Lindley's recursion predicts. On this 2-core machine the derivation gives ~80.7/min
+    # (service 0.500 s, send lag 1 ms, arrivals from 0.37 s) and the search reports 80/min, missing 87.2/min.
+    assert knee / ONE_STEP <= expected <= knee * ONE_STEP, (
+        f"derived knee {expected:.4g}/min is not within one step ({ONE_STEP:.4f}x) of the reported {knee:.4g}/min"
+    )
     assert f"knee: {knee:.4g}/min keeps ttft=2s" in out.stdout

@@ -18,7 +18,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
 
-REPORT_SCHEMA = 4  # the JSON report's schema (README: "The JSON schema"); bump on any change
+REPORT_SCHEMA = 5  # the JSON report's schema (README: "The JSON schema"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):

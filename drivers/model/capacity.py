@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from rampwatch.drivers.model.goodput import steady, warmup_of
 from rampwatch.drivers.model.slo import latency_from
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import quantile
@@ -20,12 +21,13 @@ SATURATION_WINDOW_S = 60.0  # how long the waiting queue must grow before a poin
 
 
 class CapacityPoint(msgspec.Struct, kw_only=True):
-    """An open-loop run seen as one point of the curve; rates are per minute of the run."""
+    """An open-loop run seen as one point of the curve; rates are per minute of its steady window (from --warmup's
+    end, else the run's start, to its last event), and the turn figures leave the warmup's turns out."""
 
     offered_per_min: float  # the arrival rate asked for
     arrived: int  # conversations that arrived
-    minutes: float  # the run's length, from its start to its last event
-    turns: int  # finished attempts (failed ones included)
+    minutes: float  # the steady window's length, from the warmup's end (else the run's start) to its last event
+    turns: int  # finished attempts past the warmup (failed ones included)
     turns_per_min: float | None  # achieved
     slo: str | None  # the SLO judged (None: none asked for)
     goodput_turns_per_min: float | None  # turns meeting the SLO, per minute
@@ -39,6 +41,7 @@ class CapacityPoint(msgspec.Struct, kw_only=True):
     status: str | None  # how the run ended: done, time-limit, saturated, ...
     mean_conversation_s: float | None  # a finished conversation's length, arrival to its last reply
     kv_fits: int | None  # conversations as long as the longest one that fit in one engine's KV pool
+    warmup: str | None = None  # what --warmup left out, in words (None: nothing)
 
 
 def capacity_point(state: RunState, report: Report) -> CapacityPoint | None:
@@ -47,14 +50,15 @@ def capacity_point(state: RunState, report: Report) -> CapacityPoint | None:
     if h is None or not h.arrivals_per_s or report.open_loop is None:
         return None
     ramp = {s.id for s in report.sessions}
-    recs = [r for r in state.turns if r.session in ramp]
+    warm = warmup_of(state)
+    recs, start = steady(state, [r for r in state.turns if r.session in ramp], warm)
     per_128k = sorted(
         (r.first_t - latency_from(r)) * PER_128K / n
         for r in recs
         if r.status == "ok" and r.first_t is not None and (n := new_tokens(r)) > 0
     )
     end = state.ended.t if state.ended is not None else state.t
-    minutes = max(0.0, end) / 60
+    minutes = max(0.0, end - start) / 60
     done = [r for r in recs if r.status != "running"]
     g = report.goodput
     return CapacityPoint(
@@ -75,6 +79,7 @@ def capacity_point(state: RunState, report: Report) -> CapacityPoint | None:
         status=state.ended.status if state.ended is not None else None,
         mean_conversation_s=_mean_conversation_s(state, ramp),
         kv_fits=state.kv_fits_sequences(),
+        warmup=warm.text() if warm is not None else None,
     )
 
 

@@ -1,5 +1,5 @@
 """The report's figures of an open-loop run (--arrivals: how users arrived, the turns sent late) and of an
-SLO (--slo: goodput, the turns and conversations that met it, --warmup left out)."""
+SLO (--slo: goodput, the turns and conversations that met it), each with --warmup's turns left out."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from rampwatch.drivers.model.slo import Slo, latency_from, parse_warmup
+from rampwatch.drivers.model.slo import Slo, Warmup, latency_from, parse_warmup
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import TurnRow
+from rampwatch.drivers.model.turns import TurnRecord, TurnRow
 
 if TYPE_CHECKING:
     from rampwatch.drivers.model.analysis import SessionReport
@@ -27,6 +27,7 @@ class OpenLoop(msgspec.Struct):
     send_lag_max_s: float | None
     ttft_from_due_p50_s: float | None
     ttft_from_send_p50_s: float | None
+    warmup: str | None = None  # what --warmup left out of the turn figures, in words (None: nothing)
 
 
 class Goodput(msgspec.Struct):
@@ -45,11 +46,32 @@ class Goodput(msgspec.Struct):
     warmup_turns: int = 0  # turns left out
 
 
+def warmup_of(state: RunState) -> Warmup | None:
+    """The run's --warmup (None: none, or a hand-edited header's that no longer reads: nothing left out)."""
+    h = state.header
+    try:
+        return parse_warmup(h.warmup) if h is not None and h.warmup else None
+    except ValueError:
+        return None
+
+
+def steady(state: RunState, recs: list[TurnRecord], warm: Warmup | None) -> tuple[list[TurnRecord], float]:
+    """The turns past the warmup and where the steady window starts: the warmup's end (for N arrivals: the first
+    due turn left in of the whole run), else the run's start."""
+    if warm is None:
+        return recs, 0.0
+    later = [latency_from(r) for r in state.turns if not warm.excludes(r)]
+    start = warm.seconds if warm.seconds is not None else min(later, default=0.0)
+    return [r for r in recs if not warm.excludes(r)], start
+
+
 def open_loop(state: RunState, ramp: list[str]) -> OpenLoop | None:
+    """How conversations arrived (all of them) and how late the turns past --warmup were sent."""
     h = state.header
     if h is None or not h.arrivals_per_s:
         return None
-    recs = [r for r in state.turns if r.session in ramp]
+    warm = warmup_of(state)
+    recs, _ = steady(state, [r for r in state.turns if r.session in ramp], warm)
     lags = [r.send_lag for r in recs if r.send_lag is not None]
     return OpenLoop(
         arrivals_per_min=h.arrivals_per_s * 60,
@@ -62,19 +84,16 @@ def open_loop(state: RunState, ramp: list[str]) -> OpenLoop | None:
             [r.first_t - r.due_t for r in recs if r.first_t is not None and r.due_t is not None]
         ),
         ttft_from_send_p50_s=median([r.ttft for r in recs if r.ttft is not None and r.due_t is not None]),
+        warmup=warm.text() if warm is not None else None,
     )
 
 
 def goodput(state: RunState, slo: Slo, sessions: list[SessionReport]) -> Goodput:
     """Turns that met the SLO, and conversations every turn of which did, over the run's minutes; --warmup's
     turns (and a conversation with any turn in it) left out, and its time with them."""
-    h = state.header
-    try:
-        warm = parse_warmup(h.warmup) if h is not None and h.warmup else None
-    except ValueError:  # a hand-edited header's warmup that no longer reads: nothing left out
-        warm = None
+    warm = warmup_of(state)
     keep: dict[str, list[TurnRow]] = {}
-    left_out, start = 0, 0.0
+    left_out = 0
     for s in sessions:
         recs = [r for r in state.turns if r.session == s.id]
         if warm is not None and any(warm.excludes(r) for r in recs):
@@ -84,9 +103,7 @@ def goodput(state: RunState, slo: Slo, sessions: list[SessionReport]) -> Goodput
                 keep[s.id + "~"] = kept  # a conversation begun in the warmup: its later turns count, it does not
             continue
         keep[s.id] = s.turns
-    if warm is not None:
-        later = [latency_from(r) for r in state.turns if not warm.excludes(r)]
-        start = warm.seconds if warm.seconds is not None else min(later, default=0.0)
+    _, start = steady(state, [], warm)
     rows = [row for turns in keep.values() for row in turns]
     ran = [turns for sid, turns in keep.items() if turns and not sid.endswith("~")]  # never started: not one
     good_conv = sum(1 for turns in ran if all(row.slo_met for row in turns))

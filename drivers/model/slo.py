@@ -119,31 +119,66 @@ GOODPUT_WINDOW_S = 300.0  # the live share of turns meeting the SLO looks back t
 
 
 class GoodputTally:
-    """The live goodput (RunState keeps one): turns judged and met since the start, and the share met among
-    the turns finished in the last GOODPUT_WINDOW_S; O(1) amortised per finished turn."""
+    """The live goodput (RunState keeps one): turns judged and met since the start, conversations whose every turn
+    met it, their rates per minute, and the share met among the turns finished in the last GOODPUT_WINDOW_S;
+    --warmup's turns (and the conversations they are of) left out, as the report does. O(1) amortised a turn."""
 
     def __init__(self) -> None:
         self.slo: Slo | None = None
-        self._text: str | None = None
+        self.warmup: Warmup | None = None
+        self._text: tuple[str, str | None] | None = None
         self.judged = 0
         self.met = 0
+        self._good: set[str] = set()  # conversations past the warmup every judged turn of which met the SLO
+        self._spoilt: set[str] = set()  # conversations with a turn missed or in the warmup
+        self._start: float | None = None  # where the steady window starts: the warmup's end, else the run's
         self._recent: deque[tuple[float, bool]] = deque()
 
-    def add(self, slo_text: str | None, rec: TurnRecord, t: float) -> None:
+    def _read(self, slo_text: str, warmup_text: str | None) -> None:
+        self._text = (slo_text, warmup_text)
+        try:
+            self.slo = parse_slo(slo_text)
+        except ValueError:
+            self.slo = None  # a recording edited by hand: no verdicts, rather than a failed fold
+        try:
+            self.warmup = parse_warmup(warmup_text) if warmup_text else None
+        except ValueError:
+            self.warmup = None
+        self._start = self.warmup.seconds if self.warmup is not None else 0.0
+
+    def add(self, slo_text: str | None, rec: TurnRecord, t: float, warmup: str | None = None) -> None:
+        """Judge a finished turn (the run's --slo and --warmup as recorded)."""
         if not slo_text:
             return
-        if slo_text != self._text:
-            self._text = slo_text
-            try:
-                self.slo = parse_slo(slo_text)
-            except ValueError:
-                self.slo = None  # a recording edited by hand: no verdicts, rather than a failed fold
+        if (slo_text, warmup) != self._text:
+            self._read(slo_text, warmup)
         if self.slo is None:
             return
+        if self.warmup is not None and self.warmup.excludes(rec):
+            self._spoilt.add(rec.session)  # begun in the warmup: its later turns count, it does not
+            return
+        if self._start is None:  # the first N arrivals left out: the window starts at the first turn kept
+            self._start = latency_from(rec)
         ok = meets(self.slo, rec)
         self.judged += 1
         self.met += ok
+        if not ok:
+            self._spoilt.add(rec.session)
+            self._good.discard(rec.session)
+        elif rec.session not in self._spoilt:
+            self._good.add(rec.session)
         self._recent.append((t, ok))
+
+    @property
+    def conversations_met(self) -> int:
+        """Conversations (begun past the warmup) every turn of which so far met the SLO, as the report counts."""
+        return len(self._good)
+
+    def per_min(self, count: int, now: float) -> float | None:
+        """`count` per minute of the steady window so far (None: none of it has passed yet)."""
+        if self._start is None or now <= self._start:
+            return None
+        return count / ((now - self._start) / 60)
 
     def window_share(self, now: float) -> float | None:
         """The share of turns finished in the last GOODPUT_WINDOW_S that met the SLO (None: none finished)."""

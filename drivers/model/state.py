@@ -209,7 +209,8 @@ class RunState:
             rec.chunks = e.chunks
         self.turns.append(rec)
         if s.role == "ramp":
-            self.goodput.add(self.header.slo if self.header is not None else None, rec, e.t)
+            h = self.header
+            self.goodput.add(h.slo if h else None, rec, e.t, warmup=h.warmup if h else None)
         self._prefilling.pop(e.session, None)
         if e.status == "ok":
             self._usage_has_cache = bool(self._usage_has_cache) or e.cached_tokens is not None

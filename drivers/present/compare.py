@@ -9,7 +9,7 @@ import msgspec
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.stats import median
 
-COMPARE_SCHEMA = 3  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
+COMPARE_SCHEMA = 4  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
 NO_HIT_COUNTERS = "n/a: engine exposes no prefix-cache counters"
 
 
@@ -51,6 +51,8 @@ class RunRow(msgspec.Struct):
     slo_turns_met: int | None = None
     slo_turns_met_per_min: float | None = None
     late_turns: int | None = None
+    slo_conversations_met: int | None = None  # conversations every turn of which met it
+    slo_conversations_met_per_min: float | None = None
 
 
 class TurnColumn(msgspec.Struct):
@@ -124,6 +126,8 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         slo=rep.goodput.slo if rep.goodput else None,
         slo_turns_met=rep.goodput.turns_met if rep.goodput else None,
         slo_turns_met_per_min=rep.goodput.turns_met_per_min if rep.goodput else None,
+        slo_conversations_met=rep.goodput.conversations_met if rep.goodput else None,
+        slo_conversations_met_per_min=rep.goodput.conversations_met_per_min if rep.goodput else None,
         late_turns=rep.open_loop.late_turns if rep.open_loop else None,
     )
 

@@ -193,8 +193,13 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
     for r in cmp.runs:
         if r.slo is not None:
             per_min = f", {r.slo_turns_met_per_min:.2f}/min" if r.slo_turns_met_per_min is not None else ""
+            conv = r.slo_conversations_met_per_min
+            conv_min = f", {conv:.2f}/min" if conv is not None else ""
             late = f"; {r.late_turns} sent late" if r.late_turns is not None else ""
-            notes.append(f"goodput {r.label} (SLO {r.slo}): {r.slo_turns_met} turns met it{per_min}{late}")
+            notes.append(
+                f"goodput {r.label} (SLO {r.slo}): {r.slo_turns_met} turns met it{per_min}; "
+                f"{r.slo_conversations_met} conversations met it on every turn{conv_min}{late}"
+            )
     if any(isinstance(r.hit_rate_last_turn, str) for r in cmp.runs):
         notes.append(f"hit last n/a: {NO_HIT_COUNTERS.removeprefix('n/a: ')}")
     if fmt == "csv":

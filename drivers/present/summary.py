@@ -105,6 +105,7 @@ def open_loop_lines(rep: Report) -> list[str]:
     o, g = rep.open_loop, rep.goodput
     if o is not None:
         cap = f", at most {o.max_live} live" if o.max_live else ""
+        warm = f" (past the warmup, {o.warmup})" if o.warmup else ""
         lag = f" (worst {o.send_lag_max_s * 1000:.0f} ms)" if o.send_lag_max_s is not None else ""
         ttft = (
             f"; TTFT p50 {o.ttft_from_due_p50_s:.2f}s from due, {o.ttft_from_send_p50_s:.2f}s from send"
@@ -113,13 +114,14 @@ def open_loop_lines(rep: Report) -> list[str]:
         )
         lines.append(
             f"arrivals: {o.arrivals_per_min:g}/min (seed {o.seed}){cap}, {o.arrived} arrived; "
-            f"{o.late_turns} turns sent over 10 ms late{lag}{ttft}"
+            f"{o.late_turns} turns{warm} sent over 10 ms late{lag}{ttft}"
         )
     if g is not None:
         per_min = f", {g.turns_met_per_min:.2f} turns/min" if g.turns_met_per_min is not None else ""
+        conv_min = f", {g.conversations_met_per_min:.2f}/min" if g.conversations_met_per_min is not None else ""
         lines.append(
             f"goodput (SLO {g.slo}): {g.turns_met} of {g.turns} turns met it{per_min}; "
-            f"{g.conversations_met} of {g.conversations} conversations met it on every turn"
+            f"{g.conversations_met} of {g.conversations} conversations met it on every turn{conv_min}"
             + (f"; warmup: {g.warmup} left out ({g.warmup_turns} turns)" if g.warmup else "")
         )
     return lines

@@ -111,6 +111,15 @@ def knee_lines(points: list[CapacityPoint], slo_share: float, knee: float | None
         fits = f"; the KV pool fits {at.kv_fits} such conversations at once" if at.kv_fits else ""
         lines.append(
             f"at the knee {live:.2g} conversations were live on average ({knee:.4g}/min x "
-            f"{at.mean_conversation_s:.3g}s a conversation){fits}"
+            f"{at.mean_conversation_s:.3g}s a conversation){fits}{kv_ratio(live, at.kv_fits)}"
         )
     return lines
+
+
+def kv_ratio(live: float, fits: int | None) -> str:
+    """How many times fewer (or more) conversations the knee keeps live than the KV estimate ('' without one)."""
+    if not fits or live <= 0:
+        return ""
+    ratio = fits / live if fits >= live else live / fits
+    times = f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.2g}"
+    return f": the knee keeps {times}x {'fewer' if fits >= live else 'more'} live than the pool fits"

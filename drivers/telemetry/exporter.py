@@ -37,6 +37,7 @@ SERIES = (
     "rampwatch_needle_asked",
     "rampwatch_late_turns",
     "rampwatch_slo_met_turns",
+    "rampwatch_slo_met_conversations",
 )
 
 
@@ -94,7 +95,15 @@ class RunExporter:
         self.slo_met = Counter(
             "rampwatch_slo_met_turns", "Turns that met every bound of --slo (goodput: its rate).", lab, registry=r
         )
+        self.slo_met_conversations = Counter(
+            "rampwatch_slo_met_conversations",
+            "Conversations that finished every turn, each meeting every bound of --slo (goodput: its rate).",
+            lab,
+            registry=r,
+        )
         self._flight: dict[str, _InFlight] = {}
+        self._planned: dict[str, int] = {}  # a ramp conversation's planned turns
+        self._missed: set[str] = set()  # conversations with a turn that missed the SLO
         r.register(_PrefillInFlight(self))
         self._server: WSGIServer | None = None
 
@@ -102,7 +111,9 @@ class RunExporter:
         """A hub listener: fold one event into the series."""
         if self.time_scale != 1.0:
             e = modelled(e, self.time_scale)
-        if isinstance(e, ev.RequestSent):
+        if isinstance(e, ev.SessionPlanned) and e.role == "ramp":
+            self._planned[e.session] = len(e.schedule)
+        elif isinstance(e, ev.RequestSent):
             self._flight[e.session] = _InFlight(turn=e.turn, sent_t=e.t, due_t=e.due, new_tokens_est=e.new_tokens_est)
             self.turn.labels(e.session, self.run).set(e.turn)
             if e.due is not None and e.t - e.due > LATE_S:
@@ -138,6 +149,7 @@ class RunExporter:
         if e.status == "failed":
             self.failed.labels(*labels).inc()
         if e.status != "ok":
+            self._missed.add(e.session)
             return
         self.asked.labels(*labels).inc()
         if e.needle:
@@ -148,8 +160,19 @@ class RunExporter:
             rate = decode_tok_s(e.completion_tokens or e.chunks, f.first_t, f.last_t)
             if rate is not None:
                 self.decode.labels(*labels).set(rate)
-            if self.slo is not None and meets(self.slo, _record(e, f)):
-                self.slo_met.labels(*labels).inc()
+            if self.slo is not None:
+                self._judge(e, f)
+
+    def _judge(self, e: ev.TurnDone, f: _InFlight) -> None:
+        """Count a turn that met the SLO, and its conversation when this was its last turn and every one met it."""
+        assert self.slo is not None
+        labels = (e.session, self.run)
+        if not meets(self.slo, _record(e, f)):
+            self._missed.add(e.session)
+            return
+        self.slo_met.labels(*labels).inc()
+        if e.turn == self._planned.get(e.session) and e.session not in self._missed:
+            self.slo_met_conversations.labels(*labels).inc()
 
     def prefills(self) -> Iterator[tuple[str, float]]:
         """(session, seconds) of each prefill still waiting for its first token."""

@@ -70,7 +70,7 @@ def open_loop_settings(args: argparse.Namespace) -> dict[str, Any]:
             raise BadInput(f"--slo {args.slo!r}: {e}") from None
     if args.warmup is not None:
         if args.slo is None:
-            raise BadInput("--warmup leaves the run's start out of the goodput: it needs --slo")
+            raise BadInput("--warmup leaves the run's start out of the figures: it needs --slo")
         try:
             parse_warmup(args.warmup)
         except ValueError as e:

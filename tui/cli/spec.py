@@ -413,8 +413,9 @@ def add_open_loop_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument(
         "--warmup",
         metavar="DURATION|N",
-        help="with --slo: leave the run's start out of the goodput, a time (e.g. 60s: turns due before it) or "
-        "the first N arrivals (e.g. 3: conversations s1..s3); the report says what was left out",
+        help="with --slo: leave the run's start out of the figures (goodput, late turns, a sweep point's turns/min "
+        "and TTFT), a time (e.g. 60s: turns due before it) or the first N arrivals (e.g. 3: conversations "
+        "s1..s3); the report says what was left out",
     )
 
 
@@ -589,7 +590,12 @@ COMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = [
     ("replay", "replay a recording in the UI", add_replay_args),
     ("compare", "recordings side by side (a sweep file counts as its runs)", add_compare_args),
     ("export", "pictures of a recording (a self-contained HTML page, SVG); the Grafana dashboard", add_export_args),
-    ("sweep", "the same ramp at several session counts, in lockstep: a capacity curve", add_sweep_args),
+    (
+        "sweep",
+        "capacity curves: the same ramp at several session counts in lockstep, or users arriving at several "
+        "rates (open loop), or a search for the knee (--find-max: the highest rate that keeps an SLO)",
+        add_sweep_args,
+    ),
     ("report", "per-turn tables of a recording", add_report_args),
 ]
 
