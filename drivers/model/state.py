@@ -44,6 +44,7 @@ class RunState:
     reader can tell when nothing has changed since it last looked."""
 
     def __init__(self, header: ev.Header | None = None):
+        self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
         self.header = header
         self.t = 0.0  # time of the newest event (modelled: see time_scale)
         self.raw_t = 0.0  # ... as recorded (wall clock), for events made from it
@@ -67,10 +68,18 @@ class RunState:
         # covers its first token (or the run ends), so it never calls transferred KV cached.
         self.transfers = TransferLedger()
         self.goodput = GoodputTally()  # --slo: turns judged and met, live
-        self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
         self.spans = SpanLedger()  # the engine's trace spans (--otlp), joined to turns by request id
 
     # -- folding -------------------------------------------------------------
+
+    @property
+    def header(self) -> ev.Header | None:
+        return self._header
+
+    @header.setter
+    def header(self, header: ev.Header | None) -> None:
+        self._header = header
+        self.client.k = time_factor(header)  # its windows are wall seconds, read in the fold's modelled ones
 
     @property
     def time_scale(self) -> float:
