@@ -24,6 +24,7 @@ class ClientCheck:
         self.k = 1.0  # the fold's seconds per wall second (a sped-up demo's time scale; RunState sets it)
         self.latest: ev.ClientLag | None = None
         self.worst_ms: float | None = None  # None: the recording has no lag reports (made before them)
+        self.marked = 0  # turns marked client busy so far (a finished turn may be marked after its end)
         self._stamps: deque[tuple[TurnRecord, list[float]]] = deque()
         self._windows: deque[tuple[float, float]] = deque()
 
@@ -33,7 +34,7 @@ class ClientCheck:
         while stamps[0][1][-1] < times[-1] - KEPT_S * self.k:
             stamps.popleft()
         for window in self._windows:
-            _judge(rec, times, window)
+            self.marked += _judge(rec, times, window)
 
     def apply(self, e: ev.ClientLag) -> None:
         """Marks the turns with a stamp taken while the driver's loop ran late (their times may be late too)."""
@@ -45,7 +46,7 @@ class ClientCheck:
             windows.popleft()
         for window in e.busy:
             for rec, times in self._stamps:
-                _judge(rec, times, window)
+                self.marked += _judge(rec, times, window)
 
     def lag_ms(self, now: float) -> float | None:
         """The worst lag of the latest second, while that is recent and over the busy bar."""
@@ -55,7 +56,10 @@ class ClientCheck:
         return lag.max_ms
 
 
-def _judge(rec: TurnRecord, times: list[float], window: tuple[float, float]) -> None:
+def _judge(rec: TurnRecord, times: list[float], window: tuple[float, float]) -> bool:
+    """Marks `rec` client busy if a stamp of `times` lies in `window`; True if that marked it now."""
     a, b = window
     if not rec.client_busy and times[0] <= b and times[-1] >= a and any(a <= t <= b for t in times):
         rec.client_busy = True
+        return True
+    return False

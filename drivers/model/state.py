@@ -51,6 +51,7 @@ class RunState:
         self.version = 0  # events applied so far
         self.sessions: dict[str, SessionView] = {}
         self.turns: list[TurnRecord] = []  # every finished attempt, in finishing order
+        self._turns_settled = 0  # finished turns changed after their end (a late span, transferred KV attributed)
         self.server = ServerView()
         self.endpoints: dict[str, EndpointView] = {}  # by name, in the order they first answered
         self.gpus: list[ev.GpuReading] = []  # every source's GPUs, by node then index
@@ -80,6 +81,12 @@ class RunState:
     def header(self, header: ev.Header | None) -> None:
         self._header = header
         self.client.k = time_factor(header)  # its windows are wall seconds, read in the fold's modelled ones
+
+    @property
+    def turns_revision(self) -> int:
+        """Changes whenever `turns` does: one more, or a finished one settled later (its span, its transferred KV,
+        a client-busy mark), so a table of finished turns redraws exactly then."""
+        return len(self.turns) + self._turns_settled + self.client.marked
 
     @property
     def time_scale(self) -> float:
@@ -340,6 +347,8 @@ class RunState:
             if before == 0 and self.spans.unmatched:
                 self._log(LogEntry(e.t, "warn", f"OTLP span {e.request_id or '(no request id)'} matches no turn"))
             return
+        if rec.status != "running":
+            self._turns_settled += 1
         if rec.status == "ok" and rec.engine_timing == "span":  # late: the turn's line said no engine figures
             self._engine_timed = True
             self._log(LogEntry(e.t, "info", "span: " + turn_line(rec), rec.ttft))
@@ -403,6 +412,7 @@ class RunState:
     def _settle_transfers(self, t: float, final: bool) -> None:
         """Log the lines of the waiting split turns the decode servers' counters now cover (all at the end)."""
         for rec in self.transfers.settle(self._decode_endpoints(), final):
+            self._turns_settled += 1
             self._log(LogEntry(t, "info", turn_line(rec), rec.ttft))
 
     def prefilling(self) -> list[TurnRecord]:
