@@ -10,8 +10,11 @@ from rampwatch.drivers.run.recording import Recording
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
 from rampwatch.tui.widgets.header import HeaderBar
+from rampwatch.tui.widgets.server import ServerPanel
 from tests.conftest import focus_cells, open_focus
 from tests.test_state_analysis import header
+
+UNTIMED = "engine's own queue and prefill time per turn unavailable (vLLM: --enable-per-request-metrics"
 
 
 def one_turn(*, timed: bool) -> list[ev.AnyEvent]:
@@ -56,6 +59,21 @@ async def test_the_focus_table_takes_a_span_and_a_busy_mark_after_the_turn():
         assert src.state.turns[0].client_busy
         heads, (cells,) = await focus_cells(app, pilot)
         assert "client" in heads and cells[heads.index("client")] == "busy", (heads, cells)
+
+
+async def panel_text(events: list[ev.AnyEvent], panel: type) -> str:
+    app, _ = app_at_end(events)
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.redraw()
+        await pilot.pause()
+        return app.query_one(panel).plain_text()
+
+
+async def test_the_server_panel_says_when_the_engine_times_no_turn_and_which_flag_would():
+    text = " ".join((await panel_text(one_turn(timed=False), ServerPanel)).split())
+    assert UNTIMED in text, text
+    assert UNTIMED not in " ".join((await panel_text(one_turn(timed=True), ServerPanel)).split())
+    assert UNTIMED not in " ".join((await panel_text(one_turn(timed=False)[:3], ServerPanel)).split())  # no turn yet
 
 
 async def test_the_header_shows_the_clients_lag_while_it_is_over_5_ms():

@@ -23,7 +23,14 @@ from rampwatch.drivers.model.modelled import modelled, time_factor
 from rampwatch.drivers.model.slo import GoodputTally
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line, wait_parts
+from rampwatch.drivers.model.turns import (
+    TurnRecord,
+    engine_timing_hint,
+    hit_rate,
+    prefill_tok_s,
+    turn_line,
+    wait_parts,
+)
 from rampwatch.drivers.model.views import (
     DECODE_WINDOW_S,
     GENERATING,
@@ -537,6 +544,13 @@ class RunState:
     def engine_times_turns(self) -> bool | None:
         """Whether the engine reports its own queue and prefill time per request (None: no turn finished yet)."""
         return self._engine_timed
+
+    def engine_timing_missing(self) -> str | None:
+        """The one line saying the engine timed none of the finished turns and which server flag would give the
+        figures (the report's line); None while some turn was timed, or before any turn finished."""
+        if self._engine_timed is not False:
+            return None
+        return engine_timing_hint(self.server.engine or (self.header.engine if self.header is not None else None))
 
     def preemptions_this_run(self) -> float | None:
         return self.server.values.get("preemptions")  # counters are growth since each server first answered
