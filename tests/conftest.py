@@ -320,19 +320,31 @@ async def focus_table(src, size: tuple[int, int]) -> tuple[list[str], list[list[
     """The first session's focus screen over a paused replay source, opened as a user does (enter):
     its table's column heads and cells."""
     from rampwatch.tui.app import RampwatchApp
-    from rampwatch.tui.widgets.focus import SessionScreen
 
     src.seek(1e9)
     src.paused = True
     app = RampwatchApp(src, autostart=False)
     async with app.run_test(size=size) as pilot:
-        app.redraw()
-        await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, SessionScreen)
-        app.redraw()
-        await pilot.pause()
-        table = app.screen.query_one("DataTable")
-        heads = [str(c.label) for c in table.columns.values()]
-        return heads, [[str(c) for c in table.get_row_at(k)] for k in range(table.row_count)]
+        return await open_focus(app, pilot)
+
+
+async def open_focus(app, pilot) -> tuple[list[str], list[list[str]]]:  # noqa: ANN001  (Textual's, imported late)
+    """Open the first session's focus screen on a running test app as a user does (enter): its table's column
+    heads and cells."""
+    from rampwatch.tui.widgets.focus import SessionScreen
+
+    app.redraw()
+    await pilot.pause()
+    await pilot.press("enter")
+    await pilot.pause()
+    assert isinstance(app.screen, SessionScreen)
+    return await focus_cells(app, pilot)
+
+
+async def focus_cells(app, pilot) -> tuple[list[str], list[list[str]]]:  # noqa: ANN001
+    """The focus screen's table after a redraw: its column heads and cells."""
+    app.redraw()
+    await pilot.pause()
+    table = app.screen.query_one("DataTable")
+    heads = [str(c.label) for c in table.columns.values()]
+    return heads, [[str(c) for c in table.get_row_at(k)] for k in range(table.row_count)]

@@ -109,3 +109,26 @@ def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late():
     marked = {(r.session, r.turn) for r in run.state.turns if r.client_busy}
     assert ("s1", 2) in late
     assert marked == late
+
+
+def test_a_sped_up_demo_keeps_its_windows_and_shows_its_lag_in_wall_seconds():
+    """A demo run 10x faster than real time: the fold reads every time modelled (x10), but how long a stamp
+    waits for its lag report, and how long a report is "now", are the driver's wall clock: a window reported
+    0.4 s (wall) after the stamp it covers still marks it, and the lag shows for the 2.5 wall seconds after."""
+    state = RunState(ev.Header(rampwatch_version="", command=[], mode="demo", server="", time_scale=10.0))
+    for sid in ("s1", "s2"):
+        state.apply(ev.SessionPlanned(t=0.0, session=sid, schedule=[100], salt=sid))
+        state.apply(ev.RequestSent(t=0.0, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    state.apply(ev.TokenTimes(t=0.70, session="s2", turn=1, times=[0.60, 0.70]))  # 0.60 is in the window
+    state.apply(ev.TokenTimes(t=1.05, session="s1", turn=1, times=[0.90, 1.05]))  # none is
+    state.apply(ev.ClientLag(t=1.1, p50_ms=0.1, p99_ms=40.0, max_ms=40.0, busy=[(0.59, 0.65)]))
+    assert {sid: s.current.client_busy for sid, s in state.sessions.items()} == {"s1": False, "s2": True}
+    assert state.client.lag_ms(10 * 1.4) == 40.0  # 0.3 wall seconds after the report: it is "now"
+    assert state.client.lag_ms(10 * 3.7) is None  # 2.6 wall seconds after: no longer
+
+
+def test_a_real_servers_run_keeps_its_windows_in_seconds_as_recorded():
+    """The same stream unscaled: the windows are the same wall seconds (the lag shows 2.5 s, no longer)."""
+    state = RunState(ev.Header(rampwatch_version="", command=[], mode="run", server=""))
+    state.apply(ev.ClientLag(t=1.1, p50_ms=0.1, p99_ms=40.0, max_ms=40.0, busy=[]))
+    assert state.client.lag_ms(3.5) == 40.0 and state.client.lag_ms(3.7) is None

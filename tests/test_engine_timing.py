@@ -5,7 +5,10 @@ simulated engine's exact figures from its own scheduler."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import msgspec
 import pytest
@@ -153,10 +156,15 @@ def test_without_engine_figures_one_line_names_the_flag(sim, tmp_path):
     assert all(t["queued_s"] is None and t["engine_prefill_s"] is None and t["ttft_rest_s"] is None for t in turns)
 
 
-# The client's part of a TTFT against a loopback engine (HTTP, JSON, the sim's request parsing): a few ms, and on a
-# machine this loaded the odd turn's rest takes a starved process's time slice (measured: 2-10 ms, one 0.1-0.3 s).
-REST_MAX_S = 1.0
-REST_MEDIAN_MAX_S = 0.05
+# The engine's figures account for the client's TTFT within 5 ms (issue 19): what is left on a loopback port is the
+# client's send, the sim's HTTP parsing and the chunk's way back (measured: 1-3 ms a turn). On a machine whose load
+# is beyond its cores, either process may wait a time slice (5-15 ms measured at a load of 70 on 2 cores) that no
+# clock of the client sees: the per-turn bound then holds for the median only, and the test says so.
+REST_MAX_S = 0.005
+
+
+def oversubscribed() -> bool:
+    return os.getloadavg()[0] > (os.cpu_count() or 1)
 
 
 def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
@@ -191,11 +199,11 @@ def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
     for turn, rows in by_turn.items():
         fast, slow = sorted(rows, key=lambda r: r["ttft_s"])
         for r in rows:
-            assert r["queued_s"] + r["engine_prefill_s"] + r["ttft_rest_s"] == pytest.approx(r["ttft_s"], abs=0.005)
-            assert r["ttft_rest_s"] / k >= -CLOCK_TOLERANCE_S, (turn, r)
+            # The client's TTFT less the engine's queued + prefill, in wall seconds (the client's own clock).
+            rest = (r["ttft_s"] - r["queued_s"] - r["engine_prefill_s"]) / k
+            assert rest >= -CLOCK_TOLERANCE_S, (turn, r)
             if not r["client_busy"]:  # a stamp taken while the driver's loop ran late may be late by as much
-                assert r["ttft_rest_s"] / k < REST_MAX_S, (turn, r)
-            rests.append(r["ttft_rest_s"] / k)
+                rests.append(rest)
         assert slow["queued_s"] == pytest.approx(fast["engine_prefill_s"], rel=0.2), (turn, slow, fast)
         assert fast["queued_s"] < slow["queued_s"], (turn, slow, fast)
     i = rep["interference"]
@@ -209,8 +217,10 @@ def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
     assert re.search(said, text), text
     assert "engine: queued" in text and "rest s" in text and "unavailable (vLLM" not in text
     rests.sort()
-    assert rests[len(rests) // 2] < REST_MEDIAN_MAX_S, rests
     print(f"client's rest of the TTFT: median {rests[len(rests) // 2] * 1000:.1f} ms, max {rests[-1] * 1000:.1f} ms")
+    assert rests[len(rests) // 2] <= REST_MAX_S, rests
+    if not oversubscribed():
+        assert rests[-1] <= REST_MAX_S, rests
 
 
 SPEC_SCRAPE = """# TYPE vllm:spec_decode_num_draft_tokens_total counter
@@ -238,3 +248,21 @@ def test_the_server_panel_shows_speculative_acceptance_live():
     assert line is not None and line.plain == "spec decode accepted 138/139 draft tokens (99%) · decode 12 tok/s"
     _, values, missing = normalize('vllm:num_requests_running{engine="0"} 1.0\n')
     assert "spec_drafted" not in values and "spec_drafted" not in missing  # a server that does not speculate
+
+
+def test_the_sims_first_stream_waits_for_no_import():
+    """Starlette streams through an anyio task group whose asyncio backend anyio imports on first use (40-70 ms
+    with the sim's loop held, measured): the first turn's TTFT then exceeded the engine's figures by ~30 ms.
+    The sim imports it as it starts, before any request."""
+    code = (
+        "import asyncio, sys\n"
+        "from rampwatch.drivers.sim.app import SimServer\n"
+        "from rampwatch.drivers.sim.profiles import make_profile\n"
+        "async def main():\n"
+        "    s = SimServer(make_profile('tiny'))\n"
+        "    async with s.app.router.lifespan_context(s.app):\n"
+        "        print('anyio._backends._asyncio' in sys.modules)\n"
+        "asyncio.run(main())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "True", out.stdout + out.stderr

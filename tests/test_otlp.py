@@ -13,8 +13,11 @@ import httpx
 import msgspec
 import pytest
 
+from rampwatch.drivers.client.request_ids import span_id, trace_id, traceparent
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.sim.engine import SimEngine
 from rampwatch.drivers.sim.profiles import make_profile
+from rampwatch.drivers.sim.traces import request_span
 from rampwatch.drivers.telemetry.otlp import MAX_BODY_BYTES, OtlpReceiver
 from rampwatch.tui.cli.files import load_state
 from tests.conftest import free_port, report_json, rw, small_run
@@ -135,6 +138,9 @@ def test_a_run_joins_every_simulated_span_to_its_turn(tmp_path, metrics):
     sent = {e.request_id for e in events if isinstance(e, ev.RequestSent)}
     spans = [e for e in events if isinstance(e, ev.EngineSpan)]
     assert len(sent) == 4 and {s.request_id for s in spans} == sent  # every turn's span, each matched
+    for span in spans:  # each a child of rampwatch's own trace for that turn (the traceparent it sent)
+        run, session, turn, attempt = span.request_id.rsplit("-", 3)
+        assert span.trace_id == trace_id(run, session, int(turn[1:])), span
     assert not [e for e in events if isinstance(e, ev.Notice) and e.message.startswith("OTLP")]  # nothing unexplained
     rep = report_json(record)
     assert rep["spans"]["matched"] == 4 and rep["spans"]["unmatched"] == 0 and rep["spans"]["refused"] == 0
@@ -223,3 +229,15 @@ def test_a_retried_span_counts_once_and_is_no_unmatched_span():
     assert state.turns[-1].server_prefill_s == 0.25
     assert sum(p == "prefill" for p, _, _ in state.sessions["s1"].waits) == 1
     assert not any("matches no turn" in x.text for x in state.log)
+
+
+def test_the_sims_span_is_a_child_of_the_span_rampwatch_sent():
+    """The simulated engine's span of a request carries the trace id and, as its parent, the span id of the
+    request's traceparent (W3C), as vLLM's does; a request without one starts a trace of its own."""
+    req = SimEngine(make_profile("tiny")).make_request(b"x" * 64, 4, True)
+    req.scheduled_t, req.first_t, req.last_t = req.arrival + 0.1, req.arrival + 0.3, req.arrival + 0.4
+    span = request_span(req, "chatcmpl-ab12-s1-t2-a1", traceparent("ab12", "s1", 2, 1))
+    assert span is not None
+    assert span.trace_id.hex() == trace_id("ab12", "s1", 2) and span.parent_span_id.hex() == span_id("ab12", "s1", 2, 1)
+    alone = request_span(req, "chatcmpl-x", None)
+    assert alone is not None and len(alone.trace_id) == 16 and alone.parent_span_id == b""

@@ -23,7 +23,14 @@ from rampwatch.drivers.model.modelled import modelled, time_factor
 from rampwatch.drivers.model.slo import GoodputTally
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import TurnRecord, hit_rate, prefill_tok_s, turn_line, wait_parts
+from rampwatch.drivers.model.turns import (
+    TurnRecord,
+    engine_timing_hint,
+    hit_rate,
+    prefill_tok_s,
+    turn_line,
+    wait_parts,
+)
 from rampwatch.drivers.model.views import (
     DECODE_WINDOW_S,
     GENERATING,
@@ -44,12 +51,14 @@ class RunState:
     reader can tell when nothing has changed since it last looked."""
 
     def __init__(self, header: ev.Header | None = None):
+        self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
         self.header = header
         self.t = 0.0  # time of the newest event (modelled: see time_scale)
         self.raw_t = 0.0  # ... as recorded (wall clock), for events made from it
         self.version = 0  # events applied so far
         self.sessions: dict[str, SessionView] = {}
         self.turns: list[TurnRecord] = []  # every finished attempt, in finishing order
+        self._turns_settled = 0  # finished turns changed after their end (a late span, transferred KV attributed)
         self.server = ServerView()
         self.endpoints: dict[str, EndpointView] = {}  # by name, in the order they first answered
         self.gpus: list[ev.GpuReading] = []  # every source's GPUs, by node then index
@@ -67,10 +76,24 @@ class RunState:
         # covers its first token (or the run ends), so it never calls transferred KV cached.
         self.transfers = TransferLedger()
         self.goodput = GoodputTally()  # --slo: turns judged and met, live
-        self.client = ClientCheck()  # the driver's own loop: its lag, and the turns stamped while it ran late
         self.spans = SpanLedger()  # the engine's trace spans (--otlp), joined to turns by request id
 
     # -- folding -------------------------------------------------------------
+
+    @property
+    def header(self) -> ev.Header | None:
+        return self._header
+
+    @header.setter
+    def header(self, header: ev.Header | None) -> None:
+        self._header = header
+        self.client.k = time_factor(header)  # its windows are wall seconds, read in the fold's modelled ones
+
+    @property
+    def turns_revision(self) -> int:
+        """Changes whenever `turns` does: one more, or a finished one settled later (its span, its transferred KV,
+        a client-busy mark), so a table of finished turns redraws exactly then."""
+        return len(self.turns) + self._turns_settled + self.client.marked
 
     @property
     def time_scale(self) -> float:
@@ -332,6 +355,8 @@ class RunState:
             if before == 0 and self.spans.unmatched:
                 self._log(LogEntry(e.t, "warn", f"OTLP span {e.request_id or '(no request id)'} matches no turn"))
             return
+        if rec.status != "running":
+            self._turns_settled += 1
         if rec.status == "ok" and rec.engine_timing == "span":  # late: the turn's line said no engine figures
             self._engine_timed = True
             self._log(LogEntry(e.t, "info", "span: " + turn_line(rec), rec.ttft))
@@ -395,6 +420,7 @@ class RunState:
     def _settle_transfers(self, t: float, final: bool) -> None:
         """Log the lines of the waiting split turns the decode servers' counters now cover (all at the end)."""
         for rec in self.transfers.settle(self._decode_endpoints(), final):
+            self._turns_settled += 1
             self._log(LogEntry(t, "info", turn_line(rec), rec.ttft))
 
     def prefilling(self) -> list[TurnRecord]:
@@ -519,6 +545,13 @@ class RunState:
     def engine_times_turns(self) -> bool | None:
         """Whether the engine reports its own queue and prefill time per request (None: no turn finished yet)."""
         return self._engine_timed
+
+    def engine_timing_missing(self) -> str | None:
+        """The one line saying the engine timed none of the finished turns and which server flag would give the
+        figures (the report's line); None while some turn was timed, or before any turn finished."""
+        if self._engine_timed is not False:
+            return None
+        return engine_timing_hint(self.server.engine or (self.header.engine if self.header is not None else None))
 
     def preemptions_this_run(self) -> float | None:
         return self.server.values.get("preemptions")  # counters are growth since each server first answered

@@ -57,7 +57,7 @@ class SessionScreen(Screen[None]):
     def __init__(self, session: str):
         super().__init__()
         self.session = session
-        self._turns_shown = -1
+        self._turns_shown = -1  # the state's turns_revision the table shows
         self._lane_key: tuple[object, ...] | None = None
         self._columns: tuple[str, ...] = ()  # the table's columns: the reasoning ones join once a turn reasoned
 
@@ -80,9 +80,9 @@ class SessionScreen(Screen[None]):
             head.show_content(Text(f"{self.session}: no such session in this run", style="bold red"))
             return
         head.show_content(session_row(s, now, max(40, self.size.width - 2)))
-        records = [r for r in state.turns if r.session == self.session]
-        if len(records) != self._turns_shown:
-            self._turns_shown = len(records)
+        if state.turns_revision != self._turns_shown:  # a turn more, or a finished one settled since
+            self._turns_shown = state.turns_revision
+            records = [r for r in state.turns if r.session == self.session]
             rows = [turn_row(rec) for rec in records]
             if state.header is not None and state.header.slo:
                 judge_rows(parse_slo(state.header.slo), rows, records)

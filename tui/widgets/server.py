@@ -73,6 +73,8 @@ class ServerPanel(Panel):
         else:
             line.append(f"last turn {pct(last_hit)} · since start {pct(state.hit_rate_since_start())}")
         lines.append(line)
+        if (untimed := state.engine_timing_missing()) is not None:
+            lines.append(Text(f"  {untimed}", style="dim italic"))
         if len(answered) > 1:  # one row per endpoint and the total: requests, rates and preemptions are there
             return Group(*lines, *endpoint_table(state, answered, self.size.width))
         if state.sessions and state.usage_reports_cache() is False:
