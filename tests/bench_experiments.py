@@ -79,7 +79,7 @@ def engine_accounts_for_ttft() -> None:
         )
     k = rep["run"]["time_scale"]
     turns = [t for s in rep["sessions"] for t in s["turns"]]
-    rests = sorted((t["ttft_s"] - t["queued_s"] - t["engine_prefill_s"]) / k for t in turns if not t["client_busy"])
+    rests = sorted(t["ttft_rest_s"] / k for t in turns if not t["client_busy"])  # wall seconds
     print(f"the engine's account of each TTFT, demo x{k:g}, 2 sessions ({time.monotonic() - t0:.1f} s)")
     print(
         f"  rest per turn (wall ms): median {1000 * rests[len(rests) // 2]:.1f}, max {1000 * rests[-1]:.1f} over "

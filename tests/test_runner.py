@@ -126,3 +126,22 @@ async def test_a_session_counts_over_its_own_connection_as_httpx_would(sim):
         assert await own.text("hello world") == want[1]
     finally:
         conn.close()
+
+
+def test_a_run_freezes_its_setup_while_it_streams_and_unfreezes_at_its_end(monkeypatch):
+    """The driver leaves its set-up objects out of the collector while it stamps (a full collection held the loop
+    20-40 ms mid-stream), and gives them back when the run ends: a process driving a sweep's points frees each."""
+    import gc
+
+    from rampwatch.drivers.sim.profiles import make_profile
+    from tests.conftest import drive
+    from tests.simhost import ThreadedSim
+
+    frozen: list[int] = []
+    freeze = gc.freeze
+    monkeypatch.setattr(gc, "freeze", lambda: (freeze(), frozen.append(gc.get_freeze_count())))
+    with ThreadedSim(make_profile("tiny")) as sim:
+        run = drive(sim.url, schedule=[1000, 2000], output_tokens=4)
+    assert run.exit_code == 0
+    assert len(frozen) == 1 and frozen[0] > 1000, frozen  # the modules and the run's set-up, once
+    assert gc.get_freeze_count() == 0

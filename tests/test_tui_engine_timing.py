@@ -89,3 +89,22 @@ async def test_the_header_shows_the_clients_lag_while_it_is_over_5_ms():
     assert "client lag 12ms" in await shown(12.0, 5.0)  # the latest second's worst, 1 s ago
     assert "client lag" not in await shown(4.0, 5.0)  # under the 5 ms bar
     assert "client lag" not in await shown(12.0, 9.0)  # 5 s ago: no longer now
+
+
+def test_the_hint_waits_for_the_runs_end_while_spans_are_expected():
+    """With --otlp the engine's figures come in spans seconds after each turn: telling the user to pass --otlp
+    (or a server flag) before the run ended would be wrong; at its end, with no turn timed, it is said."""
+    import msgspec
+
+    from rampwatch.drivers.model.state import RunState
+
+    state = RunState(msgspec.structs.replace(header(), spans_expected=True))
+    for e in one_turn(timed=False):
+        state.apply(e)
+    assert state.engine_timing_missing() is None
+    state.apply(ev.RunEnded(t=5.0, status="done", exit_code=0))
+    assert state.engine_timing_missing() is not None and state.engine_timing_missing().startswith(UNTIMED)
+    plain = RunState(header())
+    for e in one_turn(timed=False):
+        plain.apply(e)
+    assert plain.engine_timing_missing() is not None  # no spans to wait for: said as the turn ends

@@ -104,6 +104,7 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     # A simulated engine run this many times faster than the engine it models (demo): times in the events are
     # wall clock, and RunState reads them as modelled (model/modelled.py). None: a real server, real time.
     time_scale: float | None = None
+    spans_expected: bool = False  # --otlp: the engine's trace spans are received, each a few seconds after its turn
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):

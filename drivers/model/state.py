@@ -548,8 +548,11 @@ class RunState:
 
     def engine_timing_missing(self) -> str | None:
         """The one line saying the engine timed none of the finished turns and which server flag would give the
-        figures (the report's line); None while some turn was timed, or before any turn finished."""
+        figures (the report's line); None while some turn was timed, or before any turn finished, or while the
+        run receives the engine's spans (--otlp) and has not ended: they come seconds after their turns."""
         if self._engine_timed is not False:
+            return None
+        if self.header is not None and self.header.spans_expected and self.ended is None:
             return None
         return engine_timing_hint(self.server.engine or (self.header.engine if self.header is not None else None))
 

@@ -221,6 +221,7 @@ class Run:
             slo=self.cfg.slo,
             warmup=self.cfg.warmup,
             time_scale=self.cfg.time_scale,
+            spans_expected=self.cfg.otlp is not None,
         )
 
     def interrupt(self, task: asyncio.Task, sig: int | None) -> None:
@@ -254,6 +255,7 @@ class Run:
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
         # Everything set up so far (modules, config, the probe) lives as long as the run: collect it now and
         # leave it out of every later collection, or the first full one holds the loop 20-40 ms mid-stream.
+        # Unfrozen at the end, so a process that drives many runs (a sweep's points) frees each one's cycles.
         gc.collect()
         gc.freeze()
         samplers: list[MetricsScraper | PrometheusReader] = [
@@ -388,6 +390,7 @@ class Run:
             traceback.print_exc()  # the driver's stderr: the details behind the one-line summary
         finally:
             self._ending = True
+            gc.unfreeze()  # every turn has ended: nothing left to stamp
             for t in background:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
