@@ -257,6 +257,55 @@ def test_inter_token_gaps_split_alone_and_during_a_foreign_prefill():
     assert rep.turn_spread[0].ratio == pytest.approx(16.5 / 2.0)
 
 
+def test_the_gap_split_matches_its_definition_over_many_sessions():
+    """A gap counts as during a foreign prefill when, at the token that ends it, another session's request was sent
+    and had no first token yet (its span open, or closed later). Checked against that definition directly over 12
+    seeded sessions of staggered turns, batches of token times and turns that fail before their first token."""
+    import random
+
+    rng = random.Random(7)
+    events: list[ev.AnyEvent] = []
+    spans: dict[str, list[tuple[float, float]]] = {}  # every session's [sent, first-or-end) prefills
+    tokens: dict[tuple[str, int], list[float]] = {}
+    for k in range(12):
+        sid, t = f"s{k}", rng.uniform(0, 3)
+        events.append(ev.SessionPlanned(t=0.0, session=sid, schedule=[1000] * 4, salt="x"))
+        for turn in range(1, 5):
+            first = t + rng.uniform(0.2, 2.5)
+            events.append(
+                ev.RequestSent(t=t, session=sid, turn=turn, target_tokens=1000, new_tokens_est=500, body_bytes=1)
+            )
+            if rng.random() < 0.15:  # failed while prefilling: the span ends with the turn
+                events.append(ev.TurnDone(t=first, session=sid, turn=turn, status="error", error="boom"))
+                spans.setdefault(sid, []).append((t, first))
+                t = first + rng.uniform(0, 1)
+                continue
+            spans.setdefault(sid, []).append((t, first))
+            events.append(ev.FirstToken(t=first, session=sid, turn=turn))
+            times = [first, *sorted(first + rng.uniform(0, 3) for _ in range(19))]  # the first token's stamp too
+            tokens[(sid, turn)] = times
+            for b in range(0, 20, 5):  # batches of five, sent at their last stamp
+                events.append(ev.TokenTimes(t=times[b + 4], session=sid, turn=turn, times=times[b : b + 5]))
+            events.append(turn_ok(times[-1], sid, turn, 1000, 500, 20))
+            t = times[-1] + rng.uniform(0, 0.5)
+    state = fold(sorted(events, key=lambda e: e.t))
+
+    def foreign(sid: str, at: float) -> bool:
+        return any(a <= at < b for o, ss in spans.items() if o != sid for a, b in ss)
+
+    checked = 0
+    for rec in state.turns:
+        if (rec.session, rec.turn) not in tokens:
+            continue
+        ts = tokens[(rec.session, rec.turn)]
+        during = [b - a for a, b in zip(ts, ts[1:]) if foreign(rec.session, b)]
+        alone = [b - a for a, b in zip(ts, ts[1:]) if not foreign(rec.session, b)]
+        assert sorted(rec.gaps_during) == pytest.approx(sorted(during)), (rec.session, rec.turn)
+        assert sorted(rec.gaps_alone) == pytest.approx(sorted(alone)), (rec.session, rec.turn)
+        checked += bool(during) and bool(alone)
+    assert checked >= 5  # turns with gaps of both kinds, so neither side is vacuous
+
+
 def _histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
     """Prometheus's histogram_quantile over (le, cumulative count) pairs: linear inside the bucket the rank falls in."""
     total = buckets[-1][1]

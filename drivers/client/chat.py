@@ -7,6 +7,7 @@ call); the role prelude, keep-alive comments and the usage chunk do not.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +78,7 @@ class Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(Chunk).decode
+_phases = random.Random()  # where each stream's token batches end (no figure depends on it)
 _encode = msgspec.json.encode
 
 
@@ -213,7 +215,9 @@ class ChatStreamParser:
                         if res.first_t is None:
                             res.first_t = t
                             (self.on_reasoning if not answer and self.on_reasoning else self.on_first)(t)
-                            self._next_flush = t + self.flush_every
+                            # Each stream's batches end at a phase of their own: sessions whose tokens come in
+                            # the same engine step would otherwise all flush in one pass of the loop.
+                            self._next_flush = t + self.flush_every * (0.5 + _phases.random())
                         if answer and res.answer_t is None:
                             res.answer_t = t
                             if res.reasoning_chunks and self.on_answer is not None:

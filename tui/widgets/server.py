@@ -73,10 +73,11 @@ class ServerPanel(Panel):
         else:
             line.append(f"last turn {pct(last_hit)} · since start {pct(state.hit_rate_since_start())}")
         lines.append(line)
-        if (untimed := state.engine_timing_missing()) is not None:
-            lines.append(Text(f"  {untimed}", style="dim italic"))
+        # Last, under the live figures: a short panel crops this hint, never the requests or preemptions.
+        untimed = state.engine_timing_missing()
+        hint = [Text(f"  {untimed}", style="dim italic")] if untimed is not None else []
         if len(answered) > 1:  # one row per endpoint and the total: requests, rates and preemptions are there
-            return Group(*lines, *endpoint_table(state, answered, self.size.width))
+            return Group(*lines, *endpoint_table(state, answered, self.size.width), *hint)
         if state.sessions and state.usage_reports_cache() is False:
             flag = CACHE_REPORT_FLAGS.get(srv.engine or "", "vLLM: --enable-prompt-tokens-details")
             lines.append(Text(f"  per-request cached tokens unavailable ({flag})", style="dim italic"))
@@ -98,7 +99,7 @@ class ServerPanel(Panel):
         else:
             line.append(f"{pre:.0f} this run", style="bold red" if pre > 0 else "")
         lines.append(line)
-        return Group(*lines)
+        return Group(*lines, *hint)
 
     def _compact(self, state: RunState, last_hit: float | None) -> list[Text]:
         """Two lines: KV, capacity and hit rate; requests, throughput, preemptions."""
