@@ -10,7 +10,7 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.slo import parse_slo
+from rampwatch.drivers.model.slo import parse_slo, parse_warmup
 from rampwatch.drivers.run.arrivals import ArrivingSession, arrival_times, parse_rate
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.recording import read_recording
@@ -193,7 +193,7 @@ def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_re
 
     assert total("rampwatch_late_turns_total") == rep.open_loop.late_turns
     assert total("rampwatch_slo_met_turns_total") == g.turns_met
-    assert total("rampwatch_slo_met_conversations_total") == g.conversations_met  # every conversation finished
+    assert total("rampwatch_slo_met_conversations") == g.conversations_met  # every conversation finished
     # The header's tally counts the same conversations, and both rates over the run so far.
     assert run.state.goodput.conversations_met == g.conversations_met
     assert run.state.goodput.per_min(g.turns_met, run.state.ended.t) == pytest.approx(g.turns_met_per_min)
@@ -205,6 +205,76 @@ def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_re
     assert warm is not None and warm.warmup_turns == 2 and warm.turns == 4 and warm.conversations == 2
     assert warm.turns_met == sum(rows[k].slo_met for k in kept)
     assert warm.minutes == pytest.approx((run.state.ended.t - start) / 60)
+
+
+# (session, turn, due, first token, done): ttft=1s from the due time; None: still streaming at the time limit.
+CUT_OFF_TURNS = [
+    ("s1", 1, 0.0, 0.5, 1.0),  # s1, both turns met, is --warmup 1's: left out
+    ("s1", 2, 2.0, 2.5, 3.0),
+    ("s2", 1, 5.0, 5.5, 20.0),  # the earliest due turn kept, though s3's and s4's finish first
+    ("s2", 2, 21.0, 21.5, 22.0),  # s2's third planned turn never starts: the time limit cut it off
+    ("s3", 1, 8.0, 8.5, 9.0),  # the first kept turn to finish
+    ("s4", 1, 10.0, 10.5, 11.0),  # met, then ...
+    ("s4", 2, 12.0, 15.0, 16.0),  # ... missed (3 s): s4 is taken back out
+    ("s5", 1, 12.0, 12.5, 14.0),
+    ("s5", 2, 25.0, 25.5, None),  # running at the limit: not a finished turn
+]
+CUT_OFF_PLANNED = {"s1": 2, "s2": 3, "s3": 1, "s4": 2, "s5": 2}
+CUT_OFF_END = 30.0
+
+
+def cut_off_run() -> tuple[ev.Header, list[ev.AnyEvent]]:
+    """CUT_OFF_TURNS as a recording's header (--slo ttft=1s --warmup 1) and events, in time order."""
+    header = ev.Header(
+        rampwatch_version="t", command=[], mode="run", server="x", arrivals_per_s=0.2, slo="ttft=1s", warmup="1"
+    )
+    events: list[ev.AnyEvent] = []
+    for sid, n in CUT_OFF_PLANNED.items():
+        at = next(due for s, turn, due, *_ in CUT_OFF_TURNS if s == sid and turn == 1)
+        events.append(ev.SessionPlanned(t=at, session=sid, schedule=[100] * n, salt=sid, arrival=at))
+    for sid, turn, due, first, done in CUT_OFF_TURNS:
+        events += [
+            ev.RequestSent(t=due, session=sid, turn=turn, target_tokens=100, new_tokens_est=100, body_bytes=1, due=due),
+            ev.FirstToken(t=first, session=sid, turn=turn),
+        ]
+        if done is not None:
+            events.append(ev.TurnDone(t=done, session=sid, turn=turn, status="ok", completion_tokens=2, chunks=2))
+    events.append(ev.RunEnded(t=CUT_OFF_END, status="time-limit", exit_code=0))
+    events.sort(key=lambda e: e.t)
+    return header, events
+
+
+def test_conversations_met_is_one_figure_in_the_report_the_header_and_the_exporter():
+    """--warmup 1 and a time limit that cuts s2 and s5 off mid-ramp: the conversations met are s2, s3 and s5
+    (every turn they finished met ttft=1s; s1 is the warmup's, s4 missed its second turn). The report, the live
+    tally and the exporter (which used to count s1, ignoring the warmup, and only conversations that reached
+    their last planned turn: s1 and s3) all say 3, and the exporter's s4 went 1 then back to 0. The live window
+    starts where the report's does, at the earliest due turn kept (s2's at 5 s), not at the first to finish."""
+    from rampwatch.drivers.model.state import RunState
+
+    header, events = cut_off_run()
+    state = RunState(header)
+    exporter = RunExporter(lambda: 0.0, slo=parse_slo("ttft=1s"), warmup=parse_warmup("1"))
+    s4_levels = []
+    for e in events:
+        state.apply(e)
+        exporter(e)
+        if isinstance(e, ev.TurnDone) and e.session == "s4":
+            s4_levels.append(
+                exporter.registry.get_sample_value("rampwatch_slo_met_conversations", {"session": "s4", "run": ""})
+            )
+    g = build_report(state).goodput
+    assert g is not None and (g.conversations_met, g.conversations) == (3, 4)
+    assert state.goodput.conversations_met == 3
+    served = sum(
+        exporter.registry.get_sample_value("rampwatch_slo_met_conversations", {"session": s, "run": ""}) or 0
+        for s in CUT_OFF_PLANNED
+    )
+    assert served == 3
+    assert s4_levels == [1.0, 0.0]
+    assert g.minutes == pytest.approx((CUT_OFF_END - 5.0) / 60)
+    assert state.goodput.per_min(g.conversations_met, CUT_OFF_END) == pytest.approx(g.conversations_met_per_min)
+    assert state.goodput.per_min(g.turns_met, CUT_OFF_END) == pytest.approx(g.turns_met_per_min)
 
 
 def test_the_sessions_line_counts_arrived_live_and_waiting():

@@ -11,7 +11,7 @@ from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.capacity import CapacityPoint, capacity_point
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.present.summary import open_loop_lines
-from rampwatch.drivers.present.sweep_table import knee_lines
+from rampwatch.drivers.present.sweep_table import knee_lines, kv_ratio, render_capacity
 from rampwatch.tui.widgets.header import header_text
 
 HALF = 65_536  # every turn prefills half of 128K new tokens: its TTFT per 128K is twice its TTFT
@@ -160,3 +160,25 @@ def test_the_knee_line_gives_the_live_conversations_and_their_ratio_to_the_kv_es
     p.mean_conversation_s = 100.0  # 10 live, a pool of 4: 2.5x more
     p.kv_fits = 4
     assert knee_lines([p, missed], 0.75, 6.0, 12.0)[1].endswith("the knee keeps 2.5x more live than the pool fits")
+
+
+def test_the_kv_ratio_says_about_as_many_within_a_tenth():
+    """A pool fitting 5 against 4.9 or 5.4 live used to read '1x fewer' / '1.1x more' of nearly the same count:
+    within 10% it says about as many; 4.4 live (5 / 4.4 = 1.14) is still 1.1x fewer."""
+    assert kv_ratio(4.9, 5) == kv_ratio(5.4, 5) == ": the knee keeps about as many live as the pool fits"
+    assert kv_ratio(4.4, 5) == ": the knee keeps 1.1x fewer live than the pool fits"
+    assert kv_ratio(4.0, None) == kv_ratio(0.0, 5) == ""
+
+
+def test_the_capacity_table_says_what_warmup_each_point_left_out():
+    """A sweep run with --warmup 1 says under the curve, once, what it left out of every point; points that
+    differ are named rate by rate (one without a warmup: none); a sweep without one has no such line."""
+    p = point(recording_state("1"))
+    assert p.warmup == "the first 1 conversations"
+    other = CapacityPoint(**{**{f: getattr(p, f) for f in CapacityPoint.__struct_fields__}, "offered_per_min": 12.0})
+    lines = render_capacity([other, p]).splitlines()
+    assert lines.count("warm-up left out of each point: the first 1 conversations") == 1
+    other.warmup = None
+    assert "warm-up left out: 6/min the first 1 conversations; 12/min none" in render_capacity([other, p]).splitlines()
+    plain = point(recording_state())
+    assert "warm-up" not in render_capacity([plain])

@@ -72,6 +72,61 @@ def test_report_reproduces_the_live_numbers(recorded):
     assert table.stdout.strip() == live_table.strip()
 
 
+OPEN_LOOP_KEYS = {
+    "arrivals_per_min",
+    "seed",
+    "max_live",
+    "arrived",
+    "late_turns",
+    "send_lag_max_s",
+    "ttft_from_due_p50_s",
+    "ttft_from_send_p50_s",
+    "warmup",
+}
+GOODPUT_KEYS = {
+    "slo",
+    "turns_met",
+    "turns",
+    "conversations_met",
+    "conversations",
+    "minutes",
+    "turns_met_per_min",
+    "conversations_met_per_min",
+    "warmup",
+    "warmup_turns",
+}
+
+
+def documented_keys(block: str) -> set[str]:
+    """The keys docs/measurement.md's JSON schema lists for `"block": null | {...}`."""
+    doc = (Path(__file__).parent.parent / "docs" / "measurement.md").read_text()
+    start = doc.index(f'"{block}": null | {{')
+    inner = doc[doc.index("{", start) + 1 : doc.index("}", start)]
+    return {k.strip().strip('"') for k in inner.split(",") if k.strip()}
+
+
+def test_report_json_open_loop_and_goodput_keys(tmp_path):
+    """An open-loop run with --slo and --warmup (recorded by hand: tests/test_arrivals.py's cut-off run): the
+    JSON report's `open_loop` and `goodput` carry exactly the keys pinned here, which are the ones
+    docs/measurement.md's schema lists, and say what the warmup left out."""
+    from rampwatch.drivers.run.recording import Recorder
+    from tests.test_arrivals import cut_off_run
+
+    header, events = cut_off_run()
+    path = tmp_path / "open.jsonl"
+    rec = Recorder(path, header)
+    for e in events:
+        rec.write(e)
+    rec.close()
+    out = rw("report", str(path), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert set(rep["open_loop"]) == OPEN_LOOP_KEYS == documented_keys("open_loop")
+    assert set(rep["goodput"]) == GOODPUT_KEYS == documented_keys("goodput")
+    assert rep["open_loop"]["warmup"] == rep["goodput"]["warmup"] == "the first 1 conversations"
+    assert rep["goodput"]["warmup_turns"] == 2
+
+
 def test_report_json_schema(recorded):
     _, out = recorded
     rep = json.loads(rw("report", str(out), "--format", "json").stdout)

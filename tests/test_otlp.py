@@ -138,8 +138,10 @@ def test_a_run_joins_every_simulated_span_to_its_turn(tmp_path, metrics):
     sent = {e.request_id for e in events if isinstance(e, ev.RequestSent)}
     spans = [e for e in events if isinstance(e, ev.EngineSpan)]
     assert len(sent) == 4 and {s.request_id for s in spans} == sent  # every turn's span, each matched
-    for span in spans:  # each a child of rampwatch's own trace for that turn (the traceparent it sent)
-        run, session, turn, attempt = span.request_id.rsplit("-", 3)
+    # Each in rampwatch's own trace for that turn (the traceparent it sent). The recorded span keeps no parent
+    # id, so that it hangs from the attempt's span is test_the_sims_span_is_a_child_of_the_span_rampwatch_sent's.
+    for span in spans:
+        run, session, turn, _attempt = span.request_id.rsplit("-", 3)
         assert span.trace_id == trace_id(run, session, int(turn[1:])), span
     assert not [e for e in events if isinstance(e, ev.Notice) and e.message.startswith("OTLP")]  # nothing unexplained
     rep = report_json(record)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from rampwatch.drivers.model.goodput import steady, warmup_of
+from rampwatch.drivers.model.goodput import steady, steady_minutes, warmup_of
 from rampwatch.drivers.model.slo import latency_from
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import quantile
@@ -57,8 +57,7 @@ def capacity_point(state: RunState, report: Report) -> CapacityPoint | None:
         for r in recs
         if r.status == "ok" and r.first_t is not None and (n := new_tokens(r)) > 0
     )
-    end = state.ended.t if state.ended is not None else state.t
-    minutes = max(0.0, end - start) / 60
+    minutes = steady_minutes(state, start)
     done = [r for r in recs if r.status != "running"]
     g = report.goodput
     return CapacityPoint(

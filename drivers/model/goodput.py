@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from rampwatch.drivers.model.slo import Slo, Warmup, latency_from, parse_warmup
+from rampwatch.drivers.model.slo import ConversationsMet, Slo, Warmup, latency_from, read_warmup
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import TurnRecord, TurnRow
@@ -48,11 +48,7 @@ class Goodput(msgspec.Struct):
 
 def warmup_of(state: RunState) -> Warmup | None:
     """The run's --warmup (None: none, or a hand-edited header's that no longer reads: nothing left out)."""
-    h = state.header
-    try:
-        return parse_warmup(h.warmup) if h is not None and h.warmup else None
-    except ValueError:
-        return None
+    return read_warmup(state.header.warmup if state.header is not None else None)
 
 
 def steady(state: RunState, recs: list[TurnRecord], warm: Warmup | None) -> tuple[list[TurnRecord], float]:
@@ -63,6 +59,11 @@ def steady(state: RunState, recs: list[TurnRecord], warm: Warmup | None) -> tupl
     later = [latency_from(r) for r in state.turns if not warm.excludes(r)]
     start = warm.seconds if warm.seconds is not None else min(later, default=0.0)
     return [r for r in recs if not warm.excludes(r)], start
+
+
+def steady_minutes(state: RunState, start: float) -> float:
+    """The steady window's length in minutes: from `start` (steady's) to the run's last event."""
+    return max(0.0, (state.ended.t if state.ended is not None else state.t) - start) / 60
 
 
 def open_loop(state: RunState, ramp: list[str]) -> OpenLoop | None:
@@ -89,13 +90,16 @@ def open_loop(state: RunState, ramp: list[str]) -> OpenLoop | None:
 
 
 def goodput(state: RunState, slo: Slo, sessions: list[SessionReport]) -> Goodput:
-    """Turns that met the SLO, and conversations every turn of which did, over the run's minutes; --warmup's
+    """Turns that met the SLO, and conversations that did (ConversationsMet), over the run's minutes; --warmup's
     turns (and a conversation with any turn in it) left out, and its time with them."""
     warm = warmup_of(state)
     keep: dict[str, list[TurnRow]] = {}
+    met_conversations = ConversationsMet()
     left_out = 0
     for s in sessions:
         recs = [r for r in state.turns if r.session == s.id]
+        for row, r in zip(s.turns, recs, strict=True):
+            met_conversations.add(s.id, bool(row.slo_met), in_warmup=warm is not None and warm.excludes(r))
         if warm is not None and any(warm.excludes(r) for r in recs):
             left_out += sum(1 for r in recs if warm.excludes(r))
             kept = [row for row, r in zip(s.turns, recs, strict=True) if not warm.excludes(r)]
@@ -106,8 +110,8 @@ def goodput(state: RunState, slo: Slo, sessions: list[SessionReport]) -> Goodput
     _, start = steady(state, [], warm)
     rows = [row for turns in keep.values() for row in turns]
     ran = [turns for sid, turns in keep.items() if turns and not sid.endswith("~")]  # never started: not one
-    good_conv = sum(1 for turns in ran if all(row.slo_met for row in turns))
-    minutes = max(0.0, (state.ended.t if state.ended else state.t) - start) / 60
+    good_conv = len(met_conversations)
+    minutes = steady_minutes(state, start)
     met = sum(1 for row in rows if row.slo_met)
     return Goodput(
         slo=slo.text,

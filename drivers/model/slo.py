@@ -115,6 +115,38 @@ def parse_warmup(text: str) -> Warmup:
     return Warmup(seconds=float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2)])
 
 
+def read_warmup(text: str | None) -> Warmup | None:
+    """A recorded --warmup (None: none, or a hand-edited header's that no longer reads: nothing left out)."""
+    try:
+        return parse_warmup(text) if text else None
+    except ValueError:
+        return None
+
+
+class ConversationsMet:
+    """The one definition of a conversation that met the SLO, which the report, the live header and the
+    Prometheus exporter all count with: a ramp conversation none of whose turns fell in --warmup, at least one of
+    whose turns finished, and every one of whose finished turns met every bound (a failed or cancelled turn does
+    not). A conversation the time limit cut off counts by the turns it finished, so a later miss can take one
+    back out: the count is a level, not a running total. Fold each finished turn in the order they finished."""
+
+    def __init__(self) -> None:
+        self._good: set[str] = set()
+        self._spoilt: set[str] = set()  # a turn missed the SLO, or fell in the warmup
+
+    def add(self, session: str, met: bool, in_warmup: bool = False) -> bool:
+        """Fold one finished turn's verdict; whether its conversation counts now."""
+        if in_warmup or not met:
+            self._spoilt.add(session)
+            self._good.discard(session)
+        elif session not in self._spoilt:
+            self._good.add(session)
+        return session in self._good
+
+    def __len__(self) -> int:
+        return len(self._good)
+
+
 GOODPUT_WINDOW_S = 300.0  # the live share of turns meeting the SLO looks back this far
 
 
@@ -129,8 +161,7 @@ class GoodputTally:
         self._text: tuple[str, str | None] | None = None
         self.judged = 0
         self.met = 0
-        self._good: set[str] = set()  # conversations past the warmup every judged turn of which met the SLO
-        self._spoilt: set[str] = set()  # conversations with a turn missed or in the warmup
+        self._conversations = ConversationsMet()
         self._start: float | None = None  # where the steady window starts: the warmup's end, else the run's
         self._recent: deque[tuple[float, bool]] = deque()
 
@@ -140,10 +171,7 @@ class GoodputTally:
             self.slo = parse_slo(slo_text)
         except ValueError:
             self.slo = None  # a recording edited by hand: no verdicts, rather than a failed fold
-        try:
-            self.warmup = parse_warmup(warmup_text) if warmup_text else None
-        except ValueError:
-            self.warmup = None
+        self.warmup = read_warmup(warmup_text)
         self._start = self.warmup.seconds if self.warmup is not None else 0.0
 
     def add(self, slo_text: str | None, rec: TurnRecord, t: float, warmup: str | None = None) -> None:
@@ -155,24 +183,23 @@ class GoodputTally:
         if self.slo is None:
             return
         if self.warmup is not None and self.warmup.excludes(rec):
-            self._spoilt.add(rec.session)  # begun in the warmup: its later turns count, it does not
+            self._conversations.add(rec.session, False, in_warmup=True)  # its later turns count, it does not
             return
-        if self._start is None:  # the first N arrivals left out: the window starts at the first turn kept
-            self._start = latency_from(rec)
+        if self.warmup is not None and self.warmup.conversations is not None:
+            # The first N arrivals left out: the window starts at the earliest due (else sent) turn kept so far,
+            # as the report's (goodput.steady), not at the first to finish.
+            at = latency_from(rec)
+            self._start = at if self._start is None else min(self._start, at)
         ok = meets(self.slo, rec)
         self.judged += 1
         self.met += ok
-        if not ok:
-            self._spoilt.add(rec.session)
-            self._good.discard(rec.session)
-        elif rec.session not in self._spoilt:
-            self._good.add(rec.session)
+        self._conversations.add(rec.session, ok)
         self._recent.append((t, ok))
 
     @property
     def conversations_met(self) -> int:
-        """Conversations (begun past the warmup) every turn of which so far met the SLO, as the report counts."""
-        return len(self._good)
+        """Conversations that met the SLO so far (ConversationsMet), as the report counts them."""
+        return len(self._conversations)
 
     def per_min(self, count: int, now: float) -> float | None:
         """`count` per minute of the steady window so far (None: none of it has passed yet)."""

@@ -12,6 +12,8 @@ from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.capacity import CapacityPoint
 from rampwatch.drivers.present.format import fmt_num, pct
 
+KV_SAME = 0.10  # the knee's live conversations within this fraction of the KV estimate read as about as many
+
 
 def _text(table: Table) -> str:
     console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
@@ -82,9 +84,23 @@ def render_capacity(
             row.append("kept" if kept(p, slo_share) else "missed")
         table.add_row(*row)
     out = _text(table)
+    if (line := warmup_line(points)) is not None:
+        out += line + "\n"
     if slo_share is not None:
         out += "\n".join(knee_lines(points, slo_share, knee, fail)) + "\n"
     return out
+
+
+def warmup_line(points: list[CapacityPoint]) -> str | None:
+    """What --warmup left out of each point's figures, in one line (None: nothing, at any point): once when every
+    point left out the same, else rate by rate."""
+    if not any(p.warmup for p in points):
+        return None
+    said = {p.warmup for p in points}
+    if len(said) == 1:
+        return f"warm-up left out of each point: {points[0].warmup}"
+    ordered = sorted(points, key=lambda p: p.offered_per_min)
+    return "warm-up left out: " + "; ".join(f"{p.offered_per_min:.4g}/min {p.warmup or 'none'}" for p in ordered)
 
 
 def kept(p: CapacityPoint, slo_share: float) -> bool:
@@ -117,9 +133,12 @@ def knee_lines(points: list[CapacityPoint], slo_share: float, knee: float | None
 
 
 def kv_ratio(live: float, fits: int | None) -> str:
-    """How many times fewer (or more) conversations the knee keeps live than the KV estimate ('' without one)."""
+    """How many times fewer (or more) conversations the knee keeps live than the KV estimate ('' without one);
+    within KV_SAME of it, about as many."""
     if not fits or live <= 0:
         return ""
+    if abs(fits - live) <= KV_SAME * live:
+        return ": the knee keeps about as many live as the pool fits"
     ratio = fits / live if fits >= live else live / fits
     times = f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.2g}"
     return f": the knee keeps {times}x {'fewer' if fits >= live else 'more'} live than the pool fits"

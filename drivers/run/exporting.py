@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from rampwatch.drivers.model.slo import parse_slo
+from rampwatch.drivers.model.slo import parse_slo, read_warmup
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.telemetry.exporter import RunExporter, parse_listen
 
@@ -20,7 +20,11 @@ def start_exporter(cfg: RunConfig, clock: Callable[[], float], run: str) -> RunE
         return None
     host, port = parse_listen(cfg.serve_metrics)
     exporter = RunExporter(
-        clock, run=run, slo=parse_slo(cfg.slo) if cfg.slo else None, time_scale=cfg.time_scale or 1.0
+        clock,
+        run=run,
+        slo=parse_slo(cfg.slo) if cfg.slo else None,
+        time_scale=cfg.time_scale or 1.0,
+        warmup=read_warmup(cfg.warmup),
     )
     try:
         exporter.serve(host, port)

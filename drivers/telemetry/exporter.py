@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.modelled import modelled
-from rampwatch.drivers.model.slo import Slo, meets
+from rampwatch.drivers.model.slo import ConversationsMet, Slo, Warmup, meets
 from rampwatch.drivers.model.turns import LATE_S, TurnRecord, decode_tok_s, is_delivery_gap
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560)
@@ -56,9 +56,17 @@ class _InFlight:
 class RunExporter:
     """Per-session series, labelled session and run (the run's salt)."""
 
-    def __init__(self, clock: Callable[[], float], run: str = "", slo: Slo | None = None, time_scale: float = 1.0):
-        """`time_scale`: a sped-up demo's; its figures are served in modelled seconds, as the UI shows them."""
-        self.clock, self.run, self.slo, self.time_scale = clock, run, slo, time_scale
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        run: str = "",
+        slo: Slo | None = None,
+        time_scale: float = 1.0,
+        warmup: Warmup | None = None,
+    ):
+        """`time_scale`: a sped-up demo's; its figures are served in modelled seconds, as the UI shows them.
+        `warmup`: the run's --warmup, whose conversations the SLO's conversation count leaves out."""
+        self.clock, self.run, self.slo, self.time_scale, self.warmup = clock, run, slo, time_scale, warmup
         self.registry = r = CollectorRegistry()
         lab = ("session", "run")
         self.ttft = Histogram(
@@ -95,15 +103,17 @@ class RunExporter:
         self.slo_met = Counter(
             "rampwatch_slo_met_turns", "Turns that met every bound of --slo (goodput: its rate).", lab, registry=r
         )
-        self.slo_met_conversations = Counter(
+        # A gauge, not a counter: a conversation counts while every turn it finished met the SLO, and a later miss
+        # takes it back out (ConversationsMet, the report's definition); sum() over sessions is the report's count.
+        self.slo_met_conversations = Gauge(
             "rampwatch_slo_met_conversations",
-            "Conversations that finished every turn, each meeting every bound of --slo (goodput: its rate).",
+            "1 while every finished turn of the conversation (begun past --warmup) met every bound of --slo, else 0.",
             lab,
             registry=r,
         )
         self._flight: dict[str, _InFlight] = {}
-        self._planned: dict[str, int] = {}  # a ramp conversation's planned turns
-        self._missed: set[str] = set()  # conversations with a turn that missed the SLO
+        self._ramp: set[str] = set()  # the ramp conversations (the ones the SLO's conversation count is of)
+        self._conversations = ConversationsMet()
         r.register(_PrefillInFlight(self))
         self._server: WSGIServer | None = None
 
@@ -112,7 +122,7 @@ class RunExporter:
         if self.time_scale != 1.0:
             e = modelled(e, self.time_scale)
         if isinstance(e, ev.SessionPlanned) and e.role == "ramp":
-            self._planned[e.session] = len(e.schedule)
+            self._ramp.add(e.session)
         elif isinstance(e, ev.RequestSent):
             self._flight[e.session] = _InFlight(turn=e.turn, sent_t=e.t, due_t=e.due, new_tokens_est=e.new_tokens_est)
             self.turn.labels(e.session, self.run).set(e.turn)
@@ -148,8 +158,9 @@ class RunExporter:
         self.turns.labels(*labels, e.status).inc()
         if e.status == "failed":
             self.failed.labels(*labels).inc()
+        if self.slo is not None:
+            self._judge(e, f if f is not None else _InFlight(turn=e.turn, sent_t=e.t))
         if e.status != "ok":
-            self._missed.add(e.session)
             return
         self.asked.labels(*labels).inc()
         if e.needle:
@@ -160,19 +171,18 @@ class RunExporter:
             rate = decode_tok_s(e.completion_tokens or e.chunks, f.first_t, f.last_t)
             if rate is not None:
                 self.decode.labels(*labels).set(rate)
-            if self.slo is not None:
-                self._judge(e, f)
 
     def _judge(self, e: ev.TurnDone, f: _InFlight) -> None:
-        """Count a turn that met the SLO, and its conversation when this was its last turn and every one met it."""
+        """Count a turn that met the SLO, and set whether its conversation (a ramp one) counts as met now."""
         assert self.slo is not None
         labels = (e.session, self.run)
-        if not meets(self.slo, _record(e, f)):
-            self._missed.add(e.session)
-            return
-        self.slo_met.labels(*labels).inc()
-        if e.turn == self._planned.get(e.session) and e.session not in self._missed:
-            self.slo_met_conversations.labels(*labels).inc()
+        rec = _record(e, f)
+        ok = meets(self.slo, rec)
+        if ok:
+            self.slo_met.labels(*labels).inc()
+        if e.session in self._ramp:
+            counts = self._conversations.add(e.session, ok, self.warmup is not None and self.warmup.excludes(rec))
+            self.slo_met_conversations.labels(*labels).set(1 if counts else 0)
 
     def prefills(self) -> Iterator[tuple[str, float]]:
         """(session, seconds) of each prefill still waiting for its first token."""
