@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import httpx
@@ -23,16 +24,32 @@ def wait_up(url: str, proc, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def start_split() -> tuple[subprocess.Popen, int]:
+    """`rampwatch sim --pd` on three consecutive free ports (the proxy's, then the prefill and decode servers').
+    Another process may take one of the two after it is picked (another suite beside this one): sim then exits 2,
+    cannot listen, and the split starts again on new ports."""
+    for _ in range(3):
+        port = free_port()
+        while any(free_port() == port + k for k in (1, 2)):
+            port = free_port()
+        sim = rw_started("sim", "--pd", "--port", str(port), "--profile", "tiny", "--time-scale", "1")
+        try:
+            wait_up(f"http://127.0.0.1:{port}", sim)
+            return sim, port
+        except AssertionError:
+            if sim.wait(timeout=20) != 2:
+                raise
+            said = sim.stderr.read()
+            assert "listen" in said, said  # bad input of another kind is a failure, not a port race
+    raise AssertionError("rampwatch sim --pd found no three free ports in three tries")
+
+
 def test_a_simulated_split_reports_transferred_kv_apart_from_prefix_cache_reuse(tmp_path):
     """Turn 1 has nothing to reuse: all its KV came from the prefill server. Later turns reuse the earlier
     context from the decode server's own prefix cache and receive only the rest."""
-    port = free_port()
-    while any(free_port() == port + k for k in (1, 2)):  # a best effort: the next two ports are taken by --pd
-        port = free_port()
-    sim = rw_started("sim", "--pd", "--port", str(port), "--profile", "tiny", "--time-scale", "1")
+    sim, port = start_split()
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_up(base, sim)
         rec = tmp_path / "pd.jsonl"
         p = rw(
             "run",
