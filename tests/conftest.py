@@ -50,6 +50,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def assert_port_free(port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server binds: past closed connections
+        s.bind(("127.0.0.1", port))  # raises while anything still listens there
+
+
+def free_ports(n: int) -> int:
+    """The first of `n` consecutive free loopback ports (`rampwatch sim` listens on PORT..PORT+n-1)."""
+    for _ in range(50):
+        first = free_port()
+        try:
+            for port in range(first, first + n):
+                assert_port_free(port)
+            return first
+        except OSError:
+            continue
+    raise AssertionError(f"no {n} consecutive free ports")
+
+
 def _vllm_python() -> Path | None:
     py = VLLM_VENV / "bin" / "python"
     return py if py.exists() else None

@@ -27,7 +27,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
-from tests.conftest import answers, free_port, rampwatch_cmd
+from tests.conftest import answers, assert_port_free, free_port, free_ports, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,25 +166,6 @@ def end_with_a_page_open(cmd: Launched, port: int, sig: int, processes: int) -> 
     with open_page(port):
         cmd.wait_for(processes, "a page's process")
         assert cmd.end_with(sig) == exit_code_for(sig), cmd.output()
-
-
-def assert_port_free(port: int) -> None:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server binds: past closed connections
-        s.bind(("127.0.0.1", port))  # raises while anything still listens there
-
-
-def free_ports(n: int) -> int:
-    """The first of `n` consecutive free loopback ports (`rampwatch sim` listens on PORT..PORT+n-1)."""
-    for _ in range(50):
-        first = free_port()
-        try:
-            for port in range(first, first + n):
-                assert_port_free(port)
-            return first
-        except OSError:
-            continue
-    raise AssertionError(f"no {n} consecutive free ports")
 
 
 def assert_recording_closed(path: Path, sig: int) -> None:

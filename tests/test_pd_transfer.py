@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import free_port, report_json, rw, rw_started
+from tests.conftest import free_ports, report_json, rw, rw_started
 
 
 def wait_up(url: str, proc, timeout: float = 60.0) -> None:
@@ -29,9 +29,7 @@ def start_split() -> tuple[subprocess.Popen, int]:
     Another process may take one of the two after it is picked (another suite beside this one): sim then exits 2,
     cannot listen, and the split starts again on new ports."""
     for _ in range(3):
-        port = free_port()
-        while any(free_port() == port + k for k in (1, 2)):
-            port = free_port()
+        port = free_ports(3)
         sim = rw_started("sim", "--pd", "--port", str(port), "--profile", "tiny", "--time-scale", "1")
         try:
             wait_up(f"http://127.0.0.1:{port}", sim)
