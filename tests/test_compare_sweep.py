@@ -43,7 +43,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
     )
     cmp = json.loads(out["json"].stdout)
     assert (
-        cmp["schema"] == 4 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
+        cmp["schema"] == 5 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
     )
     assert "schedules differ" in " ".join(cmp["notes"])
     for row, path in zip(cmp["runs"], runs):
@@ -57,6 +57,20 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
             and row["hit_rate_last_turn"] == rep["server"]["hit_rate_last_turn"]
         )
         assert row["lockstep"] == rep["run"]["lockstep"] and row["sessions"] == rep["run"]["sessions"]
+        # Turn k: the slowest session's TTFT, and the engine's queued and prefill time of that same turn.
+        k = runs.index(path)
+        for col in cmp["turns"]:
+            mine = [t for s in rep["sessions"] for t in s["turns"] if t["turn"] == col["turn"] and not t["error"]]
+            if not mine:
+                assert col["ttft_s"][k] is None
+                continue
+            slowest = max(mine, key=lambda t: t["ttft_s"])
+            assert col["ttft_s"][k] == slowest["ttft_s"]
+            engine = (slowest["queued_s"], slowest["engine_prefill_s"])
+            assert (col["queued_s"][k], col["engine_prefill_s"][k]) == engine
+    glm_split = [c["engine_prefill_s"][0] for c in cmp["turns"]]
+    assert all(x is not None for x in glm_split) and all(c["engine_prefill_s"][1] is None for c in cmp["turns"])
+    assert "glm queued + prefill s" in out["md"].stdout and "vllm queued + prefill s" not in out["md"].stdout
     assert set(cmp) == {"schema", "baseline", "runs", "turns", "notes"}
     assert set(cmp["runs"][0]) == {
         "label",
@@ -97,6 +111,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
     }
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3
+    assert set(first) == {"turn", "ttft_s", "ratio_to_baseline", "queued_s", "engine_prefill_s"}
 
 
 THREE = [*map(str, SHIPPED), str(ROOT / "recordings" / "llamacpp-cpu-2x15k.sample.jsonl")]

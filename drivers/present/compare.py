@@ -8,8 +8,9 @@ import msgspec
 
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.stats import median
+from rampwatch.drivers.model.turns import TurnRow
 
-COMPARE_SCHEMA = 4  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
+COMPARE_SCHEMA = 5  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
 NO_HIT_COUNTERS = "n/a: engine exposes no prefix-cache counters"
 
 
@@ -56,11 +57,14 @@ class RunRow(msgspec.Struct):
 
 
 class TurnColumn(msgspec.Struct):
-    """Turn k of every run: the slowest session's TTFT, and its ratio to the baseline run's."""
+    """Turn k of every run: the slowest session's TTFT, its ratio to the baseline run's, and how the engine
+    accounted for that TTFT (queued and engine prefill; None where the engine did not time it)."""
 
     turn: int
     ttft_s: list[float | None]
     ratio_to_baseline: list[float | None]
+    queued_s: list[float | None]
+    engine_prefill_s: list[float | None]
 
 
 class Comparison(msgspec.Struct):
@@ -71,12 +75,13 @@ class Comparison(msgspec.Struct):
     notes: list[str]
 
 
-def _slowest_by_turn(rep: Report) -> dict[int, float]:
-    out: dict[int, float] = {}
+def _slowest_by_turn(rep: Report) -> dict[int, TurnRow]:
+    """Turn k's row of the session that waited longest for it."""
+    out: dict[int, TurnRow] = {}
     for s in rep.sessions:
         for t in s.turns:
-            if t.ttft_s is not None and t.error is None:
-                out[t.turn] = max(out.get(t.turn, 0.0), t.ttft_s)
+            if t.ttft_s is not None and t.error is None and (t.turn not in out or t.ttft_s > out[t.turn].ttft_s):
+                out[t.turn] = t
     return out
 
 
@@ -107,7 +112,7 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         slowest_session_ttft_sum_s=worst.summary.ttft_sum_s if worst else None,
         session_ttft_sums_s=[s.summary.ttft_sum_s for s in sessions],
         ttft_max_s=max((s.summary.ttft_max_s for s in sessions), default=None),
-        last_turn_ttft_s=by_turn.get(last_turn),
+        last_turn_ttft_s=by_turn[last_turn].ttft_s if last_turn in by_turn else None,
         one_shot_ttft_s=rep.one_shot.turn.ttft_s if rep.one_shot else None,
         prefill_tok_s_first_turn=median(first_rates),
         prefill_tok_s_last_turn=median(last_rates),
@@ -140,10 +145,17 @@ def compare(runs: list[tuple[str, str, Report, str, list[int]]], baseline: int =
     base = per_run[baseline]
     columns = []
     for k in turns:
-        ttfts = [d.get(k) for d in per_run]
-        b = base.get(k)
+        slowest = [d.get(k) for d in per_run]
+        ttfts = [t.ttft_s if t else None for t in slowest]
+        b = base[k].ttft_s if k in base else None
         columns.append(
-            TurnColumn(turn=k, ttft_s=ttfts, ratio_to_baseline=[t / b if t is not None and b else None for t in ttfts])
+            TurnColumn(
+                turn=k,
+                ttft_s=ttfts,
+                ratio_to_baseline=[t / b if t is not None and b else None for t in ttfts],
+                queued_s=[t.queued_s if t else None for t in slowest],
+                engine_prefill_s=[t.engine_prefill_s if t else None for t in slowest],
+            )
         )
     notes = []
     schedules = {tuple(r[4]) for r in runs}

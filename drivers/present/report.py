@@ -171,6 +171,13 @@ def csv_cell(value: object) -> object:
     return value
 
 
+def engine_account(queued_s: float | None, prefill_s: float | None) -> str:
+    """'57.10 + 57.20': the engine's queued and prefill seconds of a turn's TTFT ('-': not timed)."""
+    if prefill_s is None:
+        return "-"
+    return f"{fmt_num(queued_s, '.2f')} + {fmt_num(prefill_s, '.2f')}"
+
+
 def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> str:
     """The runs table, then TTFT per turn side by side with the ratio to the baseline run. `width`: the
     terminal's (columns are left out to fit, and said); None: a file or a pipe gets every column."""
@@ -182,11 +189,16 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
     columns = [c for c in COMPARE_COLUMNS if c[0] not in hidden]
     heads = [name for name, _ in columns]
     rows = [[cell(r) for _, cell in columns] for r in cmp.runs]
-    turn_heads = (
-        ["turn"] + [f"{r.label} TTFT s" for r in cmp.runs] + [f"{r.label} / {cmp.baseline}" for r in cmp.runs[1:]]
-    )
+    # The engine's account of each timed run's TTFT: queued + engine prefill (the rest is the TTFT's remainder).
+    split_runs = [k for k, r in enumerate(cmp.runs) if r.slowest_session_engine_prefill_sum_s is not None]
+    ratio_heads = [f"{r.label} / {cmp.baseline}" for r in cmp.runs[1:]]
+    account_heads = [f"{cmp.runs[k].label} queued + prefill s" for k in split_runs]
+    turn_heads = ["turn"] + [f"{r.label} TTFT s" for r in cmp.runs] + ratio_heads + account_heads
     turn_rows = [
-        [str(c.turn)] + [fmt_num(x, ".2f") for x in c.ttft_s] + [fmt_num(x, ".2f") for x in c.ratio_to_baseline[1:]]
+        [str(c.turn)]
+        + [fmt_num(x, ".2f") for x in c.ttft_s]
+        + [fmt_num(x, ".2f") for x in c.ratio_to_baseline[1:]]
+        + [engine_account(c.queued_s[k], c.engine_prefill_s[k]) for k in split_runs]
         for c in cmp.turns
     ]
     notes = list(cmp.notes)
@@ -224,7 +236,7 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
     console.print(runs_table)
     turn_title = f"TTFT per turn (slowest session), ratio to {cmp.baseline}"
     turns_table, dropped, fits = fitted_table(
-        turn_title, turn_heads, turn_rows, left, width, tuple(turn_heads[1 + len(cmp.runs) :])
+        turn_title, turn_heads, turn_rows, left, width, tuple(account_heads + ratio_heads)
     )
     if not fits:  # the runs' labels are too long for the width: number them, and say which is which
         short = ["turn"] + [f"#{k + 1} TTFT s" for k in range(len(cmp.runs))]
@@ -232,7 +244,7 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
         notes.append("; ".join(f"#{k + 1}: {r.label}" for k, r in enumerate(cmp.runs)))
     console.print(turns_table)
     if dropped:
-        left_out.append("the ratios to the baseline")
+        left_out.append("the engine's queued + prefill or the ratios to the baseline")
     if left_out:
         notes.append(
             f"left out to fit {width} columns: {', '.join(left_out)} (every column: a wider terminal, "
