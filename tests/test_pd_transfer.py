@@ -194,6 +194,18 @@ def test_a_turn_attributed_earlier_is_not_counted_again_in_a_later_window():
     assert [(r.cached_tokens, r.transferred_tokens) for r in rows] == [(0, 999), (1499, 500)], by
 
 
+def test_a_sample_that_does_not_show_the_turn_yet_is_waited_past():
+    """vLLM may publish a turn's admission a scrape after its first token reached the client (CI: a real pair's
+    turn 7 kept no figure once): the first sample after the first token still counts nothing of it, so the turn
+    waits for the next sample rather than giving up."""
+    start = [sample(0.0, "prefill", 0, 0), sample(0.0, "decode", 0, 0)]
+    state, rows = fold_split(
+        [*start, *turn("s1", 1.0, 1000, 999), sample(1.7, "decode", 0, 0), sample(2.0, "decode", 999, 1000)]
+    )
+    assert [(r.cached_tokens, r.transferred_tokens) for r in rows] == [(0, 999)]
+    assert [x.t for x in state.log if "turn 1" in x.text] == [2.0]  # its line came with the sample that showed it
+
+
 def test_outside_a_split_nothing_is_transferred():
     from rampwatch.drivers.model import events as ev
 

@@ -43,13 +43,15 @@ class TransferLedger:
         # turn's counter window does not count their admissions again.
         self._attributed: deque[tuple[float, float, float, float]] = deque(maxlen=256)
 
-    def attribute(self, rec: TurnRecord, decode: list[EndpointView] | None) -> None:
+    def attribute(self, rec: TurnRecord, decode: list[EndpointView] | None) -> bool:
         """The KV transferred for `rec`: the decode servers' counters from its send to a sample after its first
         token, less what turns already attributed were admitted in that window (a decode server admits a turn
-        just before its first token); the rest shared with the turns still unattributed by prompt tokens."""
+        just before its first token); the rest shared with the turns still unattributed by prompt tokens.
+        False: the counters do not show the turn yet (a server may publish them a scrape after the first token
+        reached the client), so a later sample is to be waited for."""
         a, b = rec.transfer_at_sent, transfer_counters(decode)
         if a is None or b is None or not rec.prompt_tokens:
-            return
+            return True  # nothing any sample could tell
         moved, admitted = b[0] - a[0], b[1] - a[1]
         # Turns admitted inside this window were attributed already: take theirs out. One sent after the sample
         # at `rec`'s send surely was; one sent before it but first answered after may have been admitted on either
@@ -59,7 +61,7 @@ class TransferLedger:
             if first_t > a[2] and (sent_t > a[2] or admitted - p >= rec.prompt_tokens):
                 moved, admitted = moved - m, admitted - p
         if admitted <= 0:
-            return  # the counters never showed the turn (scrapes failed)
+            return False
         share = min(1.0, rec.prompt_tokens / admitted)
         mine = max(0, round(moved * share))
         # What the decode server's prefix cache cannot have held (more than the session's previous prompt and
@@ -68,14 +70,15 @@ class TransferLedger:
         mine = max(mine, min(round(moved), rec.prompt_tokens - held))
         rec.kv_transferred = mine if rec.cached_tokens is None else min(mine, rec.cached_tokens)  # usage counts it
         self._attributed.append((rec.sent_t, rec.first_t or rec.sent_t, rec.kv_transferred, rec.prompt_tokens))
+        return True
 
     def settle(self, decode: list[EndpointView] | None, final: bool) -> list[TurnRecord]:
-        """The waiting turns the decode servers' counters now cover (all of them at the run's end), attributed."""
+        """The waiting turns the decode servers' counters now show, attributed (all of them at the run's end: one
+        the counters never showed keeps no figure)."""
         ready: list[TurnRecord] = []
         waiting: list[TurnRecord] = []
         for rec in self.awaiting:
-            (ready if final or covers(rec, decode) else waiting).append(rec)
+            shown = (final or covers(rec, decode)) and self.attribute(rec, decode)
+            (ready if shown or final else waiting).append(rec)
         self.awaiting = waiting
-        for rec in ready:
-            self.attribute(rec, decode)
         return ready

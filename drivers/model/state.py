@@ -236,7 +236,7 @@ class RunState:
         rec.cache_at_done = self._cache_counters()
         covered = rec.transfer_at_sent is not None and covers(rec, self._decode_endpoints())
         if covered and e.status == "ok":
-            self.transfers.attribute(rec, self._decode_endpoints())
+            covered = self.transfers.attribute(rec, self._decode_endpoints())  # else a later sample shows it
         if rec.chunks == 0:
             rec.chunks = e.chunks
         self.turns.append(rec)
