@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -114,12 +115,18 @@ def test_request_ids_name_the_attempt_and_the_trace_the_turn():
     assert rid == "mine-7" and "X-Request-Id" not in added and "traceparent" in added
 
 
+def run_through_relay(rec: Path, *extra: str) -> tuple[list[tuple[dict[str, str], dict]], CaptureRelay]:
+    """A small recorded run with `extra` flags against the tiny sim behind a relay: the chat requests that
+    reached the server (headers, body) and the relay that saw them."""
+    with ThreadedSim(make_profile("tiny")) as sim, CaptureRelay(sim.url) as relay:
+        p = rw(*small_run(relay.url, "--record", str(rec)), *extra)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        return chat_requests(relay), relay
+
+
 def test_every_request_carries_its_ids_to_the_server_and_the_recording(tmp_path):
     rec = tmp_path / "run.jsonl"
-    with ThreadedSim(make_profile("tiny")) as sim, CaptureRelay(sim.url) as relay:
-        p = rw(*small_run(relay.url, "--record", str(rec)), "--sessions", "2")
-        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-        chats = chat_requests(relay)
+    chats, _ = run_through_relay(rec, "--sessions", "2")
     lines = [json.loads(x) for x in rec.read_text().splitlines()]
     salt = lines[0]["salt"]
     sent = {(e["session"], e["turn"]): e["request_id"] for e in lines if e.get("type") == "RequestSent"}
@@ -132,10 +139,7 @@ def test_every_request_carries_its_ids_to_the_server_and_the_recording(tmp_path)
 
 def test_a_users_own_request_id_wins(tmp_path):
     rec = tmp_path / "run.jsonl"
-    with ThreadedSim(make_profile("tiny")) as sim, CaptureRelay(sim.url) as relay:
-        p = rw(*small_run(relay.url, "--record", str(rec)), "--header", "x-request-id: me-{session}-{turn}")
-        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-        chats = chat_requests(relay)
+    chats, relay = run_through_relay(rec, "--header", "x-request-id: me-{session}-{turn}")
     assert sorted(h["x-request-id"] for h, _ in chats) == ["me-s1-1", "me-s1-2"]
     assert all(raw.lower().count(b"x-request-id:") == 1 for raw in relay.requests_to("/v1/chat/completions"))
     sent = [json.loads(x) for x in rec.read_text().splitlines() if '"RequestSent"' in x]

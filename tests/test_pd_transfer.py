@@ -47,32 +47,11 @@ def test_a_simulated_split_reports_transferred_kv_apart_from_prefix_cache_reuse(
     context from the decode server's own prefix cache and receive only the rest."""
     sim, port = start_split()
     try:
-        base = f"http://127.0.0.1:{port}"
         rec = tmp_path / "pd.jsonl"
-        p = rw(
-            "run",
-            base,
-            "--metrics-url",
-            f"prefill:prefill=http://127.0.0.1:{port + 1}/metrics",
-            "--metrics-url",
-            f"decode:decode=http://127.0.0.1:{port + 2}/metrics",
-            "--scrape-interval",
-            "0.05",
-            "--sessions",
-            "2",
-            "--lockstep",
-            "--scale-to",
-            "16k",
-            "--output-tokens",
-            "128",
-            "--ignore-eos",
-            "--gpu",
-            "none",
-            "--headless",
-            "--record",
-            str(rec),
-            timeout=300,
-        )
+        flags = f"--metrics-url prefill:prefill=http://127.0.0.1:{port + 1}/metrics"
+        flags += f" --metrics-url decode:decode=http://127.0.0.1:{port + 2}/metrics --scrape-interval 0.05"
+        flags += " --sessions 2 --lockstep --scale-to 16k --output-tokens 128 --ignore-eos --gpu none --headless"
+        p = rw("run", f"http://127.0.0.1:{port}", *flags.split(), "--record", str(rec), timeout=300)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     finally:
         sim.terminate()
@@ -111,21 +90,8 @@ def test_a_simulated_split_reports_transferred_kv_apart_from_prefix_cache_reuse(
 def test_an_unsplit_server_reports_no_transferred_kv(tmp_path):
     """Outside a split nothing is transferred: the field stays null and the column is not shown."""
     rec = tmp_path / "one.jsonl"
-    p = rw(
-        "demo",
-        "--profile",
-        "tiny",
-        "--time-scale",
-        "1",
-        "--scale-to",
-        "4k",
-        "--output-tokens",
-        "8",
-        "--headless",
-        "--record",
-        str(rec),
-        timeout=300,
-    )
+    flags = "--profile tiny --time-scale 1 --scale-to 4k --output-tokens 8 --headless"
+    p = rw("demo", *flags.split(), "--record", str(rec), timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     rep = report_json(rec)
     assert all(t["transferred_tokens"] is None for s in rep["sessions"] for t in s["turns"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import httpx
 import pytest
@@ -59,6 +61,17 @@ def test_auth_headers_and_url_without_credentials():
     assert cfg.headers() == {"Authorization": "Bearer sk-1"}
 
 
+@asynccontextmanager
+async def mocked_session(
+    sid: str, conv: Conversation, answer: Callable[[httpx.Request], httpx.Response]
+) -> AsyncIterator[SessionRunner]:
+    """Session `sid` of `conv` against a server whose every answer, /tokenize included, is `answer(request)`."""
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as c:
+        runner = SessionRunner(sid, conv, c, "http://x", {}, TurnOptions(model="m"), lambda e: None, RunClock())
+        runner.tokenizer.post = over_httpx(c, "http://x", {})  # the server's answers from the mock, not a socket
+        yield runner
+
+
 async def test_a_session_counts_its_own_fixed_text_without_the_servers_bos():
     """Turn 1 has no usage to correct it: each session counts its own salt, fact and question by the
     server's /tokenize (llama.cpp's {"content"} form here, which adds a BOS to any text)."""
@@ -73,9 +86,7 @@ async def test_a_session_counts_its_own_fixed_text_without_the_servers_bos():
         chars_per_token=2.0, template_tokens=5, fixed_tokens=(1, 1), tokenize_field="content", special_tokens=1
     )
     conv = Conversation("run-s2", [1000, 2000], cal)
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as c:
-        runner = SessionRunner("s2", conv, c, "http://x", {}, TurnOptions(model="m"), lambda e: None, RunClock())
-        runner.tokenizer.post = over_httpx(c, "http://x", {})  # the server's answers from the mock, not a socket
+    async with mocked_session("s2", conv, answer) as runner:
         await runner._measure_fixed_text()
         assert await runner._resent_tokens("four") == 4
     assert asked[:2] == [conv.fixed_text(1), conv.fixed_text(2)]
@@ -97,9 +108,7 @@ async def test_turn_one_is_counted_by_the_server_and_fitted_before_it_goes():
         chars_per_token=1.0, template_tokens=8, fixed_tokens=(40, 20), tokenize_field="content", special_tokens=1
     )
     conv = Conversation("run-s1", [600, 1200], cal)
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as c:
-        runner = SessionRunner("s1", conv, c, "http://x", {}, TurnOptions(model="m"), lambda e: None, RunClock())
-        runner.tokenizer.post = over_httpx(c, "http://x", {})  # the server's answers from the mock, not a socket
+    async with mocked_session("s1", conv, answer) as runner:
         drawn = 1 + len("<u></u>") + len(_drawn_message(Conversation("run-s1", [600, 1200], cal)))
         user, _ = await runner._user_message(1)
     content = json.loads(user)["content"]

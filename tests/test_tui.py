@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import Recording, read_recording
@@ -29,18 +30,24 @@ def sessions_text(app: RampwatchApp) -> str:
     return "\n".join(app.query_one(SessionsTable).lines_text())
 
 
-def replay_app(events: list[ev.AnyEvent]) -> tuple[RampwatchApp, ReplaySource]:
-    src = ReplaySource(Recording(header=header(), events=events))
+def replay_app(events: list[ev.AnyEvent], header_: ev.Header | None = None) -> tuple[RampwatchApp, ReplaySource]:
+    src = ReplaySource(Recording(header=header_ or header(), events=events))
     src.paused = True  # the test moves the position itself
     return RampwatchApp(src, autostart=False), src
 
 
+async def show_at(pilot: Pilot, t: float | None = None) -> None:
+    """Move the paused replay to `t` (its end by default) and let the panels draw what is known there."""
+    src = pilot.app.source
+    src.seek(src.end_t if t is None else t)
+    pilot.app.refresh_panels()
+    await pilot.pause()
+
+
 async def test_prefilling_session_shows_as_prefilling_with_elapsed_time():
-    app, src = replay_app(two_session_run())
+    app, _ = replay_app(two_session_run())
     async with app.run_test(size=(120, 40)) as pilot:
-        src.seek(10.0)  # s2 sent at 6.5 and has no first token yet
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot, 10.0)  # s2 sent at 6.5 and has no first token yet
         sessions = sessions_text(app)
         s2 = next(line for line in sessions.splitlines() if line.strip().startswith("s2"))
         assert "prefilling 3.50s" in s2
@@ -50,11 +57,9 @@ async def test_prefilling_session_shows_as_prefilling_with_elapsed_time():
 
 
 async def test_needle_miss_shows_a_cross_and_report_screen_opens():
-    app, src = replay_app(two_session_run())
+    app, _ = replay_app(two_session_run())
     async with app.run_test(size=(120, 40)) as pilot:
-        src.seek(src.end_t)
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot)
         sessions = sessions_text(app)
         assert "✓" in next(line for line in sessions.splitlines() if line.strip().startswith("s1"))
         assert "✗" in next(line for line in sessions.splitlines() if line.strip().startswith("s2"))
@@ -81,11 +86,9 @@ async def test_unavailable_metric_shows_its_reason():
             t=0.5, source="nvml", reason="no GPU source: NVML unavailable (NVML Shared Library Not Found)"
         ),
     ]
-    app, src = replay_app(events)
+    app, _ = replay_app(events)
     async with app.run_test(size=(120, 40)) as pilot:
-        src.seek(1.0)
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot, 1.0)
         server = " ".join(app.query_one(ServerPanel).plain_text().split())  # the panel wraps long reasons
         assert "unavailable: llama.cpp exposes no KV-cache occupancy" in server
         assert "llama.cpp does not preempt" in server
@@ -96,9 +99,7 @@ async def test_unavailable_metric_shows_its_reason():
 async def test_timeline_marks_foreign_prefill_and_replay_keys():
     app, src = replay_app(two_session_run())
     async with app.run_test(size=(120, 40)) as pilot:
-        src.seek(22.0)
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot, 22.0)
         assert "another session prefilling" in app.query_one(TimelinePanel).plain_text()
         await pilot.press("home")
         assert src.position == 0.0
@@ -202,19 +203,15 @@ def test_watch_headless_server_line():
 
 
 async def test_stall_column_shows_a_stall_in_progress_then_the_turns_longest_gap():
-    app, src = replay_app(two_session_run())
+    app, _ = replay_app(two_session_run())
     async with app.run_test(size=(120, 40)) as pilot:
-        src.seek(9.5)  # s1 decoding, its last token at 6.0: a 3.5 s stall while s2 prefills
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot, 9.5)  # s1 decoding, its last token at 6.0: a 3.5 s stall while s2 prefills
         s1 = next(line for line in sessions_text(app).splitlines() if line.strip().startswith("s1"))
         assert "3.50s" in s1
         table = app.query_one(SessionsTable)
         stall = table.row_text([s.id for s in table.rows].index("s1"))
         assert any(span.style == "bold red" and "3.50s" in stall.plain[span.start : span.end] for span in stall.spans)
-        src.seek(22.5)  # s1's turn is done: its longest gap (4 s, during s2's prefill)
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot, 22.5)  # s1's turn is done: its longest gap (4 s, during s2's prefill)
         s1 = next(line for line in sessions_text(app).splitlines() if line.strip().startswith("s1"))
         assert "4.00s" in s1
 
@@ -267,11 +264,9 @@ async def test_a_narrow_sessions_panel_before_any_needle():
     from rampwatch.tui.widgets.sessions import needle_marks
 
     assert needle_marks([], -5).plain == "" and needle_marks([True, False], -5).plain == "✗1/2"
-    app, src = replay_app(two_session_run())
+    app, _ = replay_app(two_session_run())
     async with app.run_test(size=(100, 30)) as pilot:
-        src.seek(1.0)  # s1 sent, nothing finished: no needle yet
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot, 1.0)  # s1 sent, nothing finished: no needle yet
         assert any(line.strip().startswith("s1") for line in sessions_text(app).splitlines())
 
 
@@ -282,13 +277,9 @@ async def test_a_sped_up_demo_replays_in_modelled_time():
 
     from rampwatch.tui.widgets.header import HeaderBar
 
-    src = ReplaySource(Recording(header=replace(header(), time_scale=10.0), events=two_session_run()))
-    src.paused = True
-    app = RampwatchApp(src, autostart=False)
+    app, _ = replay_app(two_session_run(), replace(header(), time_scale=10.0))
     async with app.run_test(size=(160, 40)) as pilot:
-        src.seek(10.0)  # recorded seconds: s2 sent at 6.5, 3.5 s ago (35 s modelled)
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot, 10.0)  # recorded seconds: s2 sent at 6.5, 3.5 s ago (35 s modelled)
         s2 = next(line for line in sessions_text(app).splitlines() if line.strip().startswith("s2"))
         assert "prefilling 35.0s" in s2, s2
         assert "35.0s" in app.query_one(PrefillPanel).plain_text()
@@ -309,13 +300,9 @@ def lane_bottom(panel_text: str, session: str) -> str:
 
 
 async def lanes_at_end(events: list[ev.AnyEvent], header_: ev.Header) -> str:
-    src = ReplaySource(Recording(header=header_, events=events))
-    src.paused = True
-    app = RampwatchApp(src, autostart=False)
+    app, _ = replay_app(events, header_)
     async with app.run_test(size=(160, 50)) as pilot:
-        src.seek(src.end_t)
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot)
         return app.query_one(TimelinePanel).plain_text()
 
 
@@ -346,10 +333,8 @@ async def test_decode_lanes_show_a_turn_queued_behind_the_others_prefill(tmp_pat
 
 
 async def test_decode_lanes_without_engine_figures_draw_no_split():
-    app, src = replay_app(two_session_run())
+    app, _ = replay_app(two_session_run())
     async with app.run_test(size=(120, 40)) as pilot:
-        src.seek(src.end_t)
-        app.refresh_panels()
-        await pilot.pause()
+        await show_at(pilot)
         text = app.query_one(TimelinePanel).plain_text()
     assert "░" not in text and "▓" not in text and "queued" not in text and "another session prefilling" in text
