@@ -64,7 +64,10 @@ def test_demo_reads_in_the_seeds_units(tmp_path):
     assert rep["run"]["time_scale"] == 20.0
     turn = rep["sessions"][0]["turns"][1]
     assert turn["new_tokens"] == pytest.approx(131_072, rel=0.05)
-    assert 79.0 <= turn["ttft_s"] <= 88.0, turn
+    # The seed measured 79-88 s. The engine's steps run on the wall clock here, so a loaded machine stretches them
+    # (90.9 s beside another suite, 20x the wall clock's lateness); the calibration itself is held on the virtual
+    # clock (test_experiments). What this pins is the unit: wall seconds would read ~4 s, scaled twice ~1,700.
+    assert 79.0 <= turn["ttft_s"] <= 100.0, turn
     raw_end = json.loads(out.read_text().splitlines()[-1])["t"]
     assert raw_end < 240.0 / 20 * 1.5  # the recording: wall-clock seconds (~245 modelled, ~12 s wall)
     text = rw("report", str(out)).stdout
