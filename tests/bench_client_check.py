@@ -6,8 +6,12 @@ of a served model (the 'tiny' profile: about 30 tok/s a session at 64
 sessions) and drives 64 sessions against it headless, as a user would
 (`rampwatch run --headless`), then reads the recording's JSON report. Prints, and asserts nothing:
   - turns marked `client busy` (a first-token or token stamp taken while the
-    driver's loop woke more than 5 ms late); the bar is none;
-  - the run's worst loop lag;
+    driver's loop woke more than 5 ms late); the bar is none; and how many of
+    them the driver's own work marked (the rest: the machine waking it late);
+  - the run's worst loop lag, and its own work's (the lag less the time the
+    loop lay idle past its timer);
+  - for scale, what the machine alone does to a loop that only sleeps, on the
+    client's core for as long as the run took;
   - turns and output tokens, for scale.
 
 On a machine with other work running the OS can hold the driver off a core
@@ -131,8 +135,40 @@ def main() -> None:
         f"sessions {args.sessions}, schedule {args.schedule} ({placed}): {len(turns)} turns, {tokens} output tokens, "
         f"{took:.1f} s"
     )
-    print(f"turns marked client busy: {busy} (bar: 0)")
-    print(f"worst driver loop lag: {report.get('client_lag_max_ms')} ms")
+    own = sum(bool(t.get("client_busy_own")) for t in turns)
+    print(f"turns marked client busy: {busy} (bar: 0), {own} of them by the driver's own work")
+    worst, own_worst = ms(report.get("client_lag_max_ms")), ms(report.get("client_lag_own_max_ms"))
+    print(f"worst driver loop lag: {worst}, its own work's: {own_worst}")
+    idle = idle_loop_wakes(client_core, took)
+    print(f"an idle loop alone on the client's core, {took:.0f} s of 10 ms sleeps: {idle}")
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def idle_loop_wakes(core: int | None, seconds: float) -> str:
+    """What the machine alone does to a loop: an asyncio loop that only sleeps 10 ms at a time, on the client's
+    core, for as long as the run took; its wakes more than 5 ms late are the machine's (the OS, a VM's host)."""
+    script = (
+        "import asyncio, sys, time\n"
+        "async def main(n):\n"
+        "    late = []\n"
+        "    for _ in range(n):\n"
+        "        due = time.perf_counter() + 0.010\n"
+        "        await asyncio.sleep(0.010)\n"
+        "        late.append(time.perf_counter() - due)\n"
+        "    print(sum(x > 0.005 for x in late), len(late), 1000 * max(late))\n"
+        "asyncio.run(main(int(sys.argv[1])))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(int(seconds / 0.0102))],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=on_core(core),
+    ).stdout.split()
+    return f"{out[0]} of {out[1]} wakes over 5 ms late, the worst {float(out[2]):.1f} ms"
 
 
 if __name__ == "__main__":

@@ -142,6 +142,7 @@ def test_report_json_schema(recorded):
         "servers_total",
         "roles",
         "client_lag_max_ms",
+        "client_lag_own_max_ms",
         "spans",
         "open_loop",
         "goodput",
@@ -167,7 +168,7 @@ def test_report_json_schema(recorded):
         "output_tokens",
         "time_scale",
     }
-    assert rep["run"]["schema"] == 5 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 6 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",
@@ -189,6 +190,7 @@ def test_report_json_schema(recorded):
         "gaps_over_1s",
         "server_prefill_s",
         "client_busy",
+        "client_busy_own",
         "think_s",
         "ttfa_s",
         "reasoning_tokens",

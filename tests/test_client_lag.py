@@ -4,10 +4,15 @@ a stamp taken while it ran more than 5 ms late is marked client busy, exactly th
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.present.turn_table import client_mark
+from rampwatch.drivers.run import event_loop
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.loop_lag import BUSY_S, TICK_S, LoopLagMonitor
 from rampwatch.drivers.run.runner import Run
@@ -132,3 +137,102 @@ def test_a_real_servers_run_keeps_its_windows_in_seconds_as_recorded():
     state = RunState(ev.Header(rampwatch_version="", command=[], mode="run", server=""))
     state.apply(ev.ClientLag(t=1.1, p50_ms=0.1, p99_ms=40.0, max_ms=40.0, busy=[]))
     assert state.client.lag_ms(3.5) == 40.0 and state.client.lag_ms(3.7) is None
+
+
+def test_a_late_wake_is_split_into_the_machines_part_and_the_drivers_own():
+    out: list[ev.AnyEvent] = []
+    m = LoopLagMonitor(out.append, time.monotonic)
+    m.tick(1.0, 1.0 + BLOCK_S, overslept=BLOCK_S - 0.001)  # the loop lay idle past its timer: the machine's
+    m.tick(2.0, 2.0 + BLOCK_S, overslept=0.0)  # a callback held the loop: the driver's own
+    m.tick(3.0, 3.02, overslept=0.0195)
+    m.tick(3.03, 3.05, overslept=0.0)  # the same spell, merged: the driver's own for part of it
+    m.tick(3.5, 3.5 + BLOCK_S, overslept=0.0, cpu=0.004)  # held, but not by its CPU: the machine's (a VM's host)
+    m.flush(3.1)
+    (lag,) = out
+    assert isinstance(lag, ev.ClientLag)
+    assert lag.busy_own == [False, True, True, False] and len(lag.busy) == 4
+    assert abs(lag.own_max_ms - 1000 * BLOCK_S) < 1e-6
+    m.tick(4.0, 4.02, overslept=0.0195)
+    m.flush(4.1)
+    assert out[-1].busy_own == [False] and out[-1].own_max_ms < 1.0
+    unsplit = LoopLagMonitor(out.append, time.monotonic)  # a loop that does not say (not a DriverLoop)
+    unsplit.tick(5.0, 5.0 + BLOCK_S)
+    unsplit.flush(5.1)
+    assert out[-1].busy_own == [] and out[-1].own_max_ms is None
+
+
+def test_a_turn_marked_only_by_the_machine_says_so_and_the_drivers_own_window_overrides_it():
+    state = RunState()
+    for sid in ("s1", "s2"):
+        state.apply(ev.SessionPlanned(t=0.0, session=sid, schedule=[100], salt=sid))
+        state.apply(ev.RequestSent(t=0.0, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+        state.apply(ev.FirstToken(t=0.1, session=sid, turn=1))
+    state.apply(ev.TokenTimes(t=0.70, session="s1", turn=1, times=[0.60, 0.70]))
+    state.apply(ev.TokenTimes(t=0.90, session="s2", turn=1, times=[0.62, 0.90]))
+    lag = dict(p50_ms=0.1, p99_ms=40.0, max_ms=40.0)
+    state.apply(ev.ClientLag(t=1.0, **lag, busy=[(0.59, 0.65)], busy_own=[False], own_max_ms=1.0))
+    s1, s2 = state.sessions["s1"].current, state.sessions["s2"].current
+    assert (s1.client_busy, s1.client_busy_own, s2.client_busy, s2.client_busy_own) == (True, False, True, False)
+    assert (state.client.marked, state.client.marked_own, state.client.worst_own_ms) == (2, 0, 1.0)
+    revision = state.turns_revision
+    state.apply(ev.ClientLag(t=2.0, **lag, busy=[(0.85, 0.95)], busy_own=[True], own_max_ms=30.0))
+    assert (s2.client_busy, s2.client_busy_own, s1.client_busy_own) == (True, True, False)
+    assert (state.client.marked, state.client.marked_own, state.client.worst_own_ms) == (2, 1, 30.0)
+    assert state.turns_revision > revision  # a finished turn's table redraws when its mark changes
+    assert [client_mark(r.client_busy, r.client_busy_own) for r in (s1, s2)] == ["os", "busy"]
+
+
+def _lag_windows_of(hold) -> list[tuple[float, float, bool]]:
+    """Runs a DriverLoop with the lag monitor (on time.perf_counter) for a second and a half while `hold(loop)`
+    holds it; returns each late window: (from, to, the driver's own?)."""
+    out: list[ev.AnyEvent] = []
+
+    async def main() -> None:
+        m = LoopLagMonitor(out.append, time.perf_counter)
+        task = asyncio.create_task(m.run())
+        hold(asyncio.get_running_loop())
+        await asyncio.sleep(1.5)
+        task.cancel()
+        m.flush(time.perf_counter())
+
+    event_loop.run(main())
+    lags = [e for e in out if isinstance(e, ev.ClientLag)]
+    assert lags and all(len(e.busy_own) == len(e.busy) and e.own_max_ms is not None for e in lags)
+    return [(a, b, own) for e in lags for (a, b), own in zip(e.busy, e.busy_own)]
+
+
+def _covering(windows: list[tuple[float, float, bool]], spans: list[tuple[float, float]]) -> list[bool]:
+    """For each span, whether the window covering it was the driver's own (loaded machines add windows)."""
+    return [own for a0, b0 in spans for a, b, own in windows if a <= a0 + TICK_S and b >= b0]
+
+
+def test_the_driver_loop_tells_the_os_holding_it_from_its_own_work():
+    """Real wakes: the OS stops this process three times for 60 ms (SIGSTOP from a child process, then
+    SIGCONT), and once a callback holds the loop with 60 ms of work. The stops are the machine's (the loop lay
+    idle past its timer, or spent no CPU meanwhile); the work is the driver's own."""
+    script = (
+        "import os, signal, sys, time\n"
+        "for _ in range(3):\n"
+        "    time.sleep(0.3); a = time.perf_counter(); os.kill(int(sys.argv[1]), signal.SIGSTOP)\n"
+        "    time.sleep(0.06); os.kill(int(sys.argv[1]), signal.SIGCONT); print(a, time.perf_counter())\n"
+    )
+    child: list[subprocess.Popen] = []
+    windows = _lag_windows_of(
+        lambda loop: child.append(
+            subprocess.Popen([sys.executable, "-c", script, str(os.getpid())], stdout=subprocess.PIPE, text=True)
+        )
+    )
+    stops = [tuple(map(float, line.split())) for line in child[0].communicate(timeout=10)[0].splitlines()]
+    assert len(stops) == 3 and _covering(windows, stops) == [False, False, False], (stops, windows)
+
+    worked: list[tuple[float, float]] = []
+
+    def work(seconds: float) -> None:
+        start = time.perf_counter()
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+        worked.append((start, time.perf_counter()))
+
+    windows = _lag_windows_of(lambda loop: loop.call_later(0.3, work, 0.06))
+    assert _covering(windows, worked) == [True], (worked, windows)

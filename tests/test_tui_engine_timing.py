@@ -77,8 +77,10 @@ async def test_the_server_panel_says_when_the_engine_times_no_turn_and_which_fla
 
 
 async def test_the_header_shows_the_clients_lag_while_it_is_over_5_ms():
-    async def shown(lag_ms: float, at: float) -> str:
-        events = [*one_turn(timed=True), ev.ClientLag(t=4.0, p50_ms=0.1, p99_ms=lag_ms, max_ms=lag_ms, busy=[])]
+    async def shown(lag_ms: float, at: float, own: list[bool] | None = None) -> str:
+        busy = [(3.5, 3.6)] * len(own or [])
+        lag = ev.ClientLag(t=4.0, p50_ms=0.1, p99_ms=lag_ms, max_ms=lag_ms, busy=busy, busy_own=own or [])
+        events = [*one_turn(timed=True), lag]
         events.append(ev.MetricsSample(t=at, source="e", engine="vllm", values={"kv_usage": 0.1}))
         app, _ = app_at_end(events)
         async with app.run_test(size=(200, 40)) as pilot:
@@ -86,7 +88,9 @@ async def test_the_header_shows_the_clients_lag_while_it_is_over_5_ms():
             await pilot.pause()
             return str(app.query_one(HeaderBar).shown)
 
-    assert "client lag 12ms" in await shown(12.0, 5.0)  # the latest second's worst, 1 s ago
+    assert "client lag 12ms " in await shown(12.0, 5.0)  # the latest second's worst, 1 s ago
+    assert "client lag 12ms (os)" in await shown(12.0, 5.0, own=[False, False])  # the machine woke it late
+    assert "client lag 12ms " in await shown(12.0, 5.0, own=[False, True])  # and its own work held it too
     assert "client lag" not in await shown(4.0, 5.0)  # under the 5 ms bar
     assert "client lag" not in await shown(12.0, 9.0)  # 5 s ago: no longer now
 

@@ -18,7 +18,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
 
-REPORT_SCHEMA = 5  # the JSON report's schema (README: "The JSON schema"); bump on any change
+REPORT_SCHEMA = 6  # the JSON report's schema (README: "The JSON schema"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):
@@ -145,6 +145,8 @@ class Report(msgspec.Struct):
     servers_total: ServerFigures | None  # their sum
     roles: list[ServerFigures]  # summed by role (prefill, decode, both)
     client_lag_max_ms: float | None  # the driver's worst event-loop lag (None: not measured, older recordings)
+    # ... with the time its loop lay idle past a timer taken off (the machine waking it late): its own work's
+    client_lag_own_max_ms: float | None
     spans: SpanFigures | None = None  # the engine's OTLP trace spans (--otlp); None: none arrived
     open_loop: OpenLoop | None = None  # --arrivals: the arrivals and the late turns (None: closed loop)
     goodput: Goodput | None = None  # --slo: the turns and conversations that met it (None: no SLO given)
@@ -292,6 +294,7 @@ def build_report(state: RunState) -> Report:
             if any(f.role == role for f in servers)
         ],
         client_lag_max_ms=state.client.worst_ms,
+        client_lag_own_max_ms=state.client.worst_own_ms,
         spans=span_figures(state),
         open_loop=open_loop(state, ramp),
         goodput=goodput(state, slo, sessions) if slo is not None else None,

@@ -96,7 +96,7 @@ class RunState:
     def turns_revision(self) -> int:
         """Changes whenever `turns` does: one more, or a finished one settled later (its span, its transferred KV,
         a client-busy mark), so a table of finished turns redraws exactly then."""
-        return len(self.turns) + self._turns_settled + self.client.marked
+        return len(self.turns) + self._turns_settled + self.client.marked + self.client.marked_own
 
     @property
     def time_scale(self) -> float:

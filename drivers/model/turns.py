@@ -73,6 +73,7 @@ class TurnRecord:
     gaps_during: array[float] = field(default_factory=lambda: array("d"))
     max_gap: float = 0.0
     client_busy: bool = False  # a stamp of this turn was taken while the driver's own loop ran late
+    client_busy_own: bool = False  # ... and the driver's own work (not the machine waking it late) made it so
     engine_decode_s: float | None = None  # the engine's first to last token (per-request metrics or its span)
     engine_timing: str | None = None  # where queued/prefill/decode came from: "metrics" (the response) or "span"
     span: ev.EngineSpan | None = None  # the engine's trace span of this request (--otlp), once it arrived
@@ -359,6 +360,7 @@ class TurnRow(msgspec.Struct):
     gaps_over_1s: int
     server_prefill_s: float | None  # = engine_prefill_s; the name schema 3 gave it (llama.cpp only then)
     client_busy: bool  # a stamp of this turn was taken while the driver's loop ran over 5 ms late
+    client_busy_own: bool  # ... by the driver's own work (false: only the machine waking it late)
     ttfa_s: float | None  # time to the first answer token (= ttft_s when nothing was reasoned first)
     reasoning_tokens: int  # of output_tokens, those spent reasoning
     answer_tokens: int  # output_tokens - reasoning_tokens
@@ -421,6 +423,7 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         spec_accepted=rec.spec_accepted,
         spec_drafted=rec.spec_drafted,
         client_busy=rec.client_busy,
+        client_busy_own=rec.client_busy_own,
         think_s=rec.think_s,
         ttfa_s=rec.ttfa,
         reasoning_tokens=rec.reasoning_tokens,

@@ -88,8 +88,13 @@ def summary_lines(rep: Report) -> list[str]:
     if rep.client_lag_max_ms is not None:
         turns = [t for s in rep.sessions for t in s.turns]
         busy = sum(t.client_busy for t in turns)
+        worst = f"event-loop lag worst {rep.client_lag_max_ms:.0f} ms"
+        of_busy = ""
+        if rep.client_lag_own_max_ms is not None:  # the machine's late wakes told apart from the driver's own work
+            worst += f" (its own work {rep.client_lag_own_max_ms:.1f} ms at most, the rest the machine's)"
+            of_busy = f", {sum(t.client_busy_own for t in turns)} by its own work"
         lines.append(
-            f"client: event-loop lag worst {rep.client_lag_max_ms:.0f} ms; {busy} of {len(turns)} turns client busy "
+            f"client: {worst}; {busy} of {len(turns)} turns client busy{of_busy} "
             "(a stamp taken while it ran over 5 ms late)"
         )
     lines += open_loop_lines(rep)

@@ -54,7 +54,7 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn(">100ms", "gaps_over_100ms", lambda r: str(r.gaps_over_100ms)),
     TurnColumn(">1s", "gaps_over_1s", lambda r: str(r.gaps_over_1s)),
     TurnColumn("needle", "needle", lambda r: needle_mark(r.needle, r.no_answer), "left"),
-    TurnColumn("client", "client_busy", lambda r: "busy" if r.client_busy else "", "left"),
+    TurnColumn("client", "client_busy", lambda r: client_mark(r.client_busy, r.client_busy_own), "left"),
     # Open loop: how long after its due time a late turn was sent (its latency counts from the due time).
     TurnColumn("late ms", "send_lag_s", lambda r: fmt_num(r.send_lag_s * 1000, ".0f") if r.late else ""),
     TurnColumn("SLO", "slo_met", lambda r: "-" if r.slo_met is None else "met" if r.slo_met else "MISS", "left"),
@@ -97,3 +97,9 @@ def extra_width(heads: tuple[str, ...]) -> int:
 def row_cells(r: TurnRow, heads: tuple[str, ...] | list[str] = COLUMNS) -> list[str]:
     """One turn's cells under the columns `heads` (every column by default)."""
     return [BY_HEAD[h].cell(r) for h in heads]
+
+
+def client_mark(busy: bool, own: bool) -> str:
+    """`busy`: the driver's own work held its loop while it stamped the turn; `os`: only the machine waking it
+    late did (its stamps may be late either way)."""
+    return "" if not busy else "busy" if own else "os"

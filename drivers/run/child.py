@@ -15,7 +15,7 @@ import asyncio
 import os
 import sys
 
-from rampwatch.drivers.run import lifetime, pipe
+from rampwatch.drivers.run import event_loop, lifetime, pipe
 from rampwatch.drivers.run.config import BadInput
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.runner import Run, crash_summary
@@ -114,7 +114,7 @@ def main() -> int:
     out_fd = os.dup(1)
     os.dup2(2, 1)
     try:
-        return asyncio.run(serve(start, out_fd, rest))
+        return event_loop.run(serve(start, out_fd, rest))
     except Exception as e:  # noqa: BLE001 - the UI turns this exit code into "crashed"
         print(f"rampwatch driver crashed: {crash_summary(e)}", file=sys.stderr)
         return EXIT_CRASHED

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.run import lifetime
+from rampwatch.drivers.run import event_loop, lifetime
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.exporting import start_exporter
 from rampwatch.drivers.run.runner import Run
@@ -76,7 +76,7 @@ def run_headless(
         assert run.state is not None
         return await drive_headless(run, printer_for(run.state))
 
-    run.exit_code = asyncio.run(main())
+    run.exit_code = event_loop.run(main())
     assert run.state is not None
     if cfg.mode != "watch":
         print(final_report(run.state))

@@ -34,7 +34,8 @@ def header_text(state: RunState, now: float, mode: str, recording: str | None) -
     t.append(f" {clock(now)} ", style="bold")
     lag = state.client.lag_ms(now)
     if lag is not None:  # the driver's own stamps may be late by as much: said before anything else
-        t.append(f" client lag {lag:.0f}ms ", style="bold black on yellow")
+        cause = " (os)" if state.client.lag_is_machines() else ""  # the machine woke it late, not its own work
+        t.append(f" client lag {lag:.0f}ms{cause} ", style="bold black on yellow")
     if h is not None:
         modes = [
             m
