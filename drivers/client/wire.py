@@ -2,12 +2,12 @@
 
 httpx costs ~40 µs of CPU per network read (coroutine layers per read);
 here each read lands in the connection's own buffer (a BufferedProtocol: the
-stock Protocol path allocates a fresh 256 KiB bytes object per read, a third
-of the read's cost), is stamped first, and flows straight into the SSE
-parser, for a few µs. One keep-alive connection per
-session, which also carries the session's /tokenize counts between its
-turns (tokenizer.over_connection). Everything else (probes, metrics,
-calibration) stays on httpx.
+stock Protocol path allocates a fresh 256 KiB bytes object per read, about a
+quarter of the read's CPU), is stamped first, and flows straight into the SSE
+parser, for a few µs. One keep-alive connection per session, which also
+carries the session's /tokenize counts between its turns
+(tokenizer.over_connection). Everything else (probes, metrics, calibration)
+stays on httpx.
 """
 
 from __future__ import annotations

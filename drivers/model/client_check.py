@@ -6,8 +6,8 @@ and the recent late windows both wait here, and each new one is judged against t
 Both spans are the driver's wall clock: in a sped-up demo (the fold's times modelled, `k` times the recorded
 ones) they are `k` times as long in the times this sees.
 A window carries whose it was: the driver's own (its work held the loop) or the machine's (the loop lay idle
-past its timer while the OS or a VM's host woke it late); a turn is marked `client busy` by either, and
-`client_busy_own` says whether a window of the driver's own marked it."""
+past its timer, or was held without spending the CPU: the OS, a VM's host); a turn is marked `client busy` by
+either, and `client_busy_own` says whether a window of the driver's own marked it."""
 
 from __future__ import annotations
 
