@@ -200,14 +200,11 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         t = self.clock()  # stamped before anything else looks at the bytes
-        self._received(bytes(self._read_into[:nbytes]), t)
-
-    def _received(self, data: bytes, t: float) -> None:
         p, fut = self.parser, self.finished
         if p is None or fut is None or fut.done():
             return
         try:
-            p.feed(data, t)
+            p.feed(bytes(self._read_into[:nbytes]), t)
         except Exception as e:  # noqa: BLE001 - a parse error fails this request only
             fut.set_exception(e)
             return

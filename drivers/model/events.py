@@ -266,8 +266,9 @@ class ClientLag(Event):
     p99_ms: float
     max_ms: float
     busy: list[tuple[float, float]] = []
-    # The worst lag with the loop's oversleep taken off (the time it waited past its timer for the OS or a
-    # VM's host to wake it): the driver's own. None: not split (a recording made before, or another loop).
+    # The worst lag of the driver's own work: the lag less the loop's oversleep (the time it lay idle past its
+    # timer), and at most the CPU the process spent since the last tick. None: not split (a recording made
+    # before, or another loop).
     own_max_ms: float | None = None
     # Per window of `busy`: True where the driver's own part of the lag passed 5 ms; False where the machine
     # waking it late made it so. Empty: not split (every window counts as the driver's).

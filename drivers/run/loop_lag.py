@@ -5,8 +5,9 @@ Every timestamp rampwatch records is taken on that loop, so a stamp taken while 
 such a stamp are marked `client busy` (drivers/model/state.py), and the lag is recorded each second.
 On the driver's own loop (event_loop.DriverLoop) each late wake is also split: the driver's own work is at
 most the CPU time its process spent meanwhile, and none of the time its loop lay idle past the timer; the
-rest was the machine (the OS waking it late or running something else, a VM's host holding its vCPU, a slow
-disk)."""
+rest was the machine (the OS waking it late or running something else, a VM's host holding its vCPU), or a
+wait on the disk (the recording is written from this loop). The CPU since the last tick takes in up to a tick
+of work done before the timer was due: the driver's share is an upper bound."""
 
 from __future__ import annotations
 
