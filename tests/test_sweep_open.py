@@ -112,16 +112,18 @@ def test_bad_sweep_values_get_one_line_and_exit_2(flags):
 
 def test_a_sweep_over_rates_runs_each_and_prints_the_curve(tmp_path):
     """Two rates, each for --time-limit: one recording per rate (arrivals and seed in its header, the same seed
-    for both), the sweep file lists them, and the table has a row per rate whose goodput is the recording's."""
+    for both), the sweep file lists them, and the table has a row per rate whose goodput is the recording's.
+    The seed is drawn, so the rates are high enough that a point without an arrival in 5 s (which ends the
+    sweep) is a chance of e^-10, not the e^-2.5 (8%) of 30/min."""
     path = tmp_path / "rates.sweep.json"
     with ThreadedSim(make_profile("tiny")) as sim:
-        flags = ["--arrivals", "30,90/min", "--time-limit", "5s", "--slo", "ttft=2s", "--record", str(path)]
+        flags = ["--arrivals", "120,240/min", "--time-limit", "5s", "--slo", "ttft=2s", "--record", str(path)]
         out = rw(*sweep_args(sim.url, *flags))
     assert out.returncode == 0, out.stderr[-2000:]
     sweep = json.loads(path.read_text())
-    assert sweep["schema"] == 2 and sweep["arrivals_per_min"] == [30.0, 90.0] and len(sweep["runs"]) == 2
+    assert sweep["schema"] == 2 and sweep["arrivals_per_min"] == [120.0, 240.0] and len(sweep["runs"]) == 2
     seeds = set()
-    for name, rate in zip(sweep["runs"], (30.0, 90.0), strict=True):
+    for name, rate in zip(sweep["runs"], (120.0, 240.0), strict=True):
         header = read_recording(tmp_path / name).header
         assert header.arrivals_per_s * 60 == pytest.approx(rate) and header.slo == "ttft=2s"
         seeds.add(header.seed)
@@ -129,7 +131,7 @@ def test_a_sweep_over_rates_runs_each_and_prints_the_curve(tmp_path):
     assert "sweep: one point per arrival rate (open loop)" in out.stdout
     table = out.stdout.split("sweep: one point per arrival rate (open loop)")[1]
     rows = [line for line in table.splitlines() if line.startswith("│")]
-    assert [row.split("│")[1].strip() for row in rows] == ["30", "90"]
+    assert [row.split("│")[1].strip() for row in rows] == ["120", "240"]
     compared = rw("compare", str(path), "--format", "json")
     assert compared.returncode == 0, compared.stderr
     assert len(json.loads(compared.stdout)["runs"]) == 2  # compare reads an open-loop sweep file as its runs
