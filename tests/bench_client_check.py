@@ -8,8 +8,8 @@ sessions) and drives 64 sessions against it headless, as a user would
   - turns marked `client busy` (a first-token or token stamp taken while the
     driver's loop woke more than 5 ms late); the bar is none; and how many of
     them the driver's own work marked (the rest: the machine waking it late);
-  - the run's worst loop lag, and its own work's (the lag less the time the
-    loop lay idle past its timer);
+  - the run's worst loop lag, and its own work's (the CPU the driver spent in
+    the pass that held its loop);
   - for scale, what the machine alone does to a loop that only sleeps, on the
     client's core for as long as the run took;
   - turns and output tokens, for scale.

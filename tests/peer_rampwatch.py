@@ -15,13 +15,13 @@ writes one JSON line per request: ttft_s, start_wall, ok.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
 
+from rampwatch.drivers.run import event_loop
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.runner import Run
 
@@ -72,4 +72,4 @@ if __name__ == "__main__":
     ap.add_argument("-c", type=int, default=1, help="concurrency")
     ap.add_argument("--seed", type=int, default=None, help="unused: every run is salted afresh")
     ap.add_argument("--out", required=True)
-    asyncio.run(main(ap.parse_args()))
+    event_loop.run(main(ap.parse_args()))  # the driver's own loop, as `rampwatch run` drives on

@@ -1,5 +1,6 @@
-"""The driver checks itself (issue 19): a 10 ms timer measures how late its event loop runs, and a turn with
-a stamp taken while it ran more than 5 ms late is marked client busy, exactly those turns."""
+"""The driver checks itself (issue 19): a turn with a stamp taken while its event loop ran more than 5 ms late
+is marked client busy, exactly those turns. On the driver's own loop the loop notes its late wakes and says
+whose each was; on any other, a 10 ms timer's late wakes leave the windows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import time
 
 import pytest
 
+from rampwatch.drivers.client.wire import read_stamp
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.present.turn_table import client_mark
 from rampwatch.drivers.run import event_loop
@@ -65,10 +68,22 @@ def test_the_fold_marks_exactly_the_turns_stamped_in_a_window():
     assert state.client.worst_ms == 40.0 and state.client.lag_ms(1.5) == 40.0 and state.client.lag_ms(9.0) is None
 
 
-def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late():
+@pytest.mark.parametrize(
+    "run_loop",
+    [
+        pytest.param(asyncio.run, id="asyncio-loop"),
+        pytest.param(
+            event_loop.run,
+            id="driver-loop",
+            marks=pytest.mark.skipif(sys.version_info < (3, 11), reason="the driver's own loop needs Python 3.11+"),
+        ),
+    ],
+)
+def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late(run_loop):
     """A real ramp against the simulated engine; 50 ms into session 1's second decode, something holds the
-    driver's loop for 50 ms. The recording has that window, and the turns marked are exactly those with a
-    stamp in a recorded window (on a loaded machine the OS, and here the simulated engine's thread holding
+    driver's loop for 50 ms. On asyncio's own loop (the timer's windows) and on the driver's (the late wakes
+    it notes, its reads stamped at each wake) the recording has that window, and the turns marked are exactly
+    those with a stamp in a recorded window (on a loaded machine the OS, and here the simulated engine's thread holding
     the GIL, may add windows of their own: they count too; that turns outside every window stay unmarked is
     test_the_fold_marks_exactly_the_turns_stamped_in_a_window's)."""
     with ThreadedSim(make_profile("tiny")) as sim:
@@ -100,11 +115,12 @@ def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late():
             await run.prepare()
             return await run.drive()
 
-        assert asyncio.run(main()) == 0
+        assert run_loop(main()) == 0
     events = run.hub.events
     windows = [w for e in events if isinstance(e, ev.ClientLag) for w in e.busy]
     ((start, end),) = blocked
-    # The timer was due at most a tick after the block began, and cannot wake before it ends.
+    # The timer was due at most a tick after the block began (the driver's loop: the pass began before it),
+    # and cannot wake before it ends.
     assert any(a <= start + TICK_S and b >= end for a, b in windows), (start, end, windows)
     stamps: dict[tuple[str, int], list[float]] = {}
     for e in events:
@@ -141,26 +157,64 @@ def test_a_real_servers_run_keeps_its_windows_in_seconds_as_recorded():
     assert state.client.lag_ms(3.5) == 40.0 and state.client.lag_ms(3.7) is None
 
 
-def test_a_late_wake_is_split_into_the_machines_part_and_the_drivers_own():
+def test_a_late_wake_noted_by_the_driver_loop_is_the_drivers_own_by_its_cpu():
+    """The DriverLoop's late wakes: each window holds exactly the stamps taken at the late wake (not those of
+    the pass that held the loop, taken as it began), and is the driver's own where its process spent more
+    than 5 ms of CPU meanwhile."""
     out: list[ev.AnyEvent] = []
     m = LoopLagMonitor(out.append, time.monotonic)
-    m.tick(1.0, 1.0 + BLOCK_S, overslept=BLOCK_S - 0.001)  # the loop lay idle past its timer: the machine's
-    m.tick(2.0, 2.0 + BLOCK_S, overslept=0.0)  # a callback held the loop: the driver's own
-    m.tick(3.0, 3.02, overslept=0.0195)
-    m.tick(3.03, 3.05, overslept=0.0)  # the same spell, merged: the driver's own for part of it
-    m.tick(3.5, 3.5 + BLOCK_S, overslept=0.0, cpu=0.004)  # held, but not by its CPU: the machine's (a VM's host)
-    m.flush(3.6)
+    m.lag(0.99, 0.9902)
+    m.late(1.0, 1.0 + BLOCK_S, 0.0)  # the loop lay idle past its timer: the machine's
+    m.late(2.0, 2.0 + BLOCK_S, BLOCK_S)  # a pass of the driver's own work held it
+    m.late(3.0, 3.003, 0.003)  # late, not late enough to mark: only the worst figures count it
+    m.late(3.5, 3.5 + BLOCK_S, 0.004)  # held, but not by its CPU: the machine's (the OS took the core)
+    m.late(4.0, 4.02, 0.0)
+    m.late(4.02, 4.03, 0.008)  # late again straight after: one window, the driver's own for part of it
+    m.flush(4.1)
     (lag,) = out
     assert isinstance(lag, ev.ClientLag)
-    assert lag.busy_own == [False, True, True, False] and len(lag.busy) == 4
-    assert abs(lag.own_max_ms - 1000 * BLOCK_S) < 1e-6
-    m.tick(4.0, 4.02, overslept=0.0195)
-    m.flush(4.1)
-    assert out[-1].busy_own == [False] and out[-1].own_max_ms < 1.0
-    unsplit = LoopLagMonitor(out.append, time.monotonic)  # a loop that does not say (not a DriverLoop)
+    assert lag.busy_own == [False, True, False, True]
+    assert [(round(a, 9), round(b, 9)) for a, b in lag.busy] == [
+        (1.000001, 1.050001),
+        (2.000001, 2.050001),
+        (3.500001, 3.550001),
+        (4.000001, 4.030001),
+    ]
+    assert abs(lag.own_max_ms - 1000 * BLOCK_S) < 1e-6 and abs(lag.max_ms - 1000 * BLOCK_S) < 1e-6
+    state = RunState()
+    state.apply(ev.SessionPlanned(t=0.0, session="s1", schedule=[100], salt="s1"))
+    state.apply(ev.RequestSent(t=0.0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    state.apply(ev.TokenTimes(t=2.0, session="s1", turn=1, times=[1.0, 2.0]))  # taken as the holding passes began
+    state.apply(lag)
+    assert not state.sessions["s1"].current.client_busy
+    state.apply(ev.TokenTimes(t=2.05, session="s1", turn=1, times=[2.0 + BLOCK_S]))  # at the late wake
+    assert state.sessions["s1"].current.client_busy_own
+    unsplit = LoopLagMonitor(out.append, time.monotonic)  # a loop that does not note them (not a DriverLoop)
     unsplit.tick(5.0, 5.0 + BLOCK_S)
     unsplit.flush(5.1)
     assert out[-1].busy_own == [] and out[-1].own_max_ms is None
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the driver's own loop needs asyncio.Runner (Python 3.11+)")
+def test_a_read_is_stamped_when_the_loop_woke_for_it_not_when_its_turn_came():
+    """On the driver's own loop a read waiting behind 30 ms of other work in its pass is stamped at the pass's
+    wake; on any other loop, with the clock as it is handled."""
+    clock = RunClock()
+
+    async def stamps() -> tuple[float, float, float]:
+        stamp = read_stamp(clock)
+        woke = asyncio.get_running_loop().passes.woke - clock.origin  # type: ignore[attr-defined]
+        time.sleep(0.03)  # the reads handled before this one in the same pass
+        return woke, stamp(), clock()
+
+    woke, stamped, handled = event_loop.run(stamps())
+    assert stamped == woke and handled - stamped >= 0.03
+    stamp = asyncio.run(_read_stamp_of(clock))
+    assert stamp is clock
+
+
+async def _read_stamp_of(clock):
+    return read_stamp(clock)
 
 
 def test_a_turn_marked_only_by_the_machine_says_so_and_the_drivers_own_window_overrides_it():

@@ -4,7 +4,9 @@ httpx costs ~40 µs of CPU per network read (coroutine layers per read);
 here each read lands in the connection's own buffer (a BufferedProtocol: the
 stock Protocol path allocates a fresh 256 KiB bytes object per read, about a
 quarter of the read's CPU), is stamped first, and flows straight into the SSE
-parser, for a few µs. One keep-alive connection per session, which also
+parser, for a few µs. On the driver's own loop the stamp is when the loop woke
+for the read (drivers/run/event_loop.py), so a read handled after 63 others in
+the same pass is not stamped late by their work. One keep-alive connection per session, which also
 carries the session's /tokenize counts between its turns
 (tokenizer.over_connection). Everything else (probes, metrics, calibration)
 stays on httpx.
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from rampwatch.drivers.client.tls import tls_context
+from rampwatch.drivers.model.clock import RunClock
 
 
 class ConnectionFailed(Exception):
@@ -142,9 +145,20 @@ WRITE_SLICE = 256 * 1024
 READ_BUFFER = 64 * 1024  # each connection's reads land here; a stream's chunk is a few hundred bytes
 
 
+def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
+    """What this loop's reads are stamped with: when the loop woke for them, on `clock`, where the loop says
+    (the driver's own loop keeps the wake in `passes.woke`, on time.perf_counter, which the run's clock
+    counts from); else `clock` read as the read is handled."""
+    passes = getattr(asyncio.get_running_loop(), "passes", None)
+    if passes is None or not isinstance(clock, RunClock):
+        return clock
+    origin = clock.origin
+    return lambda: passes.woke - origin
+
+
 class _Protocol(asyncio.BufferedProtocol):
-    def __init__(self, clock: Callable[[], float]):
-        self.clock = clock
+    def __init__(self, stamp: Callable[[], float]):
+        self.stamp = stamp
         self._read_into = memoryview(bytearray(READ_BUFFER))
         self.transport: asyncio.Transport | None = None
         self.parser: ResponseParser | None = None
@@ -199,7 +213,7 @@ class _Protocol(asyncio.BufferedProtocol):
         return self._read_into
 
     def buffer_updated(self, nbytes: int) -> None:
-        t = self.clock()  # stamped before anything else looks at the bytes
+        t = self.stamp()  # stamped before anything else looks at the bytes
         p, fut = self.parser, self.finished
         if p is None or fut is None or fut.done():
             return
@@ -248,7 +262,7 @@ class Connection:
         ctx = (self.tls or tls_context()) if self.https else None
         try:
             _, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self.clock), self.host, self.port, ssl=ctx),
+                loop.create_connection(lambda: _Protocol(read_stamp(self.clock)), self.host, self.port, ssl=ctx),
                 self.connect_timeout,
             )
         except (OSError, asyncio.TimeoutError) as e:

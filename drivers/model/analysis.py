@@ -145,7 +145,7 @@ class Report(msgspec.Struct):
     servers_total: ServerFigures | None  # their sum
     roles: list[ServerFigures]  # summed by role (prefill, decode, both)
     client_lag_max_ms: float | None  # the driver's worst event-loop lag (None: not measured, older recordings)
-    # ... of its own work: less the time its loop lay idle past a timer, at most its CPU meanwhile (loop_lag.py)
+    # ... of its own work: the CPU it spent in the pass that held its loop (drivers/run/event_loop.py)
     client_lag_own_max_ms: float | None
     spans: SpanFigures | None = None  # the engine's OTLP trace spans (--otlp); None: none arrived
     open_loop: OpenLoop | None = None  # --arrivals: the arrivals and the late turns (None: closed loop)

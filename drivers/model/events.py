@@ -259,19 +259,20 @@ CLIENT_BUSY_S = 0.005  # the driver's loop running later than this makes the sta
 
 class ClientLag(Event):
     """The driver's own event loop over the last second (drivers/run/loop_lag.py): how late a 10 ms timer
-    woke, and the windows [due, woke] in which it woke more than 5 ms late. A timestamp taken in such a
-    window may be late by as much; the turns with one are marked client busy."""
+    woke, and the windows in which it came to look more than 5 ms late (on the driver's own loop, each holding
+    the stamps taken at one late wake). A timestamp taken in such a window may be late by as much; the turns
+    with one are marked client busy."""
 
     p50_ms: float
     p99_ms: float
     max_ms: float
     busy: list[tuple[float, float]] = []
-    # The worst lag of the driver's own work: the lag less the loop's oversleep (the time it lay idle past its
-    # timer), and at most the CPU the process spent since the last tick. None: not split (a recording made
-    # before, or another loop).
+    # The worst lag of the driver's own work: of a late wake, the CPU its process spent in the pass that held
+    # the loop (drivers/run/event_loop.py; recordings of schema 6 before it: the lag less the time the loop lay
+    # idle past its timer, at most the CPU since the last tick). None: not split (before, or another loop).
     own_max_ms: float | None = None
     # Per window of `busy`: True where the driver's own part of the lag passed 5 ms; False where the machine
-    # waking it late made it so. Empty: not split (every window counts as the driver's).
+    # (waking it late, or taking its core) made it so. Empty: not split (every window counts as the driver's).
     busy_own: list[bool] = []
 
 

@@ -1,59 +1,76 @@
-"""The driver's event loop: asyncio's own, with a selector that notes how long each wait overslept.
+"""The driver's event loop: asyncio's own, with a selector that times each pass of the loop.
 
-When the loop waits for I/O it asks the kernel to wake it by its next timer. If it wakes later than that,
-the loop was idle and the OS (or a virtual machine's host, waking an idle vCPU) was late: not the driver's
-own work. The loop-lag check (loop_lag.py) subtracts that from each late wake, so a `client busy` mark says
-whether the driver itself or the machine held its stamps back."""
+Every read is stamped when the loop woke for it (`PassSelector.woke`, drivers/client/wire.py), not when its
+callback got its turn: the 64th stream read in a pass is stamped as early as the first. A stamp is then late
+only if the loop came to look late, which happens two ways, and the selector notes both:
+  - the pass before held the loop (the driver's work, or the OS taking the core from it mid-pass), and what
+    became readable meanwhile waited for the next wake. The CPU the process spent in that pass says how
+    much of it was the driver's own;
+  - the loop waited past its timer (the OS or a virtual machine's host woke it late): the machine's.
+The loop-lag check (loop_lag.py) turns these into the windows that mark turns `client busy`."""
 
 from __future__ import annotations
 
 import asyncio
 import selectors
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections import deque
+from collections.abc import Coroutine
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
+NOTED_S = 0.001  # a late wake by more than this is noted (the run's worst is reported, as is the driver's own)
+KEPT = 4096  # late wakes kept until read (the lag check reads them every 10 ms; `watch` never does)
 
-class _OversleepSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """The default selector, keeping the latest wait that returned past its timeout: (deadline, woke)."""
+
+class LateWake(NamedTuple):
+    """The stamps taken at the wake `end` (time.perf_counter) may be `end - start` s late, `own_s` of it the
+    driver's own work (the CPU its process spent meanwhile)."""
+
+    start: float
+    end: float
+    own_s: float
+
+
+class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """The default selector, noting when each wait returned (`woke`) and each wake that came late."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.late_wait = (0.0, 0.0)
+        self.woke = time.perf_counter()  # when the latest wait returned: this pass's reads are stamped then
+        self._cpu = time.process_time()
+        self.late: deque[LateWake] = deque(maxlen=KEPT)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if not timeout or timeout <= 0:
-            return super().select(timeout)
-        deadline = time.perf_counter() + timeout
+        entered = time.perf_counter()
+        held_since = self.woke if entered - self.woke > NOTED_S else None
+        if held_since is not None:  # a long pass: how much of it the process ran (not the OS running another)
+            own = min(entered - held_since, time.process_time() - self._cpu)
         ready = super().select(timeout)
-        woke = time.perf_counter()
-        if woke > deadline:
-            self.late_wait = (deadline, woke)
+        woke = self.woke = time.perf_counter()
+        self._cpu = time.process_time()
+        # What the wait found ready at once waited through the pass. A wait that slept found nothing: what it
+        # woke for came after the pass, which delayed no read.
+        if held_since is not None and woke - entered <= NOTED_S:
+            self.late.append(LateWake(held_since, woke, own))
+        if timeout and timeout > 0 and woke - entered - timeout > NOTED_S:
+            self.late.append(LateWake(entered + timeout, woke, 0.0))  # idle past its timer: the machine's
         return ready
 
 
 class DriverLoop(asyncio.SelectorEventLoop):
-    """asyncio's selector loop, which can say how long it lay waiting past a timer it had asked to wake at."""
+    """asyncio's selector loop, which says when it woke for the current pass and which wakes came late."""
 
     def __init__(self) -> None:
-        self._waits = _OversleepSelector()
-        super().__init__(self._waits)
+        self.passes = PassSelector()
+        super().__init__(self.passes)
 
-    def overslept_after(self, t: float) -> float:
-        """Seconds after `t` (time.perf_counter) the loop spent idle past the timer it was waiting for. Once a
-        timer is due the loop does not wait again before running it, so only the latest late wait can hold
-        back a timer due at `t`."""
-        deadline, woke = self._waits.late_wait
-        return max(0.0, woke - max(deadline, t))
-
-
-def overslept_after() -> Callable[[float], float] | None:
-    """The running loop's `overslept_after` (a DriverLoop's), or None on any other loop (no wake is then the
-    machine's)."""
-    loop = asyncio.get_running_loop()
-    return loop.overslept_after if isinstance(loop, DriverLoop) else None
+    def take_late(self) -> list[LateWake]:
+        """The late wakes noted since the last call (time.perf_counter)."""
+        late = list(self.passes.late)
+        self.passes.late.clear()
+        return late
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
