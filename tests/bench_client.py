@@ -72,6 +72,7 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool) -
     import resource
 
     from rampwatch.drivers.model.analysis import build_report
+    from rampwatch.drivers.run import event_loop
     from rampwatch.drivers.run.config import RunConfig
     from rampwatch.drivers.run.process import DriverProcess
     from rampwatch.drivers.run.runner import Run
@@ -111,7 +112,7 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool) -
             await run.prepare()
             await run.drive()
 
-        asyncio.run(main())
+        event_loop.run(main())  # the driver's own loop, as `rampwatch run --headless` drives on
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         assert run.state is not None
         state = run.state

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.present.turn_table import client_mark
 from rampwatch.drivers.run import event_loop
 from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.event_loop import LateWake
 from rampwatch.drivers.run.loop_lag import BUSY_S, TICK_S, LoopLagMonitor
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.profiles import make_profile
@@ -158,37 +160,48 @@ def test_a_real_servers_run_keeps_its_windows_in_seconds_as_recorded():
 
 
 def test_a_late_wake_noted_by_the_driver_loop_is_the_drivers_own_by_its_cpu():
-    """The DriverLoop's late wakes: each window holds exactly the stamps taken at the late wake (not those of
-    the pass that held the loop, taken as it began), and is the driver's own where its process spent more
-    than 5 ms of CPU meanwhile."""
+    """The DriverLoop's late wakes: each window holds exactly the stamps the wake may have put off (those
+    taken at it; not those of the pass that held the loop, taken as it began, unless a read in that pass was
+    handled late), and is the driver's own where its process spent more than 5 ms of CPU meanwhile."""
     out: list[ev.AnyEvent] = []
     m = LoopLagMonitor(out.append, time.monotonic)
     m.lag(0.99, 0.9902)
-    m.late(1.0, 1.0 + BLOCK_S, 0.0)  # the loop lay idle past its timer: the machine's
-    m.late(2.0, 2.0 + BLOCK_S, BLOCK_S)  # a pass of the driver's own work held it
-    m.late(3.0, 3.003, 0.003)  # late, not late enough to mark: only the worst figures count it
-    m.late(3.5, 3.5 + BLOCK_S, 0.004)  # held, but not by its CPU: the machine's (the OS took the core)
-    m.late(4.0, 4.02, 0.0)
-    m.late(4.02, 4.03, 0.008)  # late again straight after: one window, the driver's own for part of it
-    m.flush(4.1)
+    m.late(LateWake(1.0, 1.0 + BLOCK_S, 0.0))  # the loop lay idle past its timer: the machine's
+    m.late(LateWake(2.0, 2.0 + BLOCK_S, BLOCK_S))  # a pass of the driver's own work held it
+    m.late(LateWake(3.0, 3.003, 0.003))  # late, not late enough to mark: only the worst figures count it
+    m.late(LateWake(3.5, 3.5 + BLOCK_S, 0.004))  # held, but not by its CPU: the machine's (the OS took the core)
+    m.late(LateWake(4.0, 4.02, 0.0))
+    m.late(LateWake(4.02, 4.03, 0.008))  # straight after, the driver's own: a window of its own
+    m.late(LateWake(4.5, 4.52, 0.006, from_start=True))  # a read handled 6 ms into its pass: that wake too
+    m.flush(4.6)
     (lag,) = out
     assert isinstance(lag, ev.ClientLag)
-    assert lag.busy_own == [False, True, False, True]
+    assert lag.busy_own == [False, True, False, False, True, True]
     assert [(round(a, 9), round(b, 9)) for a, b in lag.busy] == [
         (1.000001, 1.050001),
         (2.000001, 2.050001),
         (3.500001, 3.550001),
-        (4.000001, 4.030001),
+        (4.000001, 4.020001),
+        (4.020001, 4.030001),
+        (4.499999, 4.520001),
     ]
     assert abs(lag.own_max_ms - 1000 * BLOCK_S) < 1e-6 and abs(lag.max_ms - 1000 * BLOCK_S) < 1e-6
     state = RunState()
-    state.apply(ev.SessionPlanned(t=0.0, session="s1", schedule=[100], salt="s1"))
-    state.apply(ev.RequestSent(t=0.0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    for sid in ("s1", "s2", "s3"):
+        state.apply(ev.SessionPlanned(t=0.0, session=sid, schedule=[100], salt=sid))
+        state.apply(ev.RequestSent(t=0.0, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
     state.apply(ev.TokenTimes(t=2.0, session="s1", turn=1, times=[1.0, 2.0]))  # taken as the holding passes began
+    state.apply(ev.TokenTimes(t=4.02, session="s2", turn=1, times=[4.02]))  # at the machine's late wake
+    state.apply(ev.TokenTimes(t=4.5, session="s3", turn=1, times=[4.5]))  # at a wake whose pass read late
     state.apply(lag)
-    assert not state.sessions["s1"].current.client_busy
+    s1, s2, s3 = (state.sessions[sid].current for sid in ("s1", "s2", "s3"))
+    assert not s1.client_busy and (s2.client_busy, s2.client_busy_own) == (True, False) and s3.client_busy_own
     state.apply(ev.TokenTimes(t=2.05, session="s1", turn=1, times=[2.0 + BLOCK_S]))  # at the late wake
-    assert state.sessions["s1"].current.client_busy_own
+    assert s1.client_busy_own
+    last = LoopLagMonitor(out.append, time.monotonic)
+    last.late(LateWake(5.0, 5.0 + BLOCK_S, BLOCK_S))  # noted after the last tick: the run's end keeps it
+    last.flush(5.1)
+    assert out[-1].busy_own == [True] and out[-1].p50_ms == 0.0
     unsplit = LoopLagMonitor(out.append, time.monotonic)  # a loop that does not note them (not a DriverLoop)
     unsplit.tick(5.0, 5.0 + BLOCK_S)
     unsplit.flush(5.1)
@@ -198,23 +211,67 @@ def test_a_late_wake_noted_by_the_driver_loop_is_the_drivers_own_by_its_cpu():
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="the driver's own loop needs asyncio.Runner (Python 3.11+)")
 def test_a_read_is_stamped_when_the_loop_woke_for_it_not_when_its_turn_came():
     """On the driver's own loop a read waiting behind 30 ms of other work in its pass is stamped at the pass's
-    wake; on any other loop, with the clock as it is handled."""
+    wake, and a read in a later pass at that pass's; on any other loop, with the clock as it is handled."""
     clock = RunClock()
 
-    async def stamps() -> tuple[float, float, float]:
-        stamp = read_stamp(clock)
-        woke = asyncio.get_running_loop().passes.woke - clock.origin  # type: ignore[attr-defined]
-        time.sleep(0.03)  # the reads handled before this one in the same pass
-        return woke, stamp(), clock()
+    async def stamps() -> list[tuple[float, float, float]]:
+        stamp, passes = read_stamp(clock), asyncio.get_running_loop().passes  # type: ignore[attr-defined]
+        out = []
+        for _ in range(2):
+            woke = passes.woke - clock.origin
+            time.sleep(0.03)  # the reads handled before this one in the same pass
+            out.append((woke, stamp(), clock()))
+            await asyncio.sleep(0.01)
+        return out
 
-    woke, stamped, handled = event_loop.run(stamps())
+    (woke, stamped, handled), (woke2, stamped2, _) = event_loop.run(stamps())
     assert stamped == woke and handled - stamped >= 0.03
-    stamp = asyncio.run(_read_stamp_of(clock))
-    assert stamp is clock
+    assert stamped2 == woke2 and woke2 >= handled
+    assert asyncio.run(_read_stamp_of(clock)) is clock
 
 
 async def _read_stamp_of(clock):
     return read_stamp(clock)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the driver's own loop needs asyncio.Runner (Python 3.11+)")
+def test_reads_in_one_pass_share_its_wake_and_one_handled_late_leaves_the_wake_in_a_window():
+    """Two sockets readable at the same wake: both reads carry it, though the first one's 30 ms of work holds
+    the second. Bytes may have come after the wake for the second, so the loop notes that pass's own wake as
+    late too, and the window holds both stamps."""
+    clock = RunClock()
+
+    async def main() -> tuple[list[float], list[event_loop.LateWake]]:
+        loop = asyncio.get_running_loop()
+        stamp, pairs, got = read_stamp(clock), [socket.socketpair() for _ in range(2)], []
+        both = loop.create_future()
+
+        def read(k: int) -> None:
+            got.append(stamp())
+            pairs[k][0].recv(16)
+            loop.remove_reader(pairs[k][0])
+            if k == 0:
+                time.sleep(0.03)
+            if len(got) == 2:
+                both.set_result(None)
+
+        for k, (r, _) in enumerate(pairs):
+            r.setblocking(False)
+            loop.add_reader(r, read, k)
+        for _, w in pairs:
+            w.send(b"x")  # both in this pass: readable at the next wake
+        await both
+        await asyncio.sleep(0.02)
+        for r, w in pairs:
+            r.close()
+            w.close()
+        return got, loop.take_late()  # type: ignore[attr-defined]
+
+    stamps, late = event_loop.run(main())
+    assert len(stamps) == 2 and stamps[0] == stamps[1]
+    offset = -clock.origin
+    covering = [w for w in late if w.window(offset)[0] <= stamps[0] <= w.window(offset)[1]]
+    assert covering and all(w.from_start and w.end - w.start >= 0.03 for w in covering), late
 
 
 def test_a_turn_marked_only_by_the_machine_says_so_and_the_drivers_own_window_overrides_it():
@@ -239,12 +296,12 @@ def test_a_turn_marked_only_by_the_machine_says_so_and_the_drivers_own_window_ov
 
 
 def _lag_windows_of(hold, until) -> list[tuple[float, float, bool]]:
-    """Runs a DriverLoop with the lag monitor (on time.perf_counter) while `hold(loop)` holds it, until `until()`
-    (at most 20 s) and a tick more; returns each late window: (from, to, the driver's own?)."""
+    """Runs a DriverLoop with the lag monitor (its times time.perf_counter's) while `hold(loop)` holds it, until
+    `until()` (at most 20 s) and a tick more; returns each late window: (from, to, the driver's own?)."""
     out: list[ev.AnyEvent] = []
 
     async def main() -> None:
-        m = LoopLagMonitor(out.append, time.perf_counter)
+        m = LoopLagMonitor(out.append, RunClock(0.0))  # the run's clock, counting from perf_counter's 0
         task = asyncio.create_task(m.run())
         hold(asyncio.get_running_loop())
         deadline = time.perf_counter() + 20.0

@@ -147,13 +147,13 @@ READ_BUFFER = 64 * 1024  # each connection's reads land here; a stream's chunk i
 
 def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
     """What this loop's reads are stamped with: when the loop woke for them, on `clock`, where the loop says
-    (the driver's own loop keeps the wake in `passes.woke`, on time.perf_counter, which the run's clock
-    counts from); else `clock` read as the read is handled."""
+    (the driver's own loop: `passes.read_time()`, on time.perf_counter, which the run's clock counts from);
+    else `clock` read as the read is handled."""
     passes = getattr(asyncio.get_running_loop(), "passes", None)
     if passes is None or not isinstance(clock, RunClock):
         return clock
-    origin = clock.origin
-    return lambda: passes.woke - origin
+    read_time, origin = passes.read_time, clock.origin
+    return lambda: read_time() - origin
 
 
 class _Protocol(asyncio.BufferedProtocol):

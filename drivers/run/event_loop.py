@@ -1,36 +1,48 @@
 """The driver's event loop: asyncio's own, with a selector that times each pass of the loop.
 
-Every read is stamped when the loop woke for it (`PassSelector.woke`, drivers/client/wire.py), not when its
-callback got its turn: the 64th stream read in a pass is stamped as early as the first. A stamp is then late
-only if the loop came to look late, which happens two ways, and the selector notes both:
+Every read is stamped when the loop woke for it (`PassSelector.read_time`, drivers/client/wire.py), not when
+its callback got its turn: the 64th stream read in a pass is stamped as early as the first. A stamp is then
+off only if the loop came to look late, or handled a read long after it woke, and the selector notes each:
   - the pass before held the loop (the driver's work, or the OS taking the core from it mid-pass), and what
-    became readable meanwhile waited for the next wake. The CPU the process spent in that pass says how
-    much of it was the driver's own;
+    became readable meanwhile waited for the next wake. The CPU the process spent in that pass (all its
+    threads: each is the driver's) says how much of it was the driver's own;
+  - a read was handled more than 5 ms after its pass woke: bytes that came since are stamped early by as
+    much, so that pass's own wake counts as late too;
   - the loop waited past its timer (the OS or a virtual machine's host woke it late): the machine's.
 The loop-lag check (loop_lag.py) turns these into the windows that mark turns `client busy`."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
 import time
 from collections import deque
 from collections.abc import Coroutine
 from typing import Any, NamedTuple, TypeVar
 
+from rampwatch.drivers.model.events import CLIENT_BUSY_S
+
 T = TypeVar("T")
 
 NOTED_S = 0.001  # a late wake by more than this is noted (the run's worst is reported, as is the driver's own)
 KEPT = 4096  # late wakes kept until read (the lag check reads them every 10 ms; `watch` never does)
+EDGE_S = 1e-6  # how far a window reaches past a wake it holds (or short of one it leaves out)
 
 
 class LateWake(NamedTuple):
-    """The stamps taken at the wake `end` (time.perf_counter) may be `end - start` s late, `own_s` of it the
-    driver's own work (the CPU its process spent meanwhile)."""
+    """The stamps taken at the wake `end` (time.perf_counter), and at `start` where `from_start`, may be
+    `end - start` s off, `own_s` of it the driver's own work (the CPU its process spent meanwhile)."""
 
     start: float
     end: float
     own_s: float
+    from_start: bool = False
+
+    def window(self, offset: float) -> tuple[float, float]:
+        """The span holding exactly those stamps, on a clock `offset` s from time.perf_counter."""
+        edge = -EDGE_S if self.from_start else EDGE_S
+        return self.start + offset + edge, self.end + offset + EDGE_S
 
 
 class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -40,22 +52,46 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         super().__init__()
         self.woke = time.perf_counter()  # when the latest wait returned: this pass's reads are stamped then
         self._cpu = time.process_time()
+        self._read_late = False  # this pass handled a read long after it woke
         self.late: deque[LateWake] = deque(maxlen=KEPT)
+
+    def read_time(self) -> float:
+        """The time a read handled now is stamped with: when this pass woke (time.perf_counter)."""
+        woke = self.woke
+        if time.perf_counter() - woke > CLIENT_BUSY_S:
+            self._read_late = True
+        return woke
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         entered = time.perf_counter()
-        held_since = self.woke if entered - self.woke > NOTED_S else None
-        if held_since is not None:  # a long pass: how much of it the process ran (not the OS running another)
-            own = min(entered - held_since, time.process_time() - self._cpu)
+        since, read_late = self.woke, self._read_late
+        held = entered - since > NOTED_S
+        if held:  # a long pass: how much of it the process ran (not the OS running another)
+            own = min(entered - since, time.process_time() - self._cpu)
+            if timeout != 0:  # what waited through the pass is there at once; a wait that sleeps is for later
+                ready = super().select(0)
+                if ready or read_late:
+                    woke = time.perf_counter()
+                    return self._woke(ready, woke, LateWake(since, woke, own, read_late))
+                held = False  # nothing waited through it
         ready = super().select(timeout)
-        woke = self.woke = time.perf_counter()
-        self._cpu = time.process_time()
-        # What the wait found ready at once waited through the pass. A wait that slept found nothing: what it
-        # woke for came after the pass, which delayed no read.
-        if held_since is not None and woke - entered <= NOTED_S:
-            self.late.append(LateWake(held_since, woke, own))
-        if timeout and timeout > 0 and woke - entered - timeout > NOTED_S:
-            self.late.append(LateWake(entered + timeout, woke, 0.0))  # idle past its timer: the machine's
+        woke = time.perf_counter()
+        if held:
+            return self._woke(ready, woke, LateWake(since, woke, own, read_late))
+        # The selector waits whole milliseconds, rounded up (epoll): past that is late.
+        asked = math.ceil(timeout * 1e3) * 1e-3 if timeout else 0.0
+        if timeout is not None and woke - entered - asked > NOTED_S:  # idle past its timer: the machine's
+            return self._woke(ready, woke, LateWake(entered + asked, woke, 0.0))
+        return self._woke(ready, woke)
+
+    def _woke(
+        self, ready: list[tuple[selectors.SelectorKey, int]], woke: float, late: LateWake | None = None
+    ) -> list[tuple[selectors.SelectorKey, int]]:
+        """A wait returned at `woke`, which starts the next pass."""
+        self.woke = woke
+        self._cpu, self._read_late = time.process_time(), False
+        if late is not None:
+            self.late.append(late)
         return ready
 
 

@@ -5,27 +5,26 @@ as much: the turns with such a stamp are marked `client busy` (drivers/model/cli
 recorded each second. A timer every 10 ms measures the lag (its p50/p99/max), and keeps the loop waking often
 enough to see the OS wake it late.
 On the driver's own loop (event_loop.DriverLoop) reads are stamped when the loop woke for them, and the loop
-notes each late wake itself (event_loop.LateWake): a window covers exactly the stamps taken at that wake, and
-says whether the driver's own work (the CPU its process spent in the pass that held the loop) made it late,
+notes each late wake itself (event_loop.LateWake): a window covers exactly the stamps that wake may have put
+off, and says whether the driver's own work (the CPU its process spent in the pass that held the loop) made it late,
 or the machine (the OS or a VM's host waking it late, or taking the core mid-pass; a disk wait, since the
-recording is written from this loop, reads the same). On any other loop a late timer leaves a window from
-when it was due to a tick after it woke, all the driver's own."""
+recording is written from this loop, reads the same). On any other loop (or clock, whose reads are not
+stamped at the loop's wakes) a late timer leaves a window from when it was due to a tick after it woke, all
+the driver's own."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.stats import quantile
-from rampwatch.drivers.run.event_loop import DriverLoop
+from rampwatch.drivers.run.event_loop import DriverLoop, LateWake, PassSelector
 
 TICK_S = 0.010
 BUSY_S = ev.CLIENT_BUSY_S  # a wake-up later than this marks the stamps taken meanwhile
 REPORT_S = 1.0
-EDGE_S = 1e-6  # a late wake's window: after the stamps of the pass that held the loop, through its own
 
 
 class LoopLagMonitor:
@@ -44,20 +43,24 @@ class LoopLagMonitor:
         self._since = 0.0  # when this started watching, on the run's clock
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._loop = loop if isinstance(loop, DriverLoop) else None
+        loop, clock = asyncio.get_running_loop(), self.clock
+        # The wakes the loop notes are those its reads are stamped with, on the run's clock (wire.read_stamp).
+        self._loop = loop if isinstance(loop, DriverLoop) and isinstance(clock, RunClock) else None
         self.split = self._loop is not None  # a second with no late wake is the driver's, 0 ms, too
-        clock = self.clock
-        self._offset = -clock.origin if isinstance(clock, RunClock) else clock() - time.perf_counter()
+        self._offset = -clock.origin if isinstance(clock, RunClock) else 0.0
         started = self._since = clock()
         due = started + self.tick_s
         while True:
-            await asyncio.sleep(max(0.0, due - clock()))
-            now = clock()
             if self._loop is None:
+                await asyncio.sleep(max(0.0, due - clock()))
+                now = clock()
                 self.tick(due, now)
             else:
-                self.lag(due, self._loop.passes.woke + self._offset)  # the timer was seen when this pass woke
+                seen = loop.create_future()
+                loop.call_later(max(0.0, due - clock()), _seen, seen, self._loop.passes)
+                woke = await seen  # the wake of the pass the timer fired in
+                now = clock()
+                self.lag(due, woke + self._offset)
                 self._take_late()
             if now - started >= REPORT_S:
                 self.flush(now)
@@ -67,10 +70,9 @@ class LoopLagMonitor:
     def _take_late(self) -> None:
         """The late wakes the DriverLoop noted since the last call, on the run's clock."""
         assert self._loop is not None
-        for late in self._loop.take_late():
-            start = late.start + self._offset
-            if start >= self._since:  # not the setup that ran before this started watching
-                self.late(start, late.end + self._offset, late.own_s)
+        for wake in self._loop.take_late():
+            if wake.end + self._offset > self._since:  # not the setup before this started watching
+                self.late(wake)
 
     def lag(self, due: float, woke: float) -> None:
         """One timer, due at `due`, seen at `woke`: the lag's statistics."""
@@ -86,23 +88,23 @@ class LoopLagMonitor:
         if woke - due > BUSY_S:
             self._window(due, woke + self.tick_s, True)
 
-    def late(self, start: float, end: float, own_s: float) -> None:
-        """A late wake the DriverLoop noted: the stamps taken at `end` may be `end - start` s late, `own_s` of it
-        the driver's own work. Its window holds exactly those stamps."""
-        self.split = True
-        self._max = max(self._max, end - start)
-        self._own_max = max(self._own_max, own_s)
-        if end - start > BUSY_S:
-            self._window(start + EDGE_S, end + EDGE_S, own_s > BUSY_S)
+    def late(self, wake: LateWake) -> None:
+        """A late wake the DriverLoop noted: its window holds exactly the stamps it may have put off."""
+        lag = wake.end - wake.start
+        self.split = True  # only a DriverLoop notes them
+        self._max = max(self._max, lag)
+        self._own_max = max(self._own_max, wake.own_s)
+        if lag > BUSY_S:
+            self._window(*wake.window(self._offset), wake.own_s > BUSY_S)
 
     def _window(self, start: float, end: float, own: bool) -> None:
-        busy = self._busy
-        if busy and start <= busy[-1][1]:  # late again straight after: one longer window, not many
+        busy, owns = self._busy, self._busy_own
+        # Late again straight after, and by the same hand: one longer window, not many.
+        if busy and start <= busy[-1][1] and owns[-1] == own:
             busy[-1] = (busy[-1][0], max(end, busy[-1][1]))
-            self._busy_own[-1] = self._busy_own[-1] or own
         else:
             busy.append((start, end))
-            self._busy_own.append(own)
+            owns.append(own)
 
     def flush(self, now: float) -> None:
         if self._loop is not None:
@@ -110,15 +112,21 @@ class LoopLagMonitor:
         lags, busy, own = sorted(self._lags), self._busy, self._busy_own
         worst, own_max = self._max, self._own_max
         self._lags, self._busy, self._busy_own, self._max, self._own_max = [], [], [], 0.0, 0.0
-        if lags:
+        if lags or busy:  # a window noted since the last tick (the run's last) is kept too
             self.emit(
                 ev.ClientLag(
                     t=now,
-                    p50_ms=1000 * quantile(lags, 0.5),
-                    p99_ms=1000 * quantile(lags, 0.99),
+                    p50_ms=1000 * quantile(lags, 0.5) if lags else 0.0,
+                    p99_ms=1000 * quantile(lags, 0.99) if lags else 0.0,
                     max_ms=1000 * worst,
                     busy=busy,
                     own_max_ms=1000 * own_max if self.split else None,
                     busy_own=own if self.split else [],
                 )
             )
+
+
+def _seen(seen: asyncio.Future[float], passes: PassSelector) -> None:
+    """The timer's callback: the wake of the pass it fired in (time.perf_counter)."""
+    if not seen.done():
+        seen.set_result(passes.woke)
