@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,7 +18,7 @@ from rampwatch.drivers.client.wire import read_stamp
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.present.turn_table import client_mark
+from rampwatch.drivers.present.turn_table import BY_HEAD, client_mark
 from rampwatch.drivers.run import event_loop
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.event_loop import LateWake
@@ -293,6 +294,13 @@ def test_a_turn_marked_only_by_the_machine_says_so_and_the_drivers_own_window_ov
     assert (state.client.marked, state.client.marked_own, state.client.worst_own_ms) == (2, 1, 30.0)
     assert state.turns_revision > revision  # a finished turn's table redraws when its mark changes
     assert [client_mark(r.client_busy, r.client_busy_own) for r in (s1, s2)] == ["os", "busy"]
+
+
+def test_the_client_column_sorts_unmarked_then_the_machines_then_the_drivers_own():
+    marks = [(True, True), (False, False), (True, False), (True, True), (False, False)]
+    rows = [SimpleNamespace(client_busy=busy, client_busy_own=own) for busy, own in marks]  # all the column reads
+    column = BY_HEAD["client"]
+    assert [column.cell(r) for r in sorted(rows, key=column.sort_value)] == ["", "", "os", "busy", "busy"]
 
 
 def _lag_windows_of(hold, until) -> list[tuple[float, float, bool]]:

@@ -23,9 +23,14 @@ def spec_cell(r: TurnRow) -> str:
 
 class TurnColumn(NamedTuple):
     head: str
-    field: str  # the TurnRow field the column shows, and sorts by
+    field: str  # the TurnRow field the column shows, and sorts by unless `order` says otherwise
     cell: Callable[[TurnRow], str]
     align: str = "right"
+    order: Callable[[TurnRow], object] | None = None  # the sort key, where the cell reads more than `field`
+
+    def sort_value(self, r: TurnRow) -> object:
+        """What the column sorts `r` by (None: no value; the report screen puts such rows last)."""
+        return self.order(r) if self.order else getattr(r, self.field)
 
 
 TURN_COLUMNS: tuple[TurnColumn, ...] = (
@@ -54,7 +59,14 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn(">100ms", "gaps_over_100ms", lambda r: str(r.gaps_over_100ms)),
     TurnColumn(">1s", "gaps_over_1s", lambda r: str(r.gaps_over_1s)),
     TurnColumn("needle", "needle", lambda r: needle_mark(r.needle, r.no_answer), "left"),
-    TurnColumn("client", "client_busy", lambda r: client_mark(r.client_busy, r.client_busy_own), "left"),
+    # Unmarked, then the machine's marks (os), then the driver's own (busy).
+    TurnColumn(
+        "client",
+        "client_busy",
+        lambda r: client_mark(r.client_busy, r.client_busy_own),
+        "left",
+        lambda r: (r.client_busy, r.client_busy_own),
+    ),
     # Open loop: how long after its due time a late turn was sent (its latency counts from the due time).
     TurnColumn("late ms", "send_lag_s", lambda r: fmt_num(r.send_lag_s * 1000, ".0f") if r.late else ""),
     TurnColumn("SLO", "slo_met", lambda r: "-" if r.slo_met is None else "met" if r.slo_met else "MISS", "left"),

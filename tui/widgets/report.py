@@ -104,11 +104,9 @@ class ReportScreen(Screen[None]):
         rows = self.tables[sid]
         if sid in self.sorted_by:
             name, reverse = self.sorted_by[sid]
-            field = BY_HEAD[name].field
-            present = [r for r in rows if getattr(r, field) is not None]
-            rows = sorted(present, key=lambda r: getattr(r, field), reverse=reverse) + [
-                r for r in rows if r not in present
-            ]
+            column = BY_HEAD[name]
+            present = [r for r in rows if column.sort_value(r) is not None]
+            rows = sorted(present, key=column.sort_value, reverse=reverse) + [r for r in rows if r not in present]
         for r in rows:
             table.add_row(*row_cells(r, self.columns))
 
