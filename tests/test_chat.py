@@ -15,7 +15,7 @@ from rampwatch.drivers.client.chat import (
     error_text,
     stream_chat,
 )
-from rampwatch.drivers.client.wire import WRITE_SLICE, Connection, ConnectionDropped, ConnectionFailed, ResponseParser
+from rampwatch.drivers.net.wire import WRITE_SLICE, Connection, ConnectionDropped, ConnectionFailed, ResponseParser
 
 
 def _chunk(**delta) -> bytes:
@@ -344,6 +344,45 @@ async def test_nothing_listening_is_connection_failed():
     await server.wait_closed()
     with pytest.raises(ConnectionFailed):
         await Connection(url, lambda: 0.0).post("/p", b"", {}, lambda s, d, t: None)
+
+
+async def test_a_get_sends_no_body_and_returns_the_whole_answer_over_one_kept_connection():
+    """A /metrics scrape: a GET head with no Content-Length, the body whole, the next GET on the same
+    connection; an answer that is not HTTP is a ValueError, not a crash."""
+    heads: list[bytes] = []
+    connections = [0]
+
+    async def handle(reader, writer):
+        connections[0] += 1
+        while True:
+            try:
+                heads.append(await reader.readuntil(b"\r\n\r\n"))
+            except asyncio.IncompleteReadError:
+                return
+            body = b"vllm:num_requests_running 2\n" * 1000
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+
+    server, url = await _server(handle)
+    async with server:
+        conn = Connection(url, lambda: 0.0)
+        for _ in range(2):
+            status, body = await conn.get("/metrics?x=1", {"Authorization": "Bearer t"}, timeout=10)
+            assert status == 200 and body == b"vllm:num_requests_running 2\n" * 1000
+        conn.close()
+    assert connections[0] == 1 and len(heads) == 2
+    assert heads[0].startswith(b"GET /metrics?x=1 HTTP/1.1\r\n") and b"content-length" not in heads[0].lower()
+    assert b"\r\nAuthorization: Bearer t\r\n" in heads[0]
+
+    async def not_http(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
+        await writer.drain()
+
+    server, url = await _server(not_http)
+    async with server:
+        with pytest.raises(ValueError, match="not an HTTP response"):
+            await Connection(url, lambda: 0.0).get("/metrics", {}, timeout=10)
 
 
 def test_response_parser_content_length_and_chunked_byte_by_byte():

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rampwatch.drivers.client.wire import read_stamp
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.net.wire import read_stamp
 from rampwatch.drivers.present.turn_table import BY_HEAD, client_mark
 from rampwatch.drivers.run import event_loop
 from rampwatch.drivers.run.config import RunConfig

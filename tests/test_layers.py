@@ -21,9 +21,10 @@ TUI = "rampwatch.tui"
 # only the version, is open to all).
 ALLOWED: dict[str, set[str]] = {
     "model": {"model"},
-    "client": {"model", "client"},
-    "telemetry": {"model", "telemetry"},
-    "run": {"model", "client", "telemetry", "run"},
+    "net": {"model", "net"},
+    "client": {"model", "net", "client"},
+    "telemetry": {"model", "net", "telemetry"},
+    "run": {"model", "net", "client", "telemetry", "run"},
     "present": {"model", "present"},
     "sim": {"model", "sim"},
 }

@@ -14,8 +14,8 @@ import pytest
 from rampwatch.drivers.client.ramp import Calibration, Conversation
 from rampwatch.drivers.client.session import SessionRunner, TurnOptions
 from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_connection, over_httpx
-from rampwatch.drivers.client.wire import Connection
 from rampwatch.drivers.model.clock import RunClock
+from rampwatch.drivers.net.wire import Connection
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.probe import probe
 

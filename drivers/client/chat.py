@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from rampwatch.drivers.client.wire import Connection
+from rampwatch.drivers.net.wire import Connection
 
 
 class Delta(msgspec.Struct):

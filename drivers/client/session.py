@@ -19,9 +19,9 @@ from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation
 from rampwatch.drivers.client.request_ids import id_headers
 from rampwatch.drivers.client.request_options import HeaderTemplate, merge_headers, request_headers
 from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_connection
-from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import no_answer, reasoning_tokens
+from rampwatch.drivers.net.wire import Connection, ConnectionDropped, ConnectionFailed
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class SessionRunner:
     ):
         self.sid, self.conv, self.client, self.headers = sid, conv, client, headers
         self.base_url = base_url.rstrip("/")
-        # The streaming turns go over a connection of their own (drivers/client/wire.py); httpx does the rest.
+        # The streaming turns go over a connection of their own (drivers/net/wire.py); httpx does the rest.
         self.conn = Connection(self.base_url, clock, tls=tls)
         self.path = urlsplit(self.base_url).path + "/v1/chat/completions"
         self.opts, self.emit, self.clock = opts, emit, clock

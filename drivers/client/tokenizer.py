@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import msgspec
 
-from rampwatch.drivers.client.wire import Connection, ConnectionDropped, ConnectionFailed
+from rampwatch.drivers.net.wire import Connection, ConnectionDropped, ConnectionFailed
 
 TEXT_FIELDS = ("prompt", "content")
 TIMEOUT_S = 30.0

@@ -1,6 +1,6 @@
 """The driver's event loop: asyncio's own, with a selector that times each pass of the loop.
 
-Every read is stamped when the loop woke for it (`PassSelector.read_time`, drivers/client/wire.py), not when
+Every read is stamped when the loop woke for it (`PassSelector.read_time`, drivers/net/wire.py), not when
 its callback got its turn: the 64th stream read in a pass is stamped as early as the first. A stamp is then
 off only if the loop came to look late, or handled a read long after it woke, and the selector notes each:
   - the pass before held the loop (the driver's work, or the OS taking the core from it mid-pass), and what

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import httpx
 
 from rampwatch.drivers.client.ramp import DEFAULT_TEMPLATE_TOKENS, Calibration, Conversation, Filler
-from rampwatch.drivers.client.tls import is_untrusted
 from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_httpx
+from rampwatch.drivers.net.tls import is_untrusted
 from rampwatch.drivers.run.config import BadInput, RunConfig
 
 

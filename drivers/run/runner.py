@@ -22,10 +22,10 @@ import rampwatch.drivers as drivers
 from rampwatch.drivers.client.prompts import Corpus, Lead
 from rampwatch.drivers.client.ramp import Calibration, Conversation
 from rampwatch.drivers.client.session import SessionRunner, TurnOptions
-from rampwatch.drivers.client.tls import TlsError, tls_context
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.net.tls import TlsError, tls_context
 from rampwatch.drivers.run.arrivals import ArrivingSession, arrival_times, run_arrivals
 from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, check_topology, default_record_path
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
