@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from base64 import b64encode
 
 import pytest
 
 from rampwatch.drivers.telemetry.gpu import parse_dcgm
-from rampwatch.drivers.telemetry.metrics import MetricsFormatError, normalize
+from rampwatch.drivers.telemetry.metrics import MetricsFormatError, MetricsScraper, normalize
 from tests.conftest import DATA
 
 
@@ -179,3 +180,13 @@ async def test_a_slow_nvml_start_leaves_the_event_loop_running():
     during_init = [t for t in ticks if t - start < SlowStartNvml.INIT_S]
     assert len(during_init) >= 10, f"the loop ticked {len(during_init)} times while NVML started"
     assert max(b - a for a, b in zip(ticks, ticks[1:])) < SlowStartNvml.INIT_S  # never blocked for the whole start
+
+
+def test_a_scrape_url_splits_into_its_host_its_path_and_its_credentials():
+    """user:password@ goes as Basic auth (never in the Host header); an IPv6 literal keeps its brackets; the
+    query stays on the path; --metrics-auth-env's own header wins over the URL's."""
+    s = MetricsScraper("http://u:p%40ss@[::1]:9090/metrics?name=x", 0.5, lambda e: None, lambda: 0.0)
+    assert (s._conn.host, s._conn.port, s._conn.host_header) == ("::1", 9090, "[::1]:9090")
+    assert s._path == "/metrics?name=x" and s._headers == {"Authorization": "Basic " + b64encode(b"u:p@ss").decode()}
+    bearer = MetricsScraper("https://u:p@h.example/metrics", 0.5, lambda e: None, lambda: 0.0, {"Authorization": "B"})
+    assert bearer._conn.https and bearer._conn.port == 443 and bearer._headers == {"Authorization": "B"}

@@ -215,9 +215,11 @@ def test_tls_one_configuration_for_probes_and_stream(self_signed, tmp_path):
     assert trusted.returncode == 0, trusted.stderr
     back = read_recording(tmp_path / "ok.jsonl")
     assert back.header.tls_verified and sum(isinstance(e, ev.TurnDone) and e.status == "ok" for e in back.events) == 2
+    assert any(isinstance(e, ev.MetricsSample) for e in back.events)  # /metrics read over the same TLS
     assert insecure.returncode == 0 and "TLS NOT VERIFIED" in insecure.stdout
     back = read_recording(tmp_path / "insecure.jsonl")
     assert not back.header.tls_verified and any(
         isinstance(e, ev.Notice) and "NOT verified" in e.message for e in back.events
     )
+    assert any(isinstance(e, ev.MetricsSample) for e in back.events)
     assert missing.returncode == 2 and "--ca-bundle" in missing.stderr

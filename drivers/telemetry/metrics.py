@@ -284,13 +284,14 @@ class MetricsScraper:
         # A scrape slower than a few intervals is stale by the time it lands.
         self.timeout = max(2.0, 5 * interval)
         # Scrapes share the loop that stamps the streams: one keep-alive connection of the driver's own lean
-        # client (net/wire.py), not httpx, whose ~2.5 ms of CPU a scrape held that loop past 5 ms.
+        # client (net/wire.py), not httpx, which spent ~2.5 ms of CPU on one scrape here, in one pass of it.
         u = urlsplit(url)
         self._path = (u.path or "/") + (f"?{u.query}" if u.query else "")
         self._headers = {**basic_auth(u), **(headers or {})}
-        tls = verify if isinstance(verify, ssl.SSLContext) else tls_context(insecure=not verify)
-        base = f"{u.scheme}://{u.hostname}:{u.port}" if u.port else f"{u.scheme}://{u.hostname}"
-        self._conn = Connection(base, clock, connect_timeout=self.timeout, tls=tls)
+        # The run's TLS context; True: the default one, made when an https connection opens.
+        tls = verify if isinstance(verify, ssl.SSLContext) else None if verify else tls_context(insecure=True)
+        host = u.netloc.rpartition("@")[2]  # the credentials go as a header; an IPv6 literal keeps its brackets
+        self._conn = Connection(f"{u.scheme}://{host}", clock, connect_timeout=self.timeout, tls=tls)
         self._profile: Profile | None = None
         self._llama_ctx: float | None = None  # llama.cpp's context (all slots), from /props: its KV size in tokens
         self._llama_asked = False  # /props is asked once (a server without it is not asked every scrape)
@@ -307,7 +308,7 @@ class MetricsScraper:
                 props = json.loads(body) if status == 200 else {}
                 per_slot = props["default_generation_settings"]["n_ctx"]
                 self._llama_ctx = float(per_slot) * float(props.get("total_slots") or 1)
-            except (*FETCH_ERRORS, ValueError, KeyError, TypeError):
+            except (*FETCH_ERRORS, KeyError, TypeError):  # JSON that is not llama.cpp's /props: ValueError
                 pass
         return self._llama_ctx
 
