@@ -308,6 +308,7 @@ def test_schedule_over_max_model_len_is_refused_before_sending(sim):
     [
         (["run", "http://127.0.0.1:9", "--headless", "--no-record"], "cannot reach"),
         (["run", "not-a-url", "--headless", "--no-record"], "not a URL"),
+        (["run", "http://127.0.0.1:99999", "--headless", "--no-record"], "not a URL"),  # was a traceback
         (["run", "http://127.0.0.1:9", "--schedule", "64k,32k", "--headless"], "grow"),
         (["run", "http://127.0.0.1:9", "--scale-to", "lots", "--headless"], "not a token count"),
         (["report", "/nonexistent/x.jsonl"], "no such recording"),

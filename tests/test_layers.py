@@ -1,5 +1,6 @@
-"""Imports point down: the model at the bottom, client and telemetry on it, run above those, present beside
-them on the model, the simulated engine on the model alone, and the UI (tui/) on top of everything.
+"""Imports point down: the model at the bottom, the network (net) on it, client and telemetry on those, run
+above those, present beside them on the model, the simulated engine on the model alone, and the UI (tui/) on
+top of everything.
 
 Every module under drivers/ and tui/ is parsed (imports inside functions count too) and each import of
 rampwatch is checked against its layer's row of ALLOWED; a module in a package with no row is reported too,

@@ -183,10 +183,12 @@ async def test_a_slow_nvml_start_leaves_the_event_loop_running():
 
 
 def test_a_scrape_url_splits_into_its_host_its_path_and_its_credentials():
-    """user:password@ goes as Basic auth (never in the Host header); an IPv6 literal keeps its brackets; the
-    query stays on the path; --metrics-auth-env's own header wins over the URL's."""
+    """user:password@ goes as Basic auth (never in the Host header), for that URL over --metrics-auth-env's
+    token (as httpx sent it); an IPv6 literal keeps its brackets; the query stays on the path."""
     s = MetricsScraper("http://u:p%40ss@[::1]:9090/metrics?name=x", 0.5, lambda e: None, lambda: 0.0)
     assert (s._conn.host, s._conn.port, s._conn.host_header) == ("::1", 9090, "[::1]:9090")
     assert s._path == "/metrics?name=x" and s._headers == {"Authorization": "Basic " + b64encode(b"u:p@ss").decode()}
-    bearer = MetricsScraper("https://u:p@h.example/metrics", 0.5, lambda e: None, lambda: 0.0, {"Authorization": "B"})
-    assert bearer._conn.https and bearer._conn.port == 443 and bearer._headers == {"Authorization": "B"}
+    both = MetricsScraper("https://u:p@h.example/metrics", 0.5, lambda e: None, lambda: 0.0, {"Authorization": "B"})
+    assert both._conn.https and both._conn.port == 443 and both._headers == {"Authorization": "Basic dTpw"}
+    token = MetricsScraper("https://h.example/metrics", 0.5, lambda e: None, lambda: 0.0, {"Authorization": "B"})
+    assert token._headers == {"Authorization": "B"}

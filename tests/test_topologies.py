@@ -125,6 +125,8 @@ def test_pin_sends_a_session_to_the_server_named(tmp_path):
         (["http://127.0.0.1:9", "--pin", "s1=http://10.9.9.9:1"], "not one of the servers"),
         (["http://127.0.0.1:9", "--pin", "s1"], "use SESSION=URL"),
         (["http://127.0.0.1:9", "--metrics-url", "prefill:p0=nowhere"], "not a URL"),
+        (["http://127.0.0.1:9", "--metrics-url", "http://127.0.0.1:99999/metrics"], "not a URL"),
+        (["http://127.0.0.1:9", "--metrics-url", "ftp://127.0.0.1/metrics"], "not a URL"),
         (
             ["http://127.0.0.1:9", "--metrics-url", "a=http://x:1/metrics", "--metrics-url", "a=http://y:1/metrics"],
             "same name",

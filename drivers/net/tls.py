@@ -1,6 +1,6 @@
-"""One TLS configuration for every request rampwatch makes (the httpx probes
-and scrapers, and the streaming connection), so they cannot disagree about
-the same URL: certifi's bundle (httpx's own default) unless --ca-bundle
+"""One TLS configuration for every request rampwatch makes (the httpx probes,
+Prometheus and GPU readers, and the lean client's streams and /metrics
+scrapes), so they cannot disagree about the same URL: certifi's bundle (httpx's own default) unless --ca-bundle
 names another, or no verification at all with --insecure."""
 
 from __future__ import annotations

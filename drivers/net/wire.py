@@ -16,9 +16,10 @@ GPU exporters) stays on httpx.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from collections.abc import Callable, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.net.tls import tls_context
@@ -145,10 +146,17 @@ class ResponseParser:
 # A request body goes out in slices of this size, each when the transport has room: what it buffers
 # stays near this, not a copy of the rest of a 4 MB prompt per session.
 WRITE_SLICE = 256 * 1024
+SSE_OR_JSON = "text/event-stream, application/json"  # what a POST accepts: a stream, or an error's JSON
 READ_BUFFER = 64 * 1024  # each connection's reads land here; a stream's chunk is a few hundred bytes
-# What each kind of request accepts: a POST streams events or answers JSON; a GET reads /metrics, whose
-# classic text format every engine and exporter serves unasked (no OpenMetrics, no compression).
-ACCEPT = {"POST": "text/event-stream, application/json", "GET": "text/plain, */*"}
+
+
+def url_credentials(url: str) -> dict[str, str]:
+    """The Authorization header that user:password@ in `url` stands for (Basic), or none."""
+    u = urlsplit(url)
+    if u.username is None:
+        return {}
+    pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
+    return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
 
 
 def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
@@ -287,7 +295,7 @@ class Connection:
         Returns the parser (status, headers) once the response is complete.
         `body` may come in parts (a history's messages), sent without joining them."""
         parts = [body] if isinstance(body, bytes) else list(body)
-        return await self._request("POST", path, parts, headers, on_body, timeout)
+        return await self._request("POST", path, parts, headers, on_body, timeout, SSE_OR_JSON)
 
     async def get(self, path: str, headers: dict[str, str], timeout: float | None = None) -> tuple[int, bytes]:
         """A GET (a /metrics scrape): its status and whole body. The scrape shares the loop that stamps the
@@ -304,11 +312,12 @@ class Connection:
         headers: dict[str, str],
         on_body: Callable[[int, bytes, float], None],
         timeout: float | None,
+        accept: str = "*/*",
     ) -> ResponseParser:
         head = [f"{method} {path} HTTP/1.1", f"Host: {self.host_header}"]
         if parts:
             head.append(f"Content-Length: {sum(map(len, parts))}")
-        head += [f"Accept: {ACCEPT[method]}", "User-Agent: rampwatch"]
+        head += [f"Accept: {accept}", "User-Agent: rampwatch"]
         head += [f"{k}: {v}" for k, v in headers.items()]
         request_head = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
         reused = self._proto is not None and not self._proto.closed
@@ -335,7 +344,7 @@ class Connection:
             self._proto = None
             if reused and parser.status is None and not received:
                 # The server had closed the idle keep-alive connection: once more on a fresh one.
-                return await self._request(method, path, parts, headers, on_body, timeout)
+                return await self._request(method, path, parts, headers, on_body, timeout, accept)
             raise
         except BaseException:
             sender.cancel()

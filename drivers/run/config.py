@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import urllib.request
@@ -10,10 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from rampwatch.drivers.client.request_options import HeaderTemplate, fixed_headers, merge_headers
 from rampwatch.drivers.model.events import ENDPOINT_ROLES, Endpoint, endpoint_name
+from rampwatch.drivers.net.wire import url_credentials
 from rampwatch.drivers.telemetry.metrics import redact_url
 from rampwatch.drivers.telemetry.prometheus import Match
 
@@ -138,15 +138,12 @@ class RunConfig:
     def _authorization(self) -> dict[str, str]:
         if self.api_key:
             return {"Authorization": f"Bearer {self.api_key}"}
-        u = urlsplit(self.url)
-        if u.username is None:
-            return {}
-        pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
-        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+        return url_credentials(self.url)
 
     def metrics_headers(self) -> dict[str, str]:
         """Authorization for metrics and GPU URLs, which may be other hosts than the inference servers: only
-        --metrics-auth-env's token (a URL's own user:password@ goes as Basic by httpx), never the API key."""
+        --metrics-auth-env's token (a URL's own user:password@ goes as Basic instead, for that URL alone),
+        never the API key."""
         return {"Authorization": f"Bearer {self.metrics_token}"} if self.metrics_token else {}
 
 
@@ -163,7 +160,7 @@ def pinned_to(pin: str, url: str) -> bool:
 class MetricsSource:
     name: str
     role: str  # prefill | decode | both
-    url: str  # may carry user:password@ (sent as headers by httpx, never displayed)
+    url: str  # may carry user:password@ (sent as a Basic Authorization header, never displayed)
 
 
 def parse_metrics_spec(spec: str) -> MetricsSource:
@@ -175,11 +172,21 @@ def parse_metrics_spec(spec: str) -> MetricsSource:
     name, eq, url = rest.partition("=")
     if not eq or "://" in name:
         name, url = "", rest
-    if "://" not in url:
+    if not is_http_url(url):
         raise BadInput(
             f"--metrics-url {spec!r}: not a URL (use [prefill:|decode:|both:][NAME=]http://HOST:PORT/metrics)"
         )
     return MetricsSource(name.strip() or endpoint_name(url), role, url)
+
+
+def is_http_url(url: str) -> bool:
+    """An http:// or https:// URL with a host, and a port if any that is one."""
+    try:
+        u = urlsplit(url)
+        u.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError:
+        return False
+    return u.scheme in ("http", "https") and bool(u.hostname)
 
 
 def parse_pin(spec: str) -> tuple[str, str]:

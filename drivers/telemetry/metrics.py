@@ -12,20 +12,20 @@ shares the event loop that stamps token arrivals.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import re
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.endpoints import ENGINE_POOL
 from rampwatch.drivers.net.tls import tls_context
-from rampwatch.drivers.net.wire import Connection, ConnectionDropped, ConnectionFailed
+from rampwatch.drivers.net.wire import Connection, ConnectionDropped, ConnectionFailed, url_credentials
 
 # One sample line of the Prometheus text format: name, {labels} and value (the DCGM reader parses with it too).
 SAMPLE_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)", re.M)
@@ -287,11 +287,12 @@ class MetricsScraper:
         # client (net/wire.py), not httpx, which spent ~2.5 ms of CPU on one scrape here, in one pass of it.
         u = urlsplit(url)
         self._path = (u.path or "/") + (f"?{u.query}" if u.query else "")
-        self._headers = {**basic_auth(u), **(headers or {})}
+        self._headers = {**(headers or {}), **url_credentials(url)}  # the URL's own, as httpx sent them
         # The run's TLS context; True: the default one, made when an https connection opens.
         tls = verify if isinstance(verify, ssl.SSLContext) else None if verify else tls_context(insecure=True)
         host = u.netloc.rpartition("@")[2]  # the credentials go as a header; an IPv6 literal keeps its brackets
-        self._conn = Connection(f"{u.scheme}://{host}", clock, connect_timeout=self.timeout, tls=tls)
+        # Its reads' times go unused: a plain clock keeps them out of the client check (wire.read_stamp).
+        self._conn = Connection(f"{u.scheme}://{host}", time.perf_counter, connect_timeout=self.timeout, tls=tls)
         self._profile: Profile | None = None
         self._llama_ctx: float | None = None  # llama.cpp's context (all slots), from /props: its KV size in tokens
         self._llama_asked = False  # /props is asked once (a server without it is not asked every scrape)
@@ -319,7 +320,7 @@ class MetricsScraper:
             if status != 200:
                 hint = HTTP_HINTS.get(status, "")
                 raise MetricsFormatError(f"HTTP {status}" + (f": {hint}" if hint else ""))
-            text = body.decode()
+            text = body.decode(errors="replace")  # as httpx read it: a stray byte spoils one label, not the scrape
             if self._profile is None or self._profile.prefix not in text:
                 self._profile = detect(text)  # (re)detect after an engine restart
             engine, values, missing = normalize(text, self._profile)
@@ -328,7 +329,7 @@ class MetricsScraper:
                 missing.pop("kv_capacity_tokens", None)
             self.emit(ev.MetricsSample(t=t, source=self.source, engine=engine, values=values, missing=missing))
             return True
-        except (*FETCH_ERRORS, MetricsFormatError, UnicodeDecodeError) as e:
+        except (*FETCH_ERRORS, MetricsFormatError) as e:
             self.emit(ev.MetricsError(t=self.clock(), source=self.source, error=describe_error(e)))
             return False
 
@@ -350,14 +351,6 @@ class MetricsScraper:
 
 # What a failed scrape raises (the lean client's errors; ValueError: not an HTTP response).
 FETCH_ERRORS = (ConnectionFailed, ConnectionDropped, asyncio.TimeoutError, OSError, ValueError)
-
-
-def basic_auth(u: SplitResult) -> dict[str, str]:
-    """The Authorization header that user:password@ in a URL stands for (as httpx sends it)."""
-    if u.username is None:
-        return {}
-    pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
-    return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
 
 
 def describe_error(e: Exception) -> str:

@@ -12,7 +12,7 @@ from rampwatch.drivers.client.reasoning import with_reasoning
 from rampwatch.drivers.client.request_options import parse_extra_body, parse_header
 from rampwatch.drivers.model.slo import parse_slo, parse_warmup
 from rampwatch.drivers.run.arrivals import parse_rate, parse_rate_range, parse_rates
-from rampwatch.drivers.run.config import BadInput, RunConfig, load_api_key, load_metrics_token, parse_pin
+from rampwatch.drivers.run.config import BadInput, RunConfig, is_http_url, load_api_key, load_metrics_token, parse_pin
 from rampwatch.drivers.run.prompt_shape import (
     check_corpus_path,
     load_system_prompt,
@@ -33,7 +33,7 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
     if not urls:
         raise BadInput("give a server URL, or --prometheus URL to watch through Prometheus")
     for url in urls:
-        if "://" not in url:
+        if not is_http_url(url):
             raise BadInput(f"not a URL: {url!r} (e.g. http://127.0.0.1:8000)")
     watched = watch_settings(args)
     cfg = RunConfig(
@@ -198,7 +198,7 @@ def watch_settings(args: argparse.Namespace) -> dict[str, Any]:
         if g not in ("auto", "none") and "://" not in g:
             raise BadInput(f"--gpu {g!r}: use auto, none or a dcgm-exporter URL like http://node1:9400/metrics")
     serve_metrics = listen_setting("--serve-metrics", args.serve_metrics)
-    if args.prometheus and "://" not in args.prometheus:
+    if args.prometheus and not is_http_url(args.prometheus):
         raise BadInput(f"not a URL: {args.prometheus!r} (e.g. http://127.0.0.1:8000)")
     matches, gpu_matchers = prometheus_selection(args)
     return dict(
