@@ -15,7 +15,14 @@ from rampwatch.drivers.client.chat import (
     error_text,
     stream_chat,
 )
-from rampwatch.drivers.net.wire import WRITE_SLICE, Connection, ConnectionDropped, ConnectionFailed, ResponseParser
+from rampwatch.drivers.net.wire import (
+    WRITE_SLICE,
+    Connection,
+    ConnectionDropped,
+    ConnectionFailed,
+    ResponseParser,
+    within,
+)
 
 
 def _chunk(**delta) -> bytes:
@@ -399,3 +406,22 @@ def test_response_parser_content_length_and_chunked_byte_by_byte():
     for i in range(len(wire)):
         p.feed(wire[i : i + 1], 0.0)
     assert p.done and b"".join(got) == b"hello world" and not p.keep_alive
+
+
+async def test_a_stop_that_comes_as_the_answer_does_is_not_swallowed():
+    """A task cancelled in the pass whose answer completes the request it awaits ends cancelled (asyncio's
+    wait_for returned the answer then, before Python 3.12, and a stopped scraper scraped on for ever); past
+    its limit the wait is a TimeoutError, and an answer in time is returned."""
+    loop = asyncio.get_running_loop()
+    answer = loop.create_future()
+    task = asyncio.create_task(within(answer, 10))
+    await asyncio.sleep(0)  # the task now waits
+    answer.set_result("ok")
+    task.cancel()  # the same pass
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(asyncio.TimeoutError):
+        await within(loop.create_future(), 0.01)
+    late = loop.create_future()
+    loop.call_later(0.01, late.set_result, "ok")
+    assert await within(late, 10) == "ok" and await within(asyncio.sleep(0, "x"), None) == "x"

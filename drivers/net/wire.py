@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 from rampwatch.drivers.model.clock import RunClock
@@ -147,6 +148,7 @@ class ResponseParser:
 # stays near this, not a copy of the rest of a 4 MB prompt per session.
 WRITE_SLICE = 256 * 1024
 SSE_OR_JSON = "text/event-stream, application/json"  # what a POST accepts: a stream, or an error's JSON
+T = TypeVar("T")
 READ_BUFFER = 64 * 1024  # each connection's reads land here; a stream's chunk is a few hundred bytes
 
 
@@ -157,6 +159,32 @@ def url_credentials(url: str) -> dict[str, str]:
         return {}
     pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
     return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+
+
+async def within(aw: Awaitable[T], timeout: float | None) -> T:
+    """`aw` awaited, failing with asyncio.TimeoutError after `timeout` s (None: no limit). Unlike
+    asyncio.wait_for before Python 3.12, it never swallows a cancellation that comes as `aw` finishes: a stop
+    arriving in the pass that completed a scrape or a turn would be lost, and the task would run on."""
+    if timeout is None:
+        return await aw
+    inner = asyncio.ensure_future(aw)
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = inner.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout, expire)
+    try:
+        return await inner
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        stopped = task is not None and hasattr(task, "cancelling") and task.cancelling() > 0  # 3.11+
+        if expired and not stopped:
+            raise asyncio.TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
 
 
 def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
@@ -275,7 +303,7 @@ class Connection:
         loop = asyncio.get_running_loop()
         ctx = (self.tls or tls_context()) if self.https else None
         try:
-            _, proto = await asyncio.wait_for(
+            _, proto = await within(
                 loop.create_connection(lambda: _Protocol(read_stamp(self.clock)), self.host, self.port, ssl=ctx),
                 self.connect_timeout,
             )
@@ -338,7 +366,7 @@ class Connection:
         proto.finished = loop.create_future()
         sender = loop.create_task(proto.send([request_head, *parts]))
         try:
-            await asyncio.wait_for(proto.finished, timeout)
+            await within(proto.finished, timeout)
         except ConnectionDropped:
             sender.cancel()
             self._proto = None
