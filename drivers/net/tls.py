@@ -1,7 +1,8 @@
 """One TLS configuration for every request rampwatch makes (the httpx probes,
 Prometheus and GPU readers, and the lean client's streams and /metrics
-scrapes), so they cannot disagree about the same URL: certifi's bundle (httpx's own default) unless --ca-bundle
-names another, or no verification at all with --insecure."""
+scrapes), so they cannot disagree about the same URL: certifi's bundle
+(httpx's own default) unless --ca-bundle names another, or no verification
+at all with --insecure."""
 
 from __future__ import annotations
 
