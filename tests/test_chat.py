@@ -20,7 +20,6 @@ from rampwatch.drivers.net.wire import (
     Connection,
     ConnectionDropped,
     ConnectionFailed,
-    ReadQueue,
     ResponseParser,
     within,
 )
@@ -426,46 +425,3 @@ async def test_a_stop_that_comes_as_the_answer_does_is_not_swallowed():
     late = loop.create_future()
     loop.call_later(0.01, late.set_result, "ok")
     assert await within(late, 10) == "ok" and await within(asyncio.sleep(0, "x"), None) == "x"
-
-
-async def test_a_pass_only_stamps_its_reads_and_the_next_parses_them_in_order_a_close_after_them():
-    """A burst of reads costs its pass only their stamps and copies: each response sees its bytes (with their
-    stamps) in the next pass, in the order they came, and a close queued behind a response's bytes is seen
-    after them (a body that ends with the close is complete, not dropped). One read whose parsing raises
-    leaves the rest to be parsed."""
-    loop = asyncio.get_running_loop()
-    queue = ReadQueue.of(loop)
-    assert ReadQueue.of(loop) is queue  # one per loop
-    seen: list[tuple[str, object, float]] = []
-
-    class Response:
-        def __init__(self, name: str):
-            self.name = name
-
-        def parse(self, parser: object, fut: asyncio.Future[None], data: bytes, t: float) -> None:
-            if data == b"boom":
-                raise RuntimeError("a parser bug")
-            seen.append((self.name, data, t))
-
-        def lost(self, parser: object, fut: asyncio.Future[None]) -> None:
-            seen.append((self.name, "closed", 0.0))
-
-    a, b = Response("a"), Response("b")
-    fut = loop.create_future()
-    errors: list[dict] = []
-    loop.set_exception_handler(lambda _loop, context: errors.append(context))
-    try:
-        burst = [(a, b"1", 1.0), (b, b"x", 1.0), (a, b"2", 1.0), (b, None, 0.0), (a, b"boom", 1.0), (a, b"3", 1.0)]
-        for proto, data, t in burst:
-            queue.put(proto, object(), fut, data, t)  # type: ignore[arg-type]
-        assert seen == []  # nothing parsed in the pass that read them
-        await asyncio.sleep(0)
-        assert seen == [("a", b"1", 1.0), ("b", b"x", 1.0), ("a", b"2", 1.0), ("b", "closed", 0.0)]
-        await asyncio.sleep(0)
-        assert seen[-1] == ("a", b"3", 1.0) and len(seen) == 5
-        assert [str(e.get("exception")) for e in errors] == ["a parser bug"]
-        queue.put(a, object(), fut, b"4", 2.0)  # type: ignore[arg-type]
-        await asyncio.sleep(0)
-        assert seen[-1] == ("a", b"4", 2.0)  # the queue, emptied, takes reads again
-    finally:
-        loop.set_exception_handler(None)

@@ -3,8 +3,8 @@
 httpx costs ~40 µs of CPU per network read (coroutine layers per read);
 here each read lands in the connection's own buffer (a BufferedProtocol: the
 stock Protocol path allocates a fresh 256 KiB bytes object per read, about a
-quarter of the read's CPU), is stamped first, and is parsed in the next pass
-(ReadQueue), for a few µs. On the driver's own loop the stamp is when the loop woke
+quarter of the read's CPU), is stamped first, and flows straight into the SSE
+parser, for a few µs. On the driver's own loop the stamp is when the loop woke
 for the read (drivers/run/event_loop.py), so a read handled after 63 others in
 the same pass is not stamped late by their work. One keep-alive connection per session, which also
 carries the session's /tokenize counts between its turns
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 from urllib.parse import unquote, urlsplit
@@ -199,58 +198,14 @@ def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
     return lambda: read_time() - origin
 
 
-class ReadQueue:
-    """The loop's stamped reads, parsed in arrival order in the pass after the one that read them.
-    A pass that reads 64 streams' chunks of one engine step then only stamps and copies them, about half
-    the CPU of reading and parsing them together, and the pass that parses them is the same again: what
-    arrives meanwhile waits for either half, not the whole. Each pass parses only what the one before read,
-    so a driver that cannot keep up reads no further ahead of its parsing than that."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self._loop = loop
-        self._reads: deque[tuple[_Protocol, ResponseParser | None, asyncio.Future[None], bytes | None, float]] = deque()
-
-    @classmethod
-    def of(cls, loop: asyncio.AbstractEventLoop) -> ReadQueue:
-        queue = getattr(loop, "_rampwatch_reads", None)
-        if queue is None:
-            queue = cls(loop)
-            setattr(loop, "_rampwatch_reads", queue)  # noqa: B010 - one queue per loop, living as long as it
-        return queue
-
-    def put(
-        self, proto: _Protocol, parser: ResponseParser | None, fut: asyncio.Future[None], data: bytes | None, t: float
-    ) -> None:
-        """A read of `data` stamped `t`, for the response `parser` reads into `fut`; no data: the connection closed."""
-        if not self._reads:
-            self._loop.call_soon(self._parse)
-        self._reads.append((proto, parser, fut, data, t))
-
-    def _parse(self) -> None:
-        reads = self._reads
-        while reads:
-            proto, parser, fut, data, t = reads.popleft()
-            try:
-                if data is None or parser is None:
-                    proto.lost(parser, fut)
-                else:
-                    proto.parse(parser, fut, data, t)
-            except BaseException:
-                if reads:  # whatever one read raised, the rest are still parsed
-                    self._loop.call_soon(self._parse)
-                raise
-
-
 class _Protocol(asyncio.BufferedProtocol):
     def __init__(self, stamp: Callable[[], float]):
         self.stamp = stamp
-        self._queue = ReadQueue.of(asyncio.get_running_loop())
         self._read_into = memoryview(bytearray(READ_BUFFER))
         self.transport: asyncio.Transport | None = None
         self.parser: ResponseParser | None = None
         self.finished: asyncio.Future[None] | None = None
         self.closed = False
-        self._lost_cleanly = False
         self._writable = asyncio.Event()
         self._writable.set()
 
@@ -302,15 +257,10 @@ class _Protocol(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         t = self.stamp()  # stamped before anything else looks at the bytes
         p, fut = self.parser, self.finished
-        if p is not None and fut is not None and not fut.done():
-            self._queue.put(self, p, fut, bytes(self._read_into[:nbytes]), t)
-
-    def parse(self, p: ResponseParser, fut: asyncio.Future[None], data: bytes, t: float) -> None:
-        """A queued read, into the response it came for."""
-        if fut.done():
+        if p is None or fut is None or fut.done():
             return
         try:
-            p.feed(data, t)
+            p.feed(bytes(self._read_into[:nbytes]), t)
         except Exception as e:  # noqa: BLE001 - a parse error fails this request only
             fut.set_exception(e)
             return
@@ -320,16 +270,10 @@ class _Protocol(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._writable.set()  # a send waiting for room stops
-        self._lost_cleanly = exc is None
-        p, fut = self.parser, self.finished
-        if fut is not None and not fut.done():
-            self._queue.put(self, p, fut, None, 0.0)  # after the reads queued before it
-
-    def lost(self, p: ResponseParser | None, fut: asyncio.Future[None]) -> None:
-        """The connection's close, once the reads before it are parsed."""
-        if fut.done():
+        fut = self.finished
+        if fut is None or fut.done():
             return
-        if p is not None and self._lost_cleanly and p.connection_closed():
+        if self.parser is not None and exc is None and self.parser.connection_closed():
             fut.set_result(None)  # a body delimited by the close is complete
         else:
             fut.set_exception(ConnectionDropped("connection closed mid-response"))
