@@ -25,13 +25,14 @@ from rampwatch.drivers.run.recording import read_recording
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.folding import fold_state  # noqa: E402
 from tests.test_export import GLM, long_run  # noqa: E402
 
 
 def render_s(header, events) -> float:  # noqa: ANN001
     t0 = time.perf_counter()
-    series = picture.fold(header, events)
-    picture.run_html(series, summary_lines(build_report(series.state)))
+    state = fold_state(header, events)
+    picture.run_html(state, summary_lines(build_report(state)))
     return time.perf_counter() - t0
 
 

@@ -6,18 +6,20 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
 import pytest
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.slo import parse_slo, parse_warmup
+from rampwatch.drivers.model.goodput import per_min
 from rampwatch.drivers.run.arrivals import ArrivingSession, arrival_times, parse_rate
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.profiles import make_profile
-from rampwatch.drivers.telemetry.exporter import RunExporter
 from tests.conftest import report_json, rw, small_run
+from tests.folding import fold, sample
 from tests.simhost import ThreadedSim
 
 STALL_S = 2.0
@@ -183,23 +185,21 @@ def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_re
     assert (run.state.goodput.met, run.state.goodput.judged) == (g.turns_met, 6)
     assert run.state.goodput.window_share(run.state.t) == pytest.approx(g.turns_met / 6)
     assert run.state.goodput.window_share(run.state.t + 301) is None
-    # The Prometheus exporter, fed the same events, counts the same late turns and the same turns meeting the SLO.
-    exporter = RunExporter(lambda: 0.0, slo=parse_slo("ttft=1s"))
-    for e in events:
-        exporter(e)
+    # The Prometheus exporter, reading a fold of the same events, counts the same late turns and turns meeting it.
+    _, exporter = fold(run.state.header, events)
 
     def total(name: str) -> float:
-        return sum(exporter.registry.get_sample_value(name, {"session": s, "run": ""}) or 0 for s in ("s1", "s2", "s3"))
+        return sum(sample(exporter, name, s) for s in ("s1", "s2", "s3"))
 
     assert total("rampwatch_late_turns_total") == rep.open_loop.late_turns
     assert total("rampwatch_slo_met_turns_total") == g.turns_met
     assert total("rampwatch_slo_met_conversations") == g.conversations_met  # every conversation finished
     # The header's tally counts the same conversations, and both rates over the run so far.
-    assert run.state.goodput.conversations_met == g.conversations_met
-    assert run.state.goodput.per_min(g.turns_met, run.state.ended.t) == pytest.approx(g.turns_met_per_min)
+    assert len(run.state.goodput.conversations) == g.conversations_met
+    assert per_min(g.turns_met, run.state.steady.minutes(run.state.ended.t)) == pytest.approx(g.turns_met_per_min)
     # --warmup 1: the first arrival (s1, the stalled one) is left out, and the time before s2's first due turn.
-    run.state.header.warmup = "1"
-    warm = build_report(run.state).goodput
+    warm_state, _ = fold(msgspec.structs.replace(run.state.header, warmup="1"), events)
+    warm = build_report(warm_state).goodput
     kept = [k for k in rows if k[0] != "s1"]
     start = min(sent[k].due for k in kept)
     assert warm is not None and warm.warmup_turns == 2 and warm.turns == 4 and warm.conversations == 2
@@ -250,31 +250,23 @@ def test_conversations_met_is_one_figure_in_the_report_the_header_and_the_export
     tally and the exporter (which used to count s1, ignoring the warmup, and only conversations that reached
     their last planned turn: s1 and s3) all say 3, and the exporter's s4 went 1 then back to 0. The live window
     starts where the report's does, at the earliest due turn kept (s2's at 5 s), not at the first to finish."""
-    from rampwatch.drivers.model.state import RunState
-
     header, events = cut_off_run()
-    state = RunState(header)
-    exporter = RunExporter(lambda: 0.0, slo=parse_slo("ttft=1s"), warmup=parse_warmup("1"))
     s4_levels = []
-    for e in events:
-        state.apply(e)
-        exporter(e)
+
+    def s4_level(_state: object, exporter: object, e: ev.AnyEvent) -> None:
         if isinstance(e, ev.TurnDone) and e.session == "s4":
-            s4_levels.append(
-                exporter.registry.get_sample_value("rampwatch_slo_met_conversations", {"session": "s4", "run": ""})
-            )
+            s4_levels.append(sample(exporter, "rampwatch_slo_met_conversations", "s4"))
+
+    state, exporter = fold(header, events, after=s4_level)
     g = build_report(state).goodput
     assert g is not None and (g.conversations_met, g.conversations) == (3, 4)
-    assert state.goodput.conversations_met == 3
-    served = sum(
-        exporter.registry.get_sample_value("rampwatch_slo_met_conversations", {"session": s, "run": ""}) or 0
-        for s in CUT_OFF_PLANNED
-    )
-    assert served == 3
+    assert len(state.goodput.conversations) == 3
+    assert sum(sample(exporter, "rampwatch_slo_met_conversations", s) for s in CUT_OFF_PLANNED) == 3
     assert s4_levels == [1.0, 0.0]
     assert g.minutes == pytest.approx((CUT_OFF_END - 5.0) / 60)
-    assert state.goodput.per_min(g.conversations_met, CUT_OFF_END) == pytest.approx(g.conversations_met_per_min)
-    assert state.goodput.per_min(g.turns_met, CUT_OFF_END) == pytest.approx(g.turns_met_per_min)
+    minutes = state.steady.minutes(CUT_OFF_END)
+    assert per_min(g.conversations_met, minutes) == pytest.approx(g.conversations_met_per_min)
+    assert per_min(g.turns_met, minutes) == pytest.approx(g.turns_met_per_min)
 
 
 def test_the_sessions_line_counts_arrived_live_and_waiting():
@@ -287,11 +279,11 @@ def test_the_sessions_line_counts_arrived_live_and_waiting():
     for sid in ("s1", "s2"):
         state.apply(ev.RequestSent(t=3.0, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
     state.apply(ev.TurnDone(t=4.0, session="s1", turn=1, status="ok"))
-    assert state.aggregate().arrivals == (3, 1, 1)
+    assert panels.aggregate(state).arrivals == (3, 1, 1)
     assert "arrived 3 · live 1 · waiting 1" in aggregate_lines(state, 200)[0].plain
     closed = RunState()
     closed.apply(ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="s1"))
-    assert closed.aggregate().arrivals is None and "arrived" not in aggregate_lines(closed, 200)[0].plain
+    assert panels.aggregate(closed).arrivals is None and "arrived" not in aggregate_lines(closed, 200)[0].plain
 
 
 def test_headless_progress_says_arrived_live_and_waiting():

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.capacity import capacity_point
 from rampwatch.drivers.run.arrivals import arrival_times
 from rampwatch.tui.cli.files import load_state
@@ -55,7 +54,7 @@ def test_a_knee_search_against_vllm_runs_its_points_and_judges_each(vllm_server,
     kept, missed = [], []
     for name, rate in zip(sweep["runs"], sweep["arrivals_per_min"], strict=True):
         state = load_state(tmp_path / name, skip_bad_lines=False)
-        point = capacity_point(state, build_report(state))
+        point = capacity_point(state)
         assert point is not None and point.offered_per_min == pytest.approx(rate)
         assert point.waiting_peak is not None and point.turns > 0
         (kept if point.status != "saturated" and (point.goodput_share or 0) >= 0.95 else missed).append(rate)

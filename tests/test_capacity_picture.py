@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.capacity import capacity_point
-from rampwatch.drivers.present.sweep_table import kept
+from rampwatch.drivers.model.capacity import capacity_point, kept_share
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.cli.files import load_state
 from tests.conftest import rw
@@ -49,14 +47,14 @@ def test_every_point_is_drawn_where_its_recording_puts_it_and_marked_as_judged(k
     assert sorted(drawn) == sorted(sweep["arrivals_per_min"])
     for name in sweep["runs"]:
         state = load_state(knee_sweep.parent / name, skip_bad_lines=False)
-        p = capacity_point(state, build_report(state))
+        p = capacity_point(state)
         assert p is not None
         got = drawn[p.offered_per_min]
         assert float(got["achieved"]) == pytest.approx(p.turns_per_min)
         assert float(got["goodput"]) == pytest.approx(p.goodput_turns_per_min)
         assert float(got["p99"]) == pytest.approx(p.ttft_p99_per_128k_s)
         assert float(got["p50"]) == pytest.approx(p.ttft_p50_per_128k_s)
-        judged = "saturated" if p.status == "saturated" else "kept" if kept(p, sweep["slo_share"]) else "missed"
+        judged = "saturated" if p.status == "saturated" else "kept" if kept_share(p, sweep["slo_share"]) else "missed"
         assert got["verdict"] == judged
     assert sweep["knee_per_min"] is not None, sweep
     assert f'data-knee="{sweep["knee_per_min"]:g}"' in text and f"knee {sweep['knee_per_min']:.4g}/min" in text

@@ -68,7 +68,7 @@ def recording_state(warmup: str | None = None) -> RunState:
 
 
 def point(state: RunState) -> CapacityPoint:
-    p = capacity_point(state, build_report(state))
+    p = capacity_point(state)
     assert p is not None
     return p
 

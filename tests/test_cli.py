@@ -168,7 +168,7 @@ def test_report_json_schema(recorded):
         "output_tokens",
         "time_scale",
     }
-    assert rep["run"]["schema"] == 6 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 7 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",
@@ -188,7 +188,6 @@ def test_report_json_schema(recorded):
         "gap_max_s",
         "gaps_over_100ms",
         "gaps_over_1s",
-        "server_prefill_s",
         "client_busy",
         "client_busy_own",
         "think_s",
@@ -199,6 +198,9 @@ def test_report_json_schema(recorded):
         "engine_prefill_s",
         "queued_s",
         "ttft_rest_s",
+        "engine_ttft_s",
+        "ttft_front_end_s",
+        "ttft_client_s",
         "spec_accepted",
         "spec_drafted",
         "transferred_tokens",
@@ -207,11 +209,13 @@ def test_report_json_schema(recorded):
         "engine_decode_s",
         "engine_timing",
         "span_disagreement_s",
+        "tpot_s",
         "due_s",
         "sent_s",
         "send_lag_s",
         "late",
         "ttft_from_due_s",
+        "ttfa_from_due_s",
         "e2e_s",
         "e2e_from_due_s",
         "slo_met",
@@ -234,6 +238,8 @@ def test_report_json_schema(recorded):
             "gaps_during_foreign_prefill",
             "queued_sum_s",
             "engine_prefill_sum_s",
+            "front_end_sum_s",
+            "client_sum_s",
         }
         assert s["summary"]["reached_turn"] == s["summary"]["planned_turns"] == 10
         assert set(s["summary"]["gaps_alone"]) == gap_keys

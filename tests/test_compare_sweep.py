@@ -43,7 +43,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
     )
     cmp = json.loads(out["json"].stdout)
     assert (
-        cmp["schema"] == 5 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
+        cmp["schema"] == 6 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
     )
     assert "schedules differ" in " ".join(cmp["notes"])
     for row, path in zip(cmp["runs"], runs):
@@ -70,7 +70,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
             assert (col["queued_s"][k], col["engine_prefill_s"][k]) == engine
     glm_split = [c["engine_prefill_s"][0] for c in cmp["turns"]]
     assert all(x is not None for x in glm_split) and all(c["engine_prefill_s"][1] is None for c in cmp["turns"])
-    assert "glm queued + prefill s" in out["md"].stdout and "vllm queued + prefill s" not in out["md"].stdout
+    assert "glm queued + prefill + front end s" in out["md"].stdout and "vllm queued + prefill" not in out["md"].stdout
     assert set(cmp) == {"schema", "baseline", "runs", "turns", "notes"}
     assert set(cmp["runs"][0]) == {
         "label",
@@ -102,6 +102,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         "failed_turns",
         "slowest_session_queued_sum_s",
         "slowest_session_engine_prefill_sum_s",
+        "slowest_session_front_end_sum_s",
         "slo",
         "slo_turns_met",
         "slo_turns_met_per_min",
@@ -111,7 +112,15 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
     }
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3
-    assert set(first) == {"turn", "ttft_s", "ratio_to_baseline", "queued_s", "engine_prefill_s"}
+    assert set(first) == {
+        "turn",
+        "ttft_s",
+        "ratio_to_baseline",
+        "queued_s",
+        "engine_prefill_s",
+        "front_end_s",
+        "ttfa_s",
+    }
 
 
 THREE = [*map(str, SHIPPED), str(ROOT / "recordings" / "llamacpp-cpu-2x15k.sample.jsonl")]

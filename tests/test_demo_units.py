@@ -35,7 +35,7 @@ def folded(time_scale: float | None) -> RunState:
         ev.RequestSent(t=1.0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=400),
         ev.FirstToken(t=3.0, session="s1", turn=1),
         ev.TokenTimes(t=3.5, session="s1", turn=1, times=[3.0, 3.5]),
-        ev.TurnDone(t=3.5, session="s1", turn=1, status="ok", completion_tokens=2, queued_s=0.5, server_prefill_s=1.4),
+        ev.TurnDone(t=3.5, session="s1", turn=1, status="ok", completion_tokens=2, queued_s=0.5, engine_prefill_s=1.4),
     ):
         state.apply(e)
     return state
@@ -44,7 +44,7 @@ def folded(time_scale: float | None) -> RunState:
 def test_one_factor_turns_recorded_times_into_modelled_ones():
     real, demo = folded(None).turns[0], folded(10.0).turns[0]
     assert (real.ttft, demo.ttft) == (pytest.approx(2.0), pytest.approx(20.0))
-    assert (demo.queued_s, demo.server_prefill_s) == (pytest.approx(5.0), pytest.approx(14.0))
+    assert (demo.queued_s, demo.engine_prefill_s) == (pytest.approx(5.0), pytest.approx(14.0))
     assert demo.max_gap == pytest.approx(10 * real.max_gap)
     assert folded(10.0).t == pytest.approx(35.0) and folded(10.0).raw_t == pytest.approx(3.5)
 
@@ -75,20 +75,23 @@ def test_demo_reads_in_the_seeds_units(tmp_path):
 
 
 def test_the_pictures_metric_lines_share_the_lanes_clock():
-    from rampwatch.drivers.present.picture import fold
+    """The server's lines the timeline draws are the fold's own history, in its modelled times."""
+    from rampwatch.drivers.model.state import RunState
 
     header = ev.Header(rampwatch_version="", command=[], mode="demo", server="", time_scale=10.0)
-    sample = ev.MetricsSample(t=2.0, source="e", engine="vllm", values={"kv_usage": 0.5, "running": 1.0})
-    series = fold(header, [sample])
-    assert series.kv == [(20.0, 0.5)] and series.state.t == 20.0
+    state = RunState(header)
+    state.apply(ev.MetricsSample(t=2.0, source="e", engine="vllm", values={"kv_usage": 0.5, "running": 1.0}))
+    assert state.history.kv.points == [(20.0, 0.5)] and state.t == 20.0
 
 
 def test_the_exporter_serves_a_demos_figures_in_modelled_seconds():
     """--serve-metrics beside a sped-up demo: the TTFT Prometheus gets is the one the UI and report show."""
-    from rampwatch.drivers.telemetry.exporter import RunExporter
+    from tests.folding import fold, sample
 
-    exporter = RunExporter(lambda: 3.0, run="r", time_scale=10.0)
-    exporter(ev.RequestSent(t=1.0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
-    exporter(ev.FirstToken(t=1.5, session="s1", turn=1))
-    ttft = exporter.registry.get_sample_value("rampwatch_ttft_seconds_sum", {"session": "s1", "run": "r"})
-    assert ttft == pytest.approx(5.0)
+    header = ev.Header(rampwatch_version="", command=[], mode="demo", server="", time_scale=10.0)
+    events = [
+        ev.RequestSent(t=1.0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1),
+        ev.FirstToken(t=1.5, session="s1", turn=1),
+    ]
+    _, exporter = fold(header, events, run="r")
+    assert sample(exporter, "rampwatch_ttft_seconds_sum", "s1", run="r") == pytest.approx(5.0)

@@ -16,7 +16,10 @@ import pytest
 from rampwatch.drivers.client.chat import ChatStreamParser
 from rampwatch.drivers.client.request_ids import id_headers, request_id, span_id, trace_id, traceparent
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.turns import CLOCK_TOLERANCE_S, TurnRecord, split_text, ttft_split, turn_line, turn_row
+from rampwatch.drivers.model.ttft_split import CLOCK_TOLERANCE_S, ttft_split, wait_parts
+from rampwatch.drivers.model.turn_row import turn_row
+from rampwatch.drivers.model.turns import TurnRecord
+from rampwatch.drivers.present.turn_text import split_text, turn_line
 from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import report_json, rw, small_run
 from tests.simhost import CaptureRelay, ThreadedSim
@@ -47,7 +50,7 @@ def parsed(*chunks: bytes):
 def test_vllm_per_request_metrics_are_read_in_seconds():
     res = parsed(TEXT_CHUNK, VLLM_USAGE_CHUNK)
     assert res.queued_s == pytest.approx(0.000053)
-    assert res.server_prefill_s == pytest.approx(0.48607)
+    assert res.engine_prefill_s == pytest.approx(0.48607)
     assert res.engine_decode_s == pytest.approx(0.02165)
     assert res.spec is not None
     assert (res.spec.num_accepted_draft_tokens, res.spec.num_draft_tokens, res.spec.num_spec_steps) == (138, 139, 53)
@@ -56,12 +59,12 @@ def test_vllm_per_request_metrics_are_read_in_seconds():
 
 def test_without_the_flag_nothing_is_invented():
     res = parsed(TEXT_CHUNK, VLLM_USAGE_CHUNK.replace(b',"metrics":', b',"other":'))
-    assert res.queued_s is None and res.server_prefill_s is None and res.spec is None
+    assert res.queued_s is None and res.engine_prefill_s is None and res.spec is None
 
 
 def record(ttft: float, queued: float | None, prefill: float | None, **more) -> TurnRecord:
     rec = TurnRecord(session="s1", turn=1, target=1000, new_tokens_est=1000, sent_t=10.0, first_t=10.0 + ttft)
-    rec.status, rec.prompt_tokens, rec.queued_s, rec.server_prefill_s = "ok", 1000, queued, prefill
+    rec.status, rec.prompt_tokens, rec.queued_s, rec.engine_prefill_s = "ok", 1000, queued, prefill
     for k, v in more.items():
         setattr(rec, k, v)
     return rec
@@ -72,7 +75,7 @@ def test_the_ttft_reads_as_queued_plus_prefill_plus_the_rest():
     assert "TTFT 114.80s = queued 57.10 + prefill 57.20 + 0.50" in line
     row = turn_row(record(114.8, 57.1, 57.2))
     assert row.ttft_rest_s == pytest.approx(0.5) and row.queued_s == 57.1 and row.engine_prefill_s == 57.2
-    assert row.server_prefill_s == 57.2  # schema 3's name for the same figure stays
+    assert "server_prefill_s" not in row.__struct_fields__  # one name for the engine's prefill (schema 7)
     # llama.cpp: its prompt time, the queue unknown.
     assert "TTFT 1.00s = prefill 0.90 + 0.10" in turn_line(record(1.0, None, 0.9))
     # No engine figure: the TTFT alone.
@@ -86,6 +89,29 @@ def test_engine_figures_beyond_the_ttft_are_called_wrong():
     assert ok is not None and not ok.contradicts and "wrong" not in split_text(1.0, ok)
     bad = split_text(1.0, ttft_split(1.0, 0.5, 0.6))
     assert "prefill 0.60 - 0.10" in bad and "engine exceeds TTFT by 100 ms: clocks or matching wrong" in bad
+
+
+def test_the_engines_own_ttft_splits_the_rest_into_front_end_and_client():
+    """vLLM's span gives its own TTFT from the request's arrival: the rest (client TTFT - queued - prefill)
+    splits into the server's front end (engine TTFT - queued - prefill) and the client's side (client TTFT -
+    engine TTFT), everywhere the rest shows: the row, the line and the drawn wait."""
+    rec = record(1.0, 0.1, 0.6, engine_ttft_s=0.99)
+    row = turn_row(rec)
+    assert row.ttft_rest_s == pytest.approx(0.3)
+    assert row.ttft_front_end_s == pytest.approx(0.29) and row.ttft_client_s == pytest.approx(0.01)
+    assert row.ttft_front_end_s + row.ttft_client_s == pytest.approx(row.ttft_rest_s)
+    line = turn_line(rec)
+    assert "TTFT 1.00s = queued 0.10 + prefill 0.60 + front end 0.29 + client 0.010" in line
+    parts = wait_parts(rec)
+    assert parts is not None and [p for p, _, _ in parts] == ["client", "front end", "queued", "prefill"]
+    assert [round(b - a, 6) for _, a, b in parts] == [0.01, 0.29, 0.1, 0.6]
+    # Without the span the rest stays one figure, drawn as one part.
+    plain = record(1.0, 0.1, 0.6)
+    assert turn_row(plain).ttft_client_s is None and "front end" not in turn_line(plain)
+    assert [p for p, _, _ in wait_parts(plain) or []] == ["rest", "queued", "prefill"]
+    # An engine TTFT beyond the client's is a contradiction (clocks or matching), said as such.
+    wrong = ttft_split(1.0, 0.1, 0.6, engine_ttft_s=1.2)
+    assert wrong is not None and wrong.contradicts and "matching wrong" in split_text(1.0, wrong)
 
 
 def test_speculative_acceptance_reads_per_turn():

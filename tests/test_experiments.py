@@ -18,7 +18,7 @@ from rampwatch.drivers.client.session import MASKED_CODE, SessionRunner, TurnOpt
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.clock import RunClock
-from rampwatch.drivers.model.turns import gap_stats
+from rampwatch.drivers.model.gaps import gap_stats
 from rampwatch.drivers.run.config import BadInput, parse_duration
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.recording import read_recording

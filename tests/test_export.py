@@ -9,10 +9,12 @@ import subprocess
 from pathlib import Path
 
 from rampwatch.drivers.model.analysis import build_report
+from rampwatch.drivers.model.history import MOST
 from rampwatch.drivers.present import picture
 from rampwatch.drivers.present.summary import summary_lines
 from rampwatch.drivers.run.recording import read_recording
 from tests.conftest import missing, rampwatch_cmd, rw
+from tests.folding import fold_state
 from tests.test_state_analysis import turn_ok
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,8 +65,8 @@ def test_export_is_small_and_self_contained(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     rec = read_recording(GLM)
-    series = picture.fold(rec.header, rec.events)
-    page = picture.run_html(series, summary_lines(build_report(series.state)))
+    state = fold_state(rec.header, rec.events)
+    page = picture.run_html(state, summary_lines(build_report(state)))
     for out in (tmp_path / "r.html", tmp_path / "r.svg"):
         text = out.read_text()
         assert out.stat().st_size < 5_000_000
@@ -169,8 +171,8 @@ def long_run(sessions: int = 32, hours: float = 2.0, turns: int = 10) -> tuple:
 def test_a_two_hour_32_session_run_stays_small():
     """How fast it renders is tests/bench_export.py's figure (timing is not asserted on a shared machine)."""
     head, events = long_run()
-    series = picture.fold(head, events)
-    page = picture.run_html(series, summary_lines(build_report(series.state)))
+    state = fold_state(head, events)
+    page = picture.run_html(state, summary_lines(build_report(state)))
     assert len(page.encode()) < 5_000_000, len(page)
     assert page.count('class="lane"') == 32 and page.count('class="decode"') == 320
-    assert max(len(p.split()) for p in re.findall(r'points="([^"]*)"', page)) <= picture.MAX_POINTS
+    assert max(len(p.split()) for p in re.findall(r'points="([^"]*)"', page)) <= MOST

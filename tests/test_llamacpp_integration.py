@@ -35,7 +35,7 @@ def test_two_sessions_against_llama_server(llamacpp_server, tmp_path):
             )
             assert t["output_tokens"] == 32
             # llama.cpp reports its own prompt time per request: the client's clock starts first and ends later.
-            assert t["server_prefill_s"] is not None and t["ttft_s"] >= t["server_prefill_s"], t
+            assert t["engine_prefill_s"] is not None and t["ttft_s"] >= t["engine_prefill_s"], t
         # Turn 1 is counted by the server (/apply-template, /tokenize) before it goes and fitted:
         # within a cut word's pieces.
         assert turns[0]["context_tokens"] == pytest.approx(schedule[0], abs=4), (sess["id"], turns[0]["context_tokens"])

@@ -153,10 +153,10 @@ def test_a_run_joins_every_simulated_span_to_its_turn(tmp_path, metrics):
     for key, d in done.items():
         span = by_id[sent_by_turn[key]]
         if metrics:  # the response's metrics and the span agree within 1 ms
-            assert abs(d.queued_s - span.queued_s) < 0.001 and abs(d.server_prefill_s - span.prefill_s) < 0.001
+            assert abs(d.queued_s - span.queued_s) < 0.001 and abs(d.engine_prefill_s - span.prefill_s) < 0.001
             assert abs(d.engine_decode_s - span.decode_s) < 0.001
         else:
-            assert d.server_prefill_s is None
+            assert d.engine_prefill_s is None
     assert all(t["engine_timing"] == ("metrics" if metrics else "span") for t in turns), turns
     assert all(t["queued_s"] is not None and t["engine_prefill_s"] is not None for t in turns)
     if metrics:
@@ -186,7 +186,7 @@ def test_spans_of_no_turn_are_counted_not_dropped():
     st.apply(ev.EngineSpan(t=2.0, request_id="run-s1-t1-a1", queued_s=0.2, prefill_s=0.5, decode_s=0.1))
     assert (st.spans.matched, st.spans.unmatched) == (1, 1)
     rec = st.turns[0]
-    assert (rec.queued_s, rec.server_prefill_s, rec.engine_decode_s, rec.engine_timing) == (0.2, 0.5, 0.1, "span")
+    assert (rec.queued_s, rec.engine_prefill_s, rec.engine_decode_s, rec.engine_timing) == (0.2, 0.5, 0.1, "span")
     rep = build_report(st)
     assert rep.spans is not None and (rep.spans.matched, rep.spans.unmatched) == (1, 1)
     assert any("matches no turn" in x.text for x in st.log)
@@ -228,7 +228,7 @@ def test_a_retried_span_counts_once_and_is_no_unmatched_span():
     state.apply(span)
     state.apply(msgspec.structs.replace(span, t=1.5, prefill_s=0.3))
     assert (state.spans.matched, state.spans.unmatched) == (1, 0)
-    assert state.turns[-1].server_prefill_s == 0.25
+    assert state.turns[-1].engine_prefill_s == 0.25
     assert sum(p == "prefill" for p, _, _ in state.sessions["s1"].waits) == 1
     assert not any("matches no turn" in x.text for x in state.log)
 

@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+from rampwatch.drivers.present.turn_text import log_text
 from tests.conftest import free_ports, report_json, rw, rw_started
 
 
@@ -102,7 +103,7 @@ def fold_split(events: list) -> list:
     """The turns a RunState folds from `events` behind a split (a prefill and a decode endpoint)."""
     from rampwatch.drivers.model import events as ev
     from rampwatch.drivers.model.state import RunState
-    from rampwatch.drivers.model.turns import turn_row
+    from rampwatch.drivers.model.turn_row import turn_row
 
     state = RunState()
     for e in events:
@@ -136,8 +137,8 @@ def test_two_turns_in_one_scrape_window_share_the_transfer_by_prompt_and_wait_fo
         [*start, *turn("s1", 1.0, 1000, 999), *turn("s2", 1.1, 3000, 2999), sample(2.0, "decode", 3998, 4000)]
     )
     assert [(r.cached_tokens, r.transferred_tokens) for r in rows] == [(0, 999), (0, 2999)]
-    lines = [x.text for x in state.log if "turn 1" in x.text]
-    assert len(lines) == 2 and all(x.t == 2.0 for x in state.log if "turn 1" in x.text)
+    lines = [log_text(x) for x in state.log if "turn 1" in log_text(x)]
+    assert len(lines) == 2 and all(x.t == 2.0 for x in state.log if "turn 1" in log_text(x))
     assert "cached 0  transferred 999" in lines[0]
 
 
@@ -169,7 +170,7 @@ def test_a_sample_that_does_not_show_the_turn_yet_is_waited_past():
         [*start, *turn("s1", 1.0, 1000, 999), sample(1.7, "decode", 0, 0), sample(2.0, "decode", 999, 1000)]
     )
     assert [(r.cached_tokens, r.transferred_tokens) for r in rows] == [(0, 999)]
-    assert [x.t for x in state.log if "turn 1" in x.text] == [2.0]  # its line came with the sample that showed it
+    assert [x.t for x in state.log if "turn 1" in log_text(x)] == [2.0]  # its line came with the sample that showed it
 
 
 def test_outside_a_split_nothing_is_transferred():

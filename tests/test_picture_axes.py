@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rampwatch.drivers.present.picture import clock_ticks, nice_step, nice_ticks
+from rampwatch.drivers.present.svg import clock_ticks, nice_step, nice_ticks
 from tests.conftest import rampwatch_cmd
 from tests.test_export import GLM, ROOT, chromium
 

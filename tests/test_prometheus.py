@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import RunConfig
@@ -25,7 +26,7 @@ from rampwatch.drivers.run.recording import Recording, read_recording
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.gpus import DCGM_PATH
 from rampwatch.drivers.sim.profiles import make_profile
-from rampwatch.drivers.telemetry.exporter import SERIES, RunExporter
+from rampwatch.drivers.telemetry.client_metrics import SERIES, ClientMetrics
 from rampwatch.drivers.telemetry.gpu import parse_dcgm
 from rampwatch.drivers.telemetry.metrics import ENGINE_POOL, SAMPLE_LINE, normalize, parse_labels
 from rampwatch.drivers.telemetry.prometheus import ENGINE_SERIES, Match, PrometheusReader, parse_match
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEDULE = [2000, 4000, 8000]
 
 
-def ramp(urls: list[str], exporter: RunExporter | None = None, **cfg) -> Run:
+def ramp(urls: list[str], exporter: ClientMetrics | None = None, **cfg) -> Run:
     """A two-session ramp in this process, over `urls`, feeding `exporter`."""
     config = RunConfig(
         url=urls[0],
@@ -56,7 +57,7 @@ def ramp(urls: list[str], exporter: RunExporter | None = None, **cfg) -> Run:
     async def main() -> int:
         await run.prepare()
         if exporter is not None:
-            exporter.clock, exporter.run = run.clock, run.salt
+            exporter.state_of, exporter.clock, exporter.run = (lambda: run.state), run.clock, run.salt
             run.hub.listeners.append(exporter)
         return await run.drive()
 
@@ -182,7 +183,7 @@ def test_simulated_gpus_follow_the_engine(tmp_path):
 
 def test_exporter_figures_match_the_report():
     """Scraped from the exporter's own HTTP endpoint, per session: TTFT sum and count, turns, needles, context."""
-    exporter = RunExporter(time.monotonic)
+    exporter = ClientMetrics(lambda: None, time.monotonic)
     exporter.serve("127.0.0.1", 0)
     try:
         with ThreadedSim(make_profile("tiny")) as s:
@@ -281,7 +282,7 @@ async def test_prometheus_reader_roles_errors_recovery_and_auth():
     for e in got:
         state.apply(e)
     assert {ep.name: ep.role for ep in state.endpoints.values() if ep.last_sample_t} == roles
-    assert state.metrics_errors() == {"prometheus http://prom:9090": errors[0].error}
+    assert panels.metrics_errors(state) == {"prometheus http://prom:9090": errors[0].error}
 
     reader.matches = reader.matches[:2]
     down, got[:] = True, []
@@ -293,7 +294,7 @@ async def test_prometheus_reader_roles_errors_recovery_and_auth():
     assert errors == ["HTTP 503, not a Prometheus API answer", ""]  # failing, then answering again (said once)
     for e in got:
         state.apply(e)
-    assert state.metrics_errors() == {}
+    assert panels.metrics_errors(state) == {}
     await reader.aclose()
 
 
@@ -330,10 +331,14 @@ async def test_prometheus_reads_what_no_other_source_names():
 
 
 def test_prefill_in_flight_grows_while_a_prefill_waits():
-    exporter = RunExporter(lambda: 5.0, run="r")
-    exporter(ev.RequestSent(t=2.0, session="s1", turn=3, target_tokens=1, new_tokens_est=1, body_bytes=1))
+    from tests.folding import fold
+
+    sent = ev.RequestSent(t=2.0, session="s1", turn=3, target_tokens=1, new_tokens_est=1, body_bytes=1)
+    state, exporter = fold(None, [sent], clock=lambda: 5.0, run="r")
     assert list(exporter.prefills()) == [("s1", 3.0)]
-    exporter(ev.FirstToken(t=4.0, session="s1", turn=3))
+    first = ev.FirstToken(t=4.0, session="s1", turn=3)
+    state.apply(first)
+    exporter(first)
     assert list(exporter.prefills()) == []
 
 
@@ -359,7 +364,7 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
     """A real Prometheus scrapes two simulated engines, their two simulated dcgm-exporters (8 GPUs a
     node) and rampwatch's exporter; `watch --prometheus` shows both engines and all 16 GPUs, and the
     exporter's series read back through Prometheus's API match the run's report."""
-    exporter = RunExporter(time.monotonic)
+    exporter = ClientMetrics(lambda: None, time.monotonic)
     exporter.serve("127.0.0.1", 0)
     try:
         with (
@@ -456,15 +461,15 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
     assert sorted(ep.name for ep in state.endpoints.values() if ep.last_sample_t is not None) == sorted(engines)
     assert all(ep.engine == "vllm" for ep in state.endpoints.values() if ep.last_sample_t is not None)
     assert len(state.gpus) == 16
-    assert {n for n, _ in state.gpu_nodes()} == {"node-a", "node-b"}  # the exporters' Hostname, not the instance
-    assert not state.metrics_errors()
+    assert {n for n, _ in panels.gpu_nodes(state)} == {"node-a", "node-b"}  # the exporters' Hostname, not the instance
+    assert not panels.metrics_errors(state)
     state = replayed(recs["matched"])
     assert {ep.name: ep.role for ep in state.endpoints.values() if ep.last_sample_t} == {
         engines[0]: "prefill",
         engines[1]: "decode",
     }
-    assert len(state.gpus) == 8 and {n for n, _ in state.gpu_nodes()} == {"node-a"}
-    assert not state.metrics_errors()
+    assert len(state.gpus) == 8 and {n for n, _ in panels.gpu_nodes(state)} == {"node-a"}
+    assert not panels.metrics_errors(state)
 
 
 def test_a_real_vllm_read_through_prometheus_shows_what_its_own_metrics_show(prometheus, vllm_server, tmp_path):

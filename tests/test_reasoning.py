@@ -15,8 +15,8 @@ from rampwatch.drivers.client.chat import ChatStreamParser
 from rampwatch.drivers.client.reasoning import reasoning_switches, with_reasoning
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.model.turns import turn_line
 from rampwatch.drivers.model.views import NO_ANSWER
+from rampwatch.drivers.present.turn_text import turn_line
 from rampwatch.drivers.run.recording import decode_event, read_recording
 from rampwatch.drivers.sim.app import SimServer
 from rampwatch.drivers.sim.profiles import make_profile

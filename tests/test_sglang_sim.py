@@ -11,6 +11,7 @@ import subprocess
 
 import httpx
 
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
@@ -61,7 +62,7 @@ def test_a_ramp_against_the_sglang_flavour_end_to_end(tmp_path):
     # No cached tokens in usage without --enable-cache-report, no hit counters: the hit rate is unavailable.
     turns = [t for s in rep.sessions for t in s.turns]
     assert all(t.cached_tokens is None and t.hit_rate is None for t in turns)
-    assert run.state.hit_rate_since_start() is None and rep.servers[0].hit_rate is None
+    assert panels.hit_rate_since_start(run.state) is None and rep.servers[0].hit_rate is None
     assert rep.servers[0].engine == "sglang" and rep.servers[0].generation_tokens == 2 * 3 * 16
     assert run.state.server.values["kv_capacity_tokens"] == make_profile("tiny").kv_tokens
 

@@ -4,13 +4,16 @@ its recording."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.analysis import build_report
-from rampwatch.drivers.model.slo import GOODPUT_WINDOW_S, GoodputTally, meets, parse_slo, parse_warmup
+from rampwatch.drivers.model.slo import GOODPUT_WINDOW_S, GoodputTally, meets, parse_slo
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import TurnRecord
+from rampwatch.drivers.model.warmup import parse_warmup
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import focus_table, report_json, rw, small_run
@@ -91,7 +94,7 @@ def test_a_closed_loop_run_gets_verdicts_goodput_and_warmup_as_worked_out_from_i
     assert out.returncode == 0, out.stderr
     assert "goodput (SLO ttft=30s): 8 of 8 turns met it" in out.stdout
     rep = report_json(record)
-    assert rep["run"]["schema"] == 6 and rep["open_loop"] is None
+    assert rep["run"]["schema"] == 7 and rep["open_loop"] is None
     assert all(t["slo_met"] is True and t["due_s"] is None for s in rep["sessions"] for t in s["turns"])
     g = rep["goodput"]
     assert (g["turns_met"], g["turns"], g["conversations_met"], g["conversations"]) == (8, 8, 2, 2)
@@ -106,10 +109,7 @@ def test_a_closed_loop_run_gets_verdicts_goodput_and_warmup_as_worked_out_from_i
     expected = by_hand(events, bound)
     assert 0 < sum(expected.values()) < len(expected)  # the bound splits the turns
 
-    state = RunState(recording.header)
-    for e in events:
-        state.apply(e)
-    state.header.slo = f"ttft={bound * 1000:.3f}ms"
+    state = refold(recording.header, events, slo=f"ttft={bound * 1000:.3f}ms")
     rep2 = build_report(state)
     verdicts = {(s.id, r.turn): r.slo_met for s in rep2.sessions for r in s.turns}
     assert verdicts == expected
@@ -123,13 +123,22 @@ def test_a_closed_loop_run_gets_verdicts_goodput_and_warmup_as_worked_out_from_i
     # they began (both: lockstep).
     times = sorted(sent.values())
     warmup_s = (times[3] + times[4]) / 2
-    state.header.warmup = f"{warmup_s * 1000:.3f}ms"
+    state = refold(state.header, events, warmup=f"{warmup_s * 1000:.3f}ms")
     g3 = build_report(state).goodput
     kept = [k for k, t in sent.items() if t >= warmup_s]
     assert len(kept) == 4
     assert g3 is not None and g3.warmup_turns == 8 - len(kept) and g3.turns == len(kept)
     assert g3.turns_met == sum(expected[k] for k in kept) and g3.conversations == 0
     assert g3.minutes == pytest.approx((end - warmup_s) / 60, rel=1e-4)
+
+
+def refold(header: ev.Header, events: list[ev.AnyEvent], **changes: str) -> RunState:
+    """The events folded again under a header with `changes` (another --slo or --warmup): the fold judges each turn
+    by the run's header, once."""
+    state = RunState(msgspec.structs.replace(header, **changes))
+    for e in events:
+        state.apply(e)
+    return state
 
 
 def late_then_on_time() -> list[ev.AnyEvent]:
@@ -203,7 +212,7 @@ def test_an_arrival_the_time_limit_kept_waiting_is_no_conversation_of_the_goodpu
     state = RunState(read_recording(record).header)
     for e in events:
         state.apply(e)
-    assert state.aggregate().arrivals == (6, 0, 0)  # the run over: none live, none still waiting
+    assert panels.aggregate(state).arrivals == (6, 0, 0)  # the run over: none live, none still waiting
 
 
 def test_a_hand_edited_slo_that_no_longer_reads_gives_a_report_without_verdicts():
@@ -221,11 +230,11 @@ def test_the_live_share_evicts_turns_older_than_the_window():
     """A miss at 0 s, a met turn at 100 s and at 200 s: within the 5-minute window the share is 2/3; once the
     window has moved past 0 s the miss is evicted (1.0); past 200 s nothing is left (None). The totals keep all."""
     assert GOODPUT_WINDOW_S == 300.0
-    tally = GoodputTally()
+    tally = GoodputTally(parse_slo("ttft=1s"))
     for t, ttft in ((0.0, 9.0), (100.0, 0.5), (200.0, 0.5)):  # finished at t: a miss, then two met
         rec = TurnRecord(session="s1", turn=1, target=0, new_tokens_est=1, sent_t=t - ttft, status="ok")
         rec.first_t = t
-        tally.add("ttft=1s", rec, t)
+        tally.judge(rec, t)
     assert tally.window_share(299.0) == pytest.approx(2 / 3)
     assert tally.window_share(300.5) == pytest.approx(1.0)  # the miss at 0 s is now older than the window
     assert tally.window_share(500.5) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import hit_rate
@@ -119,8 +120,8 @@ def test_counter_reset_skips_the_interval():
         ]
     )
     # The restart interval adds nothing; afterwards deltas resume (counters read as growth since the first answer).
-    assert s.counters()["prefix_queries"] == 100
-    assert s.hit_rate_since_start() == pytest.approx(50 / 100)
+    assert panels.counters(s)["prefix_queries"] == 100
+    assert panels.hit_rate_since_start(s) == pytest.approx(50 / 100)
 
 
 def sample(t: float, source: str, **values: float) -> ev.MetricsSample:
@@ -142,14 +143,14 @@ def test_a_server_that_answers_late_adds_none_of_its_history():
     ]
     s = fold(sorted(a + b, key=lambda e: e.t))
     # a: 6000 queries, 3000 hits, 600 generated; b from t=30: 3000 queries, 2700 hits, 600 generated.
-    assert s.counters() == {"prefix_queries": 9000, "prefix_hits": 5700, "generation_tokens": 1200}
-    assert s.hit_rate_since_start() == pytest.approx(5700 / 9000)
+    assert panels.counters(s) == {"prefix_queries": 9000, "prefix_hits": 5700, "generation_tokens": 1200}
+    assert panels.hit_rate_since_start(s) == pytest.approx(5700 / 9000)
     assert s.endpoints["b"].hit_rate_since_start() == pytest.approx(0.9)
     assert s.endpoints["b"].first_sample_t == 30
     assert s.server.values["running"] == 3
     assert s.server.rates["generation_tokens"] == pytest.approx(30.0)  # 10 + 20 tokens/s
     without_b = fold(a)
-    assert s.counters()["generation_tokens"] - without_b.counters()["generation_tokens"] == 600
+    assert panels.counters(s)["generation_tokens"] - panels.counters(without_b)["generation_tokens"] == 600
 
 
 def test_kv_usage_over_endpoints_is_the_share_of_all_pools_and_fits_is_per_engine():
@@ -166,7 +167,7 @@ def test_kv_usage_over_endpoints_is_the_share_of_all_pools_and_fits_is_per_engin
     )
     assert s.server.values["kv_usage"] == pytest.approx(0.3)
     assert s.server.values["kv_capacity_tokens"] == 2_000_000
-    assert s.kv_fits_sequences() == 2  # b: 500K / 200K; a would fit 10
+    assert panels.kv_fits(s) == 2  # b: 500K / 200K; a would fit 10
 
 
 def test_a_split_deployment_says_where_a_turn_is():
@@ -180,12 +181,12 @@ def test_a_split_deployment_says_where_a_turn_is():
         sample(0.2, "d", running=0, waiting=0),
     ]:
         s.apply(e)
-    assert s.turn_place(s.sessions["s1"]) == ("prefill", "p")
+    assert panels.turn_place(s, s.sessions["s1"]) == ("prefill", "p")
     s.apply(sample(0.3, "p", running=0, waiting=0))
     s.apply(sample(0.3, "d", running=0, waiting=1))
-    assert s.turn_place(s.sessions["s1"]) == ("transfer", "d")
+    assert panels.turn_place(s, s.sessions["s1"]) == ("transfer", "d")
     s.apply(ev.FirstToken(t=0.4, session="s1", turn=1))
-    assert s.turn_place(s.sessions["s1"]) == ("decode", "d")
+    assert panels.turn_place(s, s.sessions["s1"]) == ("decode", "d")
 
 
 def test_unavailable_metric_stays_unavailable():
@@ -202,7 +203,7 @@ def test_unavailable_metric_stays_unavailable():
     )
     assert "kv_usage" not in s.server.values
     assert "llama.cpp" in s.server.missing["kv_usage"]
-    assert s.hit_rate_since_start() is None
+    assert panels.hit_rate_since_start(s) is None
 
 
 def test_failed_turn_and_log():
@@ -214,7 +215,7 @@ def test_failed_turn_and_log():
         ]
     )
     assert s.sessions["s1"].state == "failed" and s.sessions["s1"].failed_turns == 1
-    assert s.log[-1][1] == "error" and "HTTP 500: boom" in s.log[-1][2]
+    assert s.log[-1].level == "error" and "HTTP 500: boom" in s.log[-1].text
     assert build_report(s).sessions[0].turns[0].error == "HTTP 500: boom"
 
 
@@ -240,9 +241,9 @@ def test_new_log_entries():
 def test_foreign_prefill_cells_shade_other_sessions_only():
     s = fold(two_session_run())
     # s2 prefilled over [6.5, 23.0): for s1 the cells 6..22 are shaded; for s2 only s1's prefill [0, 2.0).
-    cells = s.foreign_prefill_cells("s1", 0.0, 1.0, 30, now=30.0)
+    cells = panels.foreign_prefill_cells(s, "s1", 0.0, 1.0, 30, now=30.0)
     assert [i for i, c in enumerate(cells) if c] == list(range(6, 23))
-    own = s.foreign_prefill_cells("s2", 0.0, 1.0, 30, now=30.0)
+    own = panels.foreign_prefill_cells(s, "s2", 0.0, 1.0, 30, now=30.0)
     assert [i for i, c in enumerate(own) if c] == [0, 1]
 
 
@@ -320,7 +321,8 @@ def _histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
 def test_the_exporter_counts_the_gaps_the_report_counts():
     """Chunks stamped in one read (zero gaps) are one delivery to the report and to the gap histogram alike, so
     Prometheus's p50 gap and the report's agree (here the median sits on a bucket edge, where they are equal)."""
-    from rampwatch.drivers.telemetry.exporter import GAP_BUCKETS, RunExporter
+    from rampwatch.drivers.telemetry.client_metrics import GAP_BUCKETS
+    from tests.folding import fold as fold_exported
 
     events: list[ev.AnyEvent] = [
         ev.SessionPlanned(t=0, session="s1", schedule=[1000], salt="a"),
@@ -330,10 +332,8 @@ def test_the_exporter_counts_the_gaps_the_report_counts():
         ev.TokenTimes(t=1.08, session="s1", turn=1, times=[1.04, 1.055, 1.08]),  # zero across the batches, 0.015, 0.025
         turn_ok(1.1, "s1", 1, prompt_tokens=1000, cached_tokens=0, tokens=8),
     ]
-    exporter = RunExporter(lambda: 2.0, run="r")
-    for e in events:
-        exporter(e)
-    gaps = build_report(fold(events)).sessions[0].summary.gaps_alone
+    state, exporter = fold_exported(None, events, run="r")
+    gaps = build_report(state).sessions[0].summary.gaps_alone
     assert gaps is not None and gaps.count == 4
 
     def sample(name: str, **labels: str) -> float:

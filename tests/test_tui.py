@@ -325,7 +325,7 @@ async def test_decode_lanes_show_a_turn_queued_behind_the_others_prefill(tmp_pat
     before = lane_bottom(open_turn, slow.session)
     firsts = {(e.session, e.turn): e.t for e in rec.events if isinstance(e, ev.FirstToken)}
     first = firsts[(slow.session, last)]
-    queued_from, queued_to = first - slow.server_prefill_s - slow.queued_s, first - slow.server_prefill_s
+    queued_from, queued_to = first - slow.engine_prefill_s - slow.queued_s, first - slow.engine_prefill_s
     k = rec.header.time_scale or 1.0  # the lanes' cells are modelled seconds; the recording's times wall clock
     queued_from, queued_to = queued_from * k, queued_to * k
     whole = range(math.ceil(queued_from), math.floor(queued_to))  # one-second cells wholly inside the queued part

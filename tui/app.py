@@ -20,6 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run import lifetime
@@ -68,7 +69,7 @@ class PositionBar(ChangingStatic):
         for t in src.turn_marks:
             cells[min(width - 1, int(t / end * (width - 1)))] = "┬"
         head = min(width - 1, int(src.position / end * (width - 1)))
-        end_modelled = src.end_t * src.state.time_scale  # the bar's positions are recorded times; the clock modelled
+        end_modelled = src.state.modelled_time(src.end_t)  # the bar's positions are recorded times; the clock modelled
         t = Text(f" {'⏸' if src.paused else '▶'} {clock(src.now())} / {clock(end_modelled)} ", style="bold")
         t.append("".join(cells[:head]), style="green")
         t.append("●", style="bold yellow")
@@ -243,7 +244,7 @@ class RampwatchApp(App[int]):
         changes, never recomputed from content on a tick."""
         n = len(state.sessions)
         endpoints = sum(1 for ep in state.endpoints.values() if ep.last_sample_t is not None)
-        note = state.usage_reports_cache() is False  # the Server panel's "per-request cached tokens unavailable"
+        note = state.usage_has_cache is False  # the Server panel's "per-request cached tokens unavailable"
         if (n, len(state.gpus), endpoints, note) == self._sessions_laid_out:
             return
         self._sessions_laid_out = (n, len(state.gpus), endpoints, note)
@@ -254,7 +255,7 @@ class RampwatchApp(App[int]):
             lines = 8 + note if endpoints <= 1 else 4 + note + endpoints + 2
             self.query_one(ServerPanel).styles.height = lines + 2
         frame = 1 if compact else 2  # compact panels have a top rule only
-        gpu_rows = len(state.gpu_nodes()) if compact else len(state.gpus)  # compact: a line per node
+        gpu_rows = len(panels.gpu_nodes(state)) if compact else len(state.gpus)  # compact: a line per node
         gpus = max(2, min(8, gpu_rows)) + frame
         # Rows left for Sessions, Prefill in flight and the decode chart, beside
         # the header, events, footer (and in compact form the server and GPUs).

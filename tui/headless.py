@@ -6,7 +6,9 @@ import sys
 from typing import TextIO
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.present.turn_text import log_text
 from rampwatch.tui.fmt import clock, pct, rate, whole
 
 PROGRESS_EVERY_S = 10.0
@@ -24,24 +26,24 @@ class HeadlessPrinter:
     def __call__(self, _event: ev.AnyEvent | None = None) -> None:
         state = self.state
         if state.log_total != self.seen:
-            for t, level, text, _ in state.new_log_entries(self.seen):
-                tag = "" if level in ("info", "mark") else f"{level.upper()}: "
-                print(f"[{clock(t)}] {tag}{text}", file=self.out, flush=True)
+            for entry in state.new_log_entries(self.seen):
+                tag = "" if entry.level in ("info", "mark") else f"{entry.level.upper()}: "
+                print(f"[{clock(entry.t)}] {tag}{log_text(entry)}", file=self.out, flush=True)
             self.seen = state.log_total
 
     def progress(self, now: float) -> None:
         """Called on a timer: say how long each waiting prefill has been waiting."""
-        if now - self._last_progress < PROGRESS_EVERY_S * self.state.time_scale:  # every 10 s of wall clock
+        if now - self._last_progress < self.state.modelled_time(PROGRESS_EVERY_S):  # every 10 s of wall clock
             return
         self._last_progress = now
         for rec in self.state.prefilling():
             print(
-                f"[{clock(now)}] {rec.session} turn {rec.turn}: prefill in flight {now - rec.sent_t:.0f}s "
+                f"[{clock(now)}] {rec.session} turn {rec.turn}: prefill in flight {rec.prefill_elapsed(now) or 0:.0f}s "
                 f"(~{rec.new_tokens_est:,} new tokens)",
                 file=self.out,
                 flush=True,
             )
-        arrivals = self.state.aggregate().arrivals if self.state.sessions else None
+        arrivals = panels.aggregate(self.state).arrivals if self.state.sessions else None
         if arrivals is not None:
             arrived, live, waiting = arrivals
             print(f"[{clock(now)}] arrived {arrived} · live {live} · waiting {waiting}", file=self.out, flush=True)
@@ -53,12 +55,12 @@ def server_line(state: RunState) -> str:
     """The server panel in one line, for watch mode without a UI."""
     srv = state.server
     if srv.last_sample_t is None:
-        errors = "; ".join(state.metrics_errors().values())
+        errors = "; ".join(panels.metrics_errors(state).values())
         return f"server: no metrics yet{' (' + errors + ')' if errors else ''}"
     v = srv.values
     return (
         f"server: KV {pct(v.get('kv_usage'))} · running "
         f"{whole(v.get('running'))} · waiting {whole(v.get('waiting'))} · "
-        f"hit {pct(state.hit_rate_since_start())} · prefill {rate(srv.prefill_rate)} tok/s · "
+        f"hit {pct(panels.hit_rate_since_start(state))} · prefill {rate(srv.prefill_rate)} tok/s · "
         f"decode {rate(srv.decode_rate)} tok/s"
     )

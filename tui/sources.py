@@ -139,7 +139,7 @@ class ReplaySource:
         return self.position >= self.end_t
 
     def now(self) -> float:
-        return self.position * self.state.time_scale  # modelled, as the state's times are
+        return self.state.modelled_time(self.position)
 
     def mode(self) -> str:
         state = "paused" if self.paused else ("end" if self.finished else "playing")
@@ -202,7 +202,7 @@ class FollowSource:
 
     def now(self) -> float:
         ended = self.state.ended
-        wall = (time.time() - self._origin) * self.state.time_scale
+        wall = self.state.modelled_time(time.time() - self._origin)
         return ended.t if ended is not None else max(self.state.t, wall)
 
     def mode(self) -> str:

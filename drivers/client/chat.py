@@ -100,7 +100,7 @@ class StreamResult(msgspec.Struct):
     answer_t: float | None = None  # the first chunk of the answer (content or a tool call)
     finish_reason: str | None = None
     # The engine's prefill: vLLM's metrics.time_to_first_token_ms, else llama.cpp's timings.prompt_ms.
-    server_prefill_s: float | None = None
+    engine_prefill_s: float | None = None
     server_cached: int | None = None  # the server's own cached prompt tokens (llama.cpp's timings.cache_n)
     queued_s: float | None = None  # vLLM's metrics.queue_time_ms
     engine_decode_s: float | None = None  # vLLM's metrics.generation_time_ms
@@ -235,7 +235,7 @@ class ChatStreamParser:
                 tm = chunk.timings
                 if tm is not None:
                     if tm.prompt_ms is not None:
-                        res.server_prefill_s = tm.prompt_ms / 1000
+                        res.engine_prefill_s = tm.prompt_ms / 1000
                     res.server_cached = tm.cache_n
                 if chunk.metrics is not None:
                     _engine_metrics(res, chunk.metrics)
@@ -274,7 +274,7 @@ def _engine_metrics(res: StreamResult, m: EngineMetrics) -> None:
     """vLLM's per-request metrics into the result, in seconds."""
     res.queued_s = _ms(m.queue_time_ms)
     if m.time_to_first_token_ms is not None:
-        res.server_prefill_s = m.time_to_first_token_ms / 1000
+        res.engine_prefill_s = m.time_to_first_token_ms / 1000
     res.engine_decode_s = _ms(m.generation_time_ms)
     res.spec = m.speculative_decoding
 

@@ -291,7 +291,7 @@ class SessionRunner:
                     needle=needle,
                     reply_chars=len(res.text),
                     text=res.text if self.opts.record_text else None,
-                    server_prefill_s=res.server_prefill_s,
+                    engine_prefill_s=res.engine_prefill_s,
                     reasoning_tokens=res.reasoning_tokens,
                     reasoning_chunks=res.reasoning_chunks,
                     finish_reason=res.finish_reason,

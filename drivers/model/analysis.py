@@ -12,13 +12,15 @@ import msgspec
 
 from rampwatch.drivers.model.endpoints import EndpointView
 from rampwatch.drivers.model.events import PromptShape
-from rampwatch.drivers.model.goodput import Goodput, OpenLoop, goodput, open_loop
-from rampwatch.drivers.model.slo import judge_rows, parse_slo
+from rampwatch.drivers.model.gaps import GapStats, gap_stats, split_decode_rates
+from rampwatch.drivers.model.goodput import Goodput, OpenLoop, goodput, open_loop, ramp_ids
+from rampwatch.drivers.model.panels import last_turn_hit_rate
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import GapStats, TurnRecord, TurnRow, gap_stats, split_decode_rates, turn_row
+from rampwatch.drivers.model.turn_row import TurnRow, turn_row
+from rampwatch.drivers.model.turns import TurnRecord
 
-REPORT_SCHEMA = 6  # the JSON report's schema (README: "The JSON schema"); bump on any change
+REPORT_SCHEMA = 7  # the JSON report's schema (docs/measurement.md: "The JSON report"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):
@@ -36,6 +38,9 @@ class SessionSummary(msgspec.Struct):
     gaps_during_foreign_prefill: GapStats | None
     queued_sum_s: float | None = None  # the engine's queue time summed over the turns it timed (None: none)
     engine_prefill_sum_s: float | None = None  # the engine's prefill time summed likewise
+    # The rest of the TTFT split by the engine's own TTFT (its spans), summed over the turns that have it.
+    front_end_sum_s: float | None = None  # the server's front end
+    client_sum_s: float | None = None  # the client's side: the network, the HTTP server, the client
 
 
 class SessionReport(msgspec.Struct):
@@ -187,6 +192,8 @@ def _summary(state: RunState, sid: str, rows: list[TurnRow], records: list[TurnR
         gaps_during_foreign_prefill=gap_stats([g for r in records for g in r.gaps_during]),
         queued_sum_s=_sum([r.queued_s for r in rows]),
         engine_prefill_sum_s=_sum([r.engine_prefill_s for r in rows]),
+        front_end_sum_s=_sum([r.ttft_front_end_s for r in rows]),
+        client_sum_s=_sum([r.ttft_client_s for r in rows]),
     )
 
 
@@ -218,18 +225,12 @@ def turn_spread(state: RunState, ramp: list[str]) -> list[TurnSpread]:
 def build_report(state: RunState) -> Report:
     h = state.header
     servers = [endpoint_figures(ep) for ep in state.endpoints.values() if ep.last_sample_t is not None]
-    ramp = [sid for sid, s in state.sessions.items() if s.role == "ramp"]
+    ramp = ramp_ids(state)
     baseline = [sid for sid, s in state.sessions.items() if s.role == "one-shot"]
     sessions: list[SessionReport] = []
-    try:
-        slo = parse_slo(h.slo) if h is not None and h.slo else None
-    except ValueError:  # a hand-edited header's SLO that no longer reads: the report goes without verdicts
-        slo = None
     for sid in ramp:
         records = [r for r in state.turns if r.session == sid]
         rows = [turn_row(r) for r in records]
-        if slo is not None:
-            judge_rows(slo, rows, records)
         sessions.append(SessionReport(id=sid, turns=rows, summary=_summary(state, sid, rows, records)))
     ramp_turns = [r for r in state.turns if r.session in ramp]
     splits = [split_decode_rates(r, MIN_INTERVALS) for r in ramp_turns]
@@ -282,7 +283,7 @@ def build_report(state: RunState) -> Report:
             extra_wait_s=_sum([x.slowest_ttft_s - x.fastest_ttft_s for x in spread if x.extra_queued_s is not None]),
             extra_wait_queued_s=_sum([x.extra_queued_s for x in spread]),
         ),
-        server=ServerSummary(kv_peak=state.server.kv_peak, hit_rate_last_turn=state.last_turn_hit_rate()),
+        server=ServerSummary(kv_peak=state.server.kv_peak, hit_rate_last_turn=last_turn_hit_rate(state)),
         turn_spread=spread,
         ttft_ratio_median=median([s.ratio for s in spread]),
         one_shot=one_shot,
@@ -296,8 +297,8 @@ def build_report(state: RunState) -> Report:
         client_lag_max_ms=state.client.worst_ms,
         client_lag_own_max_ms=state.client.worst_own_ms,
         spans=span_figures(state),
-        open_loop=open_loop(state, ramp),
-        goodput=goodput(state, slo, sessions) if slo is not None else None,
+        open_loop=open_loop(state),
+        goodput=goodput(state),
     )
 
 

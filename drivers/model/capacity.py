@@ -3,18 +3,14 @@ what met the SLO, how the server held up), and the rule that calls a server satu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import msgspec
 
-from rampwatch.drivers.model.goodput import steady, steady_minutes, warmup_of
-from rampwatch.drivers.model.slo import latency_from
+from rampwatch.drivers.model.deployment import kv_fits_sequences
+from rampwatch.drivers.model.goodput import goodput, open_loop, per_min, ramp_ids, steady_minutes, steady_turns
+from rampwatch.drivers.model.panels import preemptions_this_run
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import quantile
 from rampwatch.drivers.model.turns import new_tokens
-
-if TYPE_CHECKING:
-    from rampwatch.drivers.model.analysis import Report
 
 PER_128K = 131_072  # TTFT is compared across turns of different sizes per 128K new tokens
 SATURATION_WINDOW_S = 60.0  # how long the waiting queue must grow before a point is called saturated
@@ -44,28 +40,27 @@ class CapacityPoint(msgspec.Struct, kw_only=True):
     warmup: str | None = None  # what --warmup left out, in words (None: nothing)
 
 
-def capacity_point(state: RunState, report: Report) -> CapacityPoint | None:
+def capacity_point(state: RunState) -> CapacityPoint | None:
     """The run's point on the curve; None for a run that was not open loop (--arrivals)."""
     h = state.header
-    if h is None or not h.arrivals_per_s or report.open_loop is None:
+    arrivals = open_loop(state)
+    if h is None or not h.arrivals_per_s or arrivals is None:
         return None
-    ramp = {s.id for s in report.sessions}
-    warm = warmup_of(state)
-    recs, start = steady(state, [r for r in state.turns if r.session in ramp], warm)
+    recs = steady_turns(state)
     per_128k = sorted(
-        (r.first_t - latency_from(r)) * PER_128K / n
+        ttft * PER_128K / n
         for r in recs
-        if r.status == "ok" and r.first_t is not None and (n := new_tokens(r)) > 0
+        if r.status == "ok" and (ttft := r.user_ttft) is not None and (n := new_tokens(r)) > 0
     )
-    minutes = steady_minutes(state, start)
+    minutes = steady_minutes(state)
     done = [r for r in recs if r.status != "running"]
-    g = report.goodput
+    g = goodput(state)
     return CapacityPoint(
         offered_per_min=h.arrivals_per_s * 60,
-        arrived=report.open_loop.arrived,
+        arrived=arrivals.arrived,
         minutes=minutes,
         turns=len(done),
-        turns_per_min=len(done) / minutes if minutes > 0 else None,
+        turns_per_min=per_min(len(done), minutes),
         slo=g.slo if g is not None else None,
         goodput_turns_per_min=g.turns_met_per_min if g is not None else None,
         goodput_share=g.turns_met / g.turns if g is not None and g.turns else None,
@@ -73,13 +68,19 @@ def capacity_point(state: RunState, report: Report) -> CapacityPoint | None:
         ttft_p99_per_128k_s=quantile(per_128k, 0.99) if per_128k else None,
         waiting_peak=state.server.waiting_peak,
         kv_peak=state.server.kv_peak,
-        preemptions=state.preemptions_this_run(),
+        preemptions=preemptions_this_run(state),
         failed_turns=sum(1 for r in recs if r.status == "failed"),
         status=state.ended.status if state.ended is not None else None,
-        mean_conversation_s=_mean_conversation_s(state, ramp),
-        kv_fits=state.kv_fits_sequences(),
-        warmup=warm.text() if warm is not None else None,
+        mean_conversation_s=_mean_conversation_s(state, set(ramp_ids(state))),
+        kv_fits=kv_fits_sequences(state.endpoints.values(), state.sessions.values()),
+        warmup=arrivals.warmup,
     )
+
+
+def kept_share(point: CapacityPoint, share: float) -> bool:
+    """Whether a point kept the SLO share (--find-max's test of a rate): it was not stopped as saturated, and at
+    least `share` of its judged turns met the SLO."""
+    return point.status != "saturated" and point.goodput_share is not None and point.goodput_share >= share
 
 
 def _mean_conversation_s(state: RunState, ramp: set[str]) -> float | None:
@@ -99,7 +100,7 @@ def overload(state: RunState) -> str | None:
     failed = sum(1 for r in state.turns if r.status == "failed")
     if failed:
         return f"{failed} turn(s) failed"
-    preempted = state.preemptions_this_run()
+    preempted = preemptions_this_run(state)
     if preempted:
         return f"the server preempted {preempted:.0f} time(s)"
     return None

@@ -4,6 +4,8 @@ A span arrives after its request ended, often after the turn's TurnDone, so a la
 Where the response's own per-request metrics already timed the turn, they win (they came with the turn itself,
 no join needed) and the span only checks them: the largest disagreement is kept. Where they did not, the span's
 figures fill the same fields (queued, engine prefill, engine decode) and the turn says they came from the span.
+The engine's own TTFT (from the request's arrival) comes only from the span: it splits the rest of the client's
+TTFT into the server's front end and the client's side (ttft_split.py).
 A span that matches no turn of this run (another client's request, an older run) is counted, never dropped.
 """
 
@@ -46,11 +48,12 @@ class SpanLedger:
         """A finished turn with its span: fill what the metrics did not give, or check what they did."""
         span = rec.span
         assert span is not None
-        if rec.server_prefill_s is None and span.prefill_s is not None:
-            rec.queued_s, rec.server_prefill_s, rec.engine_decode_s = span.queued_s, span.prefill_s, span.decode_s
+        rec.engine_ttft_s = span.ttft_s  # only the span says it: the response's metrics time from scheduling
+        if rec.engine_prefill_s is None and span.prefill_s is not None:
+            rec.queued_s, rec.engine_prefill_s, rec.engine_decode_s = span.queued_s, span.prefill_s, span.decode_s
             rec.engine_timing = "span"
             return
-        pairs = [(rec.queued_s, span.queued_s), (rec.server_prefill_s, span.prefill_s)]
+        pairs = [(rec.queued_s, span.queued_s), (rec.engine_prefill_s, span.prefill_s)]
         pairs.append((rec.engine_decode_s, span.decode_s))
         diffs = [abs(a - b) for a, b in pairs if a is not None and b is not None]
         if diffs:

@@ -183,8 +183,8 @@ class TurnDone(Event):
     reply_chars: int = 0
     text: str | None = None  # the reply, only with --record-text
     # The engine's own prefill of this request: vLLM's metrics.time_to_first_token_ms (scheduled to first token,
-    # --enable-per-request-metrics) or llama.cpp's timings.prompt_ms.
-    server_prefill_s: float | None = None
+    # --enable-per-request-metrics) or llama.cpp's timings.prompt_ms. Recorded under its first name.
+    engine_prefill_s: float | None = msgspec.field(default=None, name="server_prefill_s")
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where the server says
     reasoning_chunks: int = 0  # chunks that carried reasoning and no answer
     finish_reason: str | None = None  # the server's: stop, length, ...
@@ -284,6 +284,9 @@ class EngineSpan(Event):
     trace_id: str = ""  # the span's trace (the turn's own, from the traceparent sent)
     queued_s: float | None = None  # gen_ai.latency.time_in_queue: queued to scheduled
     prefill_s: float | None = None  # gen_ai.latency.time_in_model_prefill: scheduled to first token
+    # gen_ai.latency.time_to_first_token: the engine's own TTFT, from the request's arrival in its front end (vLLM:
+    # before the chat template and the tokenizer) to the first token leaving it; None: an older recording's span.
+    ttft_s: float | None = None
     decode_s: float | None = None  # gen_ai.latency.time_in_model_decode: first to last token
     e2e_s: float | None = None  # gen_ai.latency.e2e: arrival to end
 

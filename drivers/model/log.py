@@ -1,17 +1,22 @@
-"""The run's log lines, and how the events panel folds a burst of finished turns into one line."""
+"""The run's log, and how the events panel folds a burst of finished turns into one line.
+
+A finished turn's entry carries the turn itself, not its text: its line is written where it is shown
+(drivers/present/turn_text.py), from the figures the turn has then."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from rampwatch.drivers.model.turns import TurnRecord
+
 
 class LogEntry(NamedTuple):
-    """One line of the run's log; `ttft` marks a finished turn (the events panel groups those)."""
+    """One line of the run's log; `turn` marks a finished turn's line (then `text` is what comes before it)."""
 
     t: float
     level: str  # info | warn | error | mark
     text: str
-    ttft: float | None = None
+    turn: TurnRecord | None = None
 
 
 COLLAPSE_AT = 3  # finished turns in one second that the log shows as one line
@@ -25,7 +30,7 @@ def collapsed_log(entries: list[LogEntry]) -> list[LogEntry]:
 
     def close() -> None:
         if len(group) >= COLLAPSE_AT:
-            ttfts = [g.ttft for g in group if g.ttft is not None]
+            ttfts = [g.turn.ttft for g in group if g.turn is not None and g.turn.ttft is not None]
             span = f"TTFT {min(ttfts):.2f}-{max(ttfts):.2f}s" if ttfts else "no TTFT"
             out.append(LogEntry(group[-1].t, "info", f"{len(group)} turns done: {span}"))
         else:
@@ -33,11 +38,11 @@ def collapsed_log(entries: list[LogEntry]) -> list[LogEntry]:
         group.clear()
 
     for e in entries:
-        if e.ttft is not None and group and int(e.t) == int(group[0].t):
+        if e.turn is not None and group and int(e.t) == int(group[0].t):
             group.append(e)
             continue
         close()
-        if e.ttft is not None:
+        if e.turn is not None:
             group.append(e)
         else:
             out.append(e)

@@ -10,8 +10,8 @@ from rampwatch.drivers.model import events as ev
 
 # Each event kind's times and durations besides `t` (the engine's measured in its sped-up time).
 _TIMES: dict[type, tuple[str, ...]] = {
-    ev.TurnDone: ("server_prefill_s", "queued_s", "engine_decode_s", "prefill_leg_s"),
-    ev.EngineSpan: ("queued_s", "prefill_s", "decode_s", "e2e_s"),
+    ev.TurnDone: ("engine_prefill_s", "queued_s", "engine_decode_s", "prefill_leg_s"),
+    ev.EngineSpan: ("queued_s", "prefill_s", "ttft_s", "decode_s", "e2e_s"),
     ev.SessionPlanned: ("arrival",),
     ev.RequestSent: ("due",),
     ev.UserPause: ("seconds",),

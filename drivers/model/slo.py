@@ -1,7 +1,7 @@
 """Service-level objectives per turn (--slo ttft=90s,answer=95s,gap=1s,tpot=100ms): a turn meets the SLO when
-it finished and meets every named bound. Latency is judged from the turn's due time where it has one (open
-loop: what the user waited), else from its send time. TTFT may scale with the turn's new tokens
-(ttft=0.7ms/token)."""
+it finished and meets every named bound. Latency is judged as the user waited it: from the turn's due time
+where it has one (open loop), else from its send time. TTFT may scale with the turn's new tokens
+(ttft=0.7ms/token). The fold judges each turn once (GoodputTally); everything else reads that verdict."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections import deque
 
 import msgspec
 
-from rampwatch.drivers.model.turns import TurnRecord, TurnRow, new_tokens
+from rampwatch.drivers.model.turns import TurnRecord, new_tokens
 
 SLO_KEYS = ("ttft", "answer", "gap", "tpot")
 _TIME = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(ms|s|m)(/tok(?:en)?)?$")
@@ -49,76 +49,29 @@ def parse_slo(text: str) -> Slo:
     return Slo(**bounds, text=text.strip())
 
 
-def latency_from(rec: TurnRecord) -> float:
-    """Where a turn's latency counts from: its due time (open loop), else when it was sent."""
-    return rec.due_t if rec.due_t is not None else rec.sent_t
-
-
 def meets(slo: Slo, rec: TurnRecord) -> bool:
-    """Whether a finished turn meets every named bound (a failed or unfinished turn never does)."""
-    if rec.status != "ok" or rec.first_t is None:
+    """Whether a finished turn meets every named bound (a failed or unfinished turn never does); latencies as the
+    user waited them (TurnRecord.user_ttft, ...: from the due time where there is one)."""
+    ttft = rec.user_ttft
+    if rec.status != "ok" or ttft is None:
         return False
-    start = latency_from(rec)
-    ttft = rec.first_t - start
     if slo.ttft_s is not None and ttft > slo.ttft_s:
         return False
     if slo.ttft_per_token_s is not None and ttft > slo.ttft_per_token_s * max(1, new_tokens(rec)):
         return False
-    if slo.answer_s is not None and (rec.answer_t is None or rec.answer_t - start > slo.answer_s):
+    answer = rec.user_ttfa
+    if slo.answer_s is not None and (answer is None or answer > slo.answer_s):
         return False
     if slo.gap_s is not None and rec.max_gap > slo.gap_s:
         return False
-    if slo.tpot_s is not None:
-        tokens = rec.tokens
-        if rec.last_t is not None and tokens > 1 and (rec.last_t - rec.first_t) / (tokens - 1) > slo.tpot_s:
-            return False
-    return True
+    tpot = rec.tpot
+    return slo.tpot_s is None or tpot is None or tpot <= slo.tpot_s
 
 
-def judge_rows(slo: Slo, rows: list[TurnRow], records: list[TurnRecord]) -> None:
-    """Set each report row's verdict (slo_met) from its turn's record (rows made from records, in order)."""
-    for row, rec in zip(rows, records, strict=True):
-        row.slo_met = meets(slo, rec)
-
-
-class Warmup(msgspec.Struct, frozen=True):
-    """--warmup: the start of a run left out of the goodput; a time (`60s`) or the first N arrivals (`3`)."""
-
-    seconds: float | None = None
-    conversations: int | None = None
-
-    def excludes(self, rec: TurnRecord) -> bool:
-        """Whether a turn falls in the warmup: due (else sent) before its end, or of one of the first N
-        conversations (sN with N at most the count, numbered in arrival order)."""
-        if self.seconds is not None:
-            return latency_from(rec) < self.seconds
-        n = rec.session[1:]
-        return self.conversations is not None and n.isdigit() and int(n) <= self.conversations
-
-    def text(self) -> str:
-        if self.seconds is not None:
-            return f"the first {self.seconds:g}s"
-        return f"the first {self.conversations} conversations"
-
-
-_WARMUP_TIME = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
-
-
-def parse_warmup(text: str) -> Warmup:
-    """'60s', '5m' -> a time; '3' -> the first 3 arrivals (conversations); ValueError otherwise."""
-    t = text.strip().lower()
-    if t.isdigit() and int(t) > 0:
-        return Warmup(conversations=int(t))
-    m = _WARMUP_TIME.match(t)
-    if m is None or float(m.group(1)) <= 0:
-        raise ValueError(f"{text!r} is neither a time (e.g. 60s, 5m) nor a number of arrivals (e.g. 3)")
-    return Warmup(seconds=float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2)])
-
-
-def read_warmup(text: str | None) -> Warmup | None:
-    """A recorded --warmup (None: none, or a hand-edited header's that no longer reads: nothing left out)."""
+def read_slo(text: str | None) -> Slo | None:
+    """A recorded --slo (None: none, or a hand-edited header's that no longer reads: no verdicts)."""
     try:
-        return parse_warmup(text) if text else None
+        return parse_slo(text) if text else None
     except ValueError:
         return None
 
@@ -146,66 +99,43 @@ class ConversationsMet:
     def __len__(self) -> int:
         return len(self._good)
 
+    def __contains__(self, session: object) -> bool:
+        return session in self._good
+
 
 GOODPUT_WINDOW_S = 300.0  # the live share of turns meeting the SLO looks back this far
 
 
 class GoodputTally:
-    """The live goodput (RunState keeps one): turns judged and met since the start, conversations whose every turn
-    met it, their rates per minute, and the share met among the turns finished in the last GOODPUT_WINDOW_S;
-    --warmup's turns (and the conversations they are of) left out, as the report does. O(1) amortised a turn."""
+    """The SLO over the run as the fold judges it (RunState keeps one): each settled ramp turn's verdict is set on
+    its record; turns judged and met past --warmup, conversations whose every turn met it, and the share met among
+    the turns finished in the last GOODPUT_WINDOW_S. O(1) amortised a turn. The report, the live header and the
+    exporter all read these."""
 
-    def __init__(self) -> None:
-        self.slo: Slo | None = None
-        self.warmup: Warmup | None = None
-        self._text: tuple[str, str | None] | None = None
-        self.judged = 0
+    def __init__(self, slo: Slo | None = None) -> None:
+        self.slo = slo
+        self.judged = 0  # turns past the warmup judged (failed ones count as not met)
         self.met = 0
-        self._conversations = ConversationsMet()
-        self._start: float | None = None  # where the steady window starts: the warmup's end, else the run's
+        self.conversations = ConversationsMet()
         self._recent: deque[tuple[float, bool]] = deque()
 
-    def _read(self, slo_text: str, warmup_text: str | None) -> None:
-        self._text = (slo_text, warmup_text)
-        try:
-            self.slo = parse_slo(slo_text)
-        except ValueError:
-            self.slo = None  # a recording edited by hand: no verdicts, rather than a failed fold
-        self.warmup = read_warmup(warmup_text)
-        self._start = self.warmup.seconds if self.warmup is not None else 0.0
-
-    def add(self, slo_text: str | None, rec: TurnRecord, t: float, warmup: str | None = None) -> None:
-        """Judge a finished turn (the run's --slo and --warmup as recorded)."""
-        if not slo_text:
-            return
-        if (slo_text, warmup) != self._text:
-            self._read(slo_text, warmup)
+    def judge(self, rec: TurnRecord, t: float) -> None:
+        """Set a settled ramp turn's verdict, and count it unless it fell in the warmup (rec.in_warmup)."""
         if self.slo is None:
             return
-        if self.warmup is not None and self.warmup.excludes(rec):
-            self._conversations.add(rec.session, False, in_warmup=True)  # its later turns count, it does not
+        ok = rec.slo_met = meets(self.slo, rec)
+        if rec.in_warmup:
+            self.conversations.add(rec.session, False, in_warmup=True)  # its later turns count, it does not
             return
-        if self.warmup is not None and self.warmup.conversations is not None:
-            # The first N arrivals left out: the window starts at the earliest due (else sent) turn kept so far,
-            # as the report's (goodput.steady), not at the first to finish.
-            at = latency_from(rec)
-            self._start = at if self._start is None else min(self._start, at)
-        ok = meets(self.slo, rec)
         self.judged += 1
         self.met += ok
-        self._conversations.add(rec.session, ok)
+        self.conversations.add(rec.session, ok)
         self._recent.append((t, ok))
 
     @property
     def conversations_met(self) -> int:
         """Conversations that met the SLO so far (ConversationsMet), as the report counts them."""
-        return len(self._conversations)
-
-    def per_min(self, count: int, now: float) -> float | None:
-        """`count` per minute of the steady window so far (None: none of it has passed yet)."""
-        if self._start is None or now <= self._start:
-            return None
-        return count / ((now - self._start) / 60)
+        return len(self.conversations)
 
     def window_share(self, now: float) -> float | None:
         """The share of turns finished in the last GOODPUT_WINDOW_S that met the SLO (None: none finished)."""

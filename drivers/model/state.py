@@ -1,12 +1,10 @@
-"""RunState: folds events into the live picture. Pure: no I/O, no Textual.
+"""RunState: folds events into the live picture of a run. Pure: no I/O, no Textual.
 
-`apply` is O(1) per event (O(tokens) for a batch of token times, O(sessions)
-per batch for the interference split), so the driver can call it inline.
-Widgets and reports read it; they never compute statistics of their own.
-The views it keeps live in views.py (sessions), endpoints.py (servers) and log.py;
-what has a job of its own lives beside it (client_check.py, split_transfer.py).
-It is longer than ~400 lines on purpose: one handler per event kind, and the
-queries the panels make of the folded state, read together as the one fold.
+`apply` is O(1) per event (O(tokens) for a batch of token times, O(sessions) per batch for the interference
+split), so the driver can call it inline. Each finished turn is settled once its figures are final (at its end,
+or for a prefill/decode split once the decode servers' counters show its transferred KV): then it is marked for
+--warmup, judged by --slo, logged and appended to `settled`, the list the exporter reads. What the panels ask of
+the folded state lives in panels.py; the deployment's shape in deployment.py.
 """
 
 from __future__ import annotations
@@ -16,29 +14,18 @@ from collections import deque
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.client_check import ClientCheck
-from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, ServerView, merge_endpoints
+from rampwatch.drivers.model.deployment import decode_endpoints, split
+from rampwatch.drivers.model.endpoints import EndpointView, ServerView, merge_endpoints
 from rampwatch.drivers.model.engine_spans import SpanLedger
+from rampwatch.drivers.model.history import ServerHistory
 from rampwatch.drivers.model.log import LogEntry
 from rampwatch.drivers.model.modelled import modelled, time_factor
-from rampwatch.drivers.model.slo import GoodputTally
+from rampwatch.drivers.model.slo import GoodputTally, read_slo
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
-from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import (
-    TurnRecord,
-    engine_timing_hint,
-    hit_rate,
-    prefill_tok_s,
-    turn_line,
-    wait_parts,
-)
-from rampwatch.drivers.model.views import (
-    DECODE_WINDOW_S,
-    GENERATING,
-    NO_ANSWER,
-    PrefillProgress,
-    SessionsAggregate,
-    SessionView,
-)
+from rampwatch.drivers.model.ttft_split import wait_parts
+from rampwatch.drivers.model.turns import TurnRecord, prefill_tok_s
+from rampwatch.drivers.model.views import DECODE_WINDOW_S, NO_ANSWER, SessionView
+from rampwatch.drivers.model.warmup import SteadyWindow, read_warmup
 
 LOG_LEN = 500
 
@@ -58,14 +45,18 @@ class RunState:
         self.version = 0  # events applied so far
         self.sessions: dict[str, SessionView] = {}
         self.turns: list[TurnRecord] = []  # every finished attempt, in finishing order
+        self.settled: list[TurnRecord] = []  # ... in the order their figures became final (see the module doc)
+        self.late_turns = 0  # settled turns past --warmup sent over 10 ms after they were due (TurnRecord.late)
         self._turns_settled = 0  # finished turns changed after their end (a late span, transferred KV attributed)
         self.server = ServerView()
+        self.history = ServerHistory()  # the server's figures over the whole run, for pictures
         self.endpoints: dict[str, EndpointView] = {}  # by name, in the order they first answered
         self.gpus: list[ev.GpuReading] = []  # every source's GPUs, by node then index
         self.gpu_reason: str | None = None  # why there are none (or why a source has none)
         self._gpu_sources: dict[str, list[ev.GpuReading]] = {}
-        self._usage_has_cache: bool | None = None  # any finished turn's usage with cached tokens (None: no turn yet)
-        self._engine_timed: bool | None = None  # any finished turn the engine timed itself (None: no turn yet)
+        self.usage_has_cache: bool | None = None  # any finished turn's usage with cached tokens (None: no turn yet)
+        self.engine_timed: bool | None = None  # any finished turn the engine timed itself (None: no turn yet)
+        self.front_end_timed = False  # any turn whose wait splits off the server's front end (its span's own TTFT)
         self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
         self.log_total = 0  # entries ever logged, so a reader can tell which are new
         self.ended: ev.RunEnded | None = None
@@ -74,11 +65,10 @@ class RunState:
         # Each session's newest prefill span's end (inf while in flight): a token batch looks only at the sessions
         # whose spans reach into it, not at every session (O(sessions) per batch was 5 ms a pass at 64 sessions).
         self._prefill_ends: dict[str, float] = {}
-        self._last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
-        # A split's transferred KV per turn: a finished turn's line is logged once a decode server's sample
-        # covers its first token (or the run ends), so it never calls transferred KV cached.
+        self.last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
+        # A split's transferred KV per turn: a finished turn settles once a decode server's sample covers its
+        # first token (or the run ends), so its line never calls transferred KV cached.
         self.transfers = TransferLedger()
-        self.goodput = GoodputTally()  # --slo: turns judged and met, live
         self.spans = SpanLedger()  # the engine's trace spans (--otlp), joined to turns by request id
 
     # -- folding -------------------------------------------------------------
@@ -91,6 +81,8 @@ class RunState:
     def header(self, header: ev.Header | None) -> None:
         self._header = header
         self.client.k = time_factor(header)  # its windows are wall seconds, read in the fold's modelled ones
+        self.steady = SteadyWindow(read_warmup(header.warmup if header is not None else None))
+        self.goodput = GoodputTally(read_slo(header.slo if header is not None else None))  # --slo, judged live
 
     @property
     def turns_revision(self) -> int:
@@ -103,13 +95,17 @@ class RunState:
         """Modelled seconds per recorded second (a sped-up simulated engine; 1 for a real server)."""
         return time_factor(self.header)
 
+    def modelled_time(self, recorded: float) -> float:
+        """A recorded (wall clock) run time as the fold's times read: the one conversion, here and in apply."""
+        return recorded * self.time_scale
+
     def apply(self, e: ev.AnyEvent) -> None:
         self.version += 1
         if e.t > self.raw_t:
             self.raw_t = e.t
-        header = self.header
-        if header is not None and header.time_scale is not None and header.time_scale != 1.0:
-            e = modelled(e, time_factor(header))  # the one place recorded times become modelled ones
+        k = self.time_scale
+        if k != 1.0:
+            e = modelled(e, k)
         if e.t > self.t:
             self.t = e.t
         handler = _HANDLERS.get(type(e))
@@ -140,7 +136,7 @@ class RunState:
             prev_reply_tokens=last.answer_tokens if (last := s.last_done) is not None and last.status == "ok" else 0,
             think_s=s.pause.seconds if s.pause is not None and s.pause.turn == e.turn else None,
             cache_at_sent=self._cache_counters(),
-            transfer_at_sent=transfer_counters(self._decode_endpoints()),
+            transfer_at_sent=transfer_counters(decode_endpoints(self.endpoints.values())),
             kv_peak=self.server.values.get("kv_usage"),
             due_t=e.due,
         )
@@ -225,37 +221,35 @@ class RunState:
         rec.status, rec.done_t = e.status, e.t
         rec.prompt_tokens, rec.cached_tokens = e.prompt_tokens, e.cached_tokens
         rec.completion_tokens, rec.needle, rec.error = e.completion_tokens, e.needle, e.error
-        rec.server_prefill_s, rec.queued_s, rec.prefill_leg_s = e.server_prefill_s, e.queued_s, e.prefill_leg_s
+        rec.engine_prefill_s, rec.queued_s, rec.prefill_leg_s = e.engine_prefill_s, e.queued_s, e.prefill_leg_s
         rec.spec_accepted, rec.spec_drafted, rec.spec_steps = e.spec_accepted, e.spec_drafted, e.spec_steps
         rec.engine_decode_s = e.engine_decode_s
-        rec.engine_timing = "metrics" if e.server_prefill_s is not None else None
+        rec.engine_timing = "metrics" if e.engine_prefill_s is not None else None
         if rec.span is not None:  # the span came before the response's end
             self.spans.settle(rec)
         rec.reasoning_reported, rec.reasoning_chunks = e.reasoning_tokens, e.reasoning_chunks
         rec.finish_reason, rec.reply_chars = e.finish_reason, e.reply_chars
         rec.cache_at_done = self._cache_counters()
-        covered = rec.transfer_at_sent is not None and covers(rec, self._decode_endpoints())
+        decode = decode_endpoints(self.endpoints.values())
+        covered = rec.transfer_at_sent is not None and covers(rec, decode)
         if covered and e.status == "ok":
-            covered = self.transfers.attribute(rec, self._decode_endpoints())  # else a later sample shows it
+            covered = self.transfers.attribute(rec, decode)  # else a later sample shows it
         if rec.chunks == 0:
             rec.chunks = e.chunks
         self.turns.append(rec)
-        if s.role == "ramp":
-            h = self.header
-            self.goodput.add(h.slo if h else None, rec, e.t, warmup=h.warmup if h else None)
         self._prefilling.pop(e.session, None)
         if e.status == "ok":
-            self._usage_has_cache = bool(self._usage_has_cache) or e.cached_tokens is not None
-            self._engine_timed = bool(self._engine_timed) or rec.server_prefill_s is not None
+            self.usage_has_cache = bool(self.usage_has_cache) or e.cached_tokens is not None
+            self.engine_timed = bool(self.engine_timed) or rec.engine_prefill_s is not None
             if rec.prompt_tokens is not None:
                 s.last_prompt_tokens = rec.prompt_tokens
             s.tokens_per_chunk = rec.tokens_per_chunk
             rate = prefill_tok_s(rec)
-            if self.split() is not None and rec.ttft and rec.kv_transferred is None:
+            if decode is not None and rec.ttft and rec.kv_transferred is None:
                 # The decode node reports the transferred KV as cached: the client's estimate is what was new.
                 rate = rec.new_tokens_est / rec.ttft
             if rate:
-                self._last_prefill_rate[e.session] = self._last_prefill_rate[""] = rate
+                self.last_prefill_rate[e.session] = self.last_prefill_rate[""] = rate
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
             s.prefill_spans[-1][1] = self._prefill_ends[e.session] = e.t
         if e.status == "ok":
@@ -268,17 +262,26 @@ class RunState:
             if rec.transfer_at_sent is not None and not covered:
                 self.transfers.awaiting.append(rec)
             else:
-                self._log(LogEntry(e.t, "info", turn_line(rec), rec.ttft))
+                self._settle(rec, e.t)
         else:
             s.state = "failed" if e.status == "failed" else "cancelled"
             s.failed_turns += e.status == "failed"
-            self._log(
-                LogEntry(
-                    e.t,
-                    "error" if e.status == "failed" else "warn",
-                    f"{e.session} turn {e.turn} {e.status}: {e.error or ''}".rstrip(": "),
-                )
-            )
+            self._settle(rec, e.t)
+
+    def _settle(self, rec: TurnRecord, t: float) -> None:
+        """A finished turn's figures are final: mark it for --warmup, judge it by --slo (ramp sessions only),
+        log its line and hand it to the readers of `settled`."""
+        rec.in_warmup = self.steady.add(rec)
+        self.late_turns += rec.late and not rec.in_warmup
+        view = self.sessions.get(rec.session)
+        if view is not None and view.role == "ramp":
+            self.goodput.judge(rec, t)
+        self.settled.append(rec)
+        if rec.status == "ok":
+            self._log(LogEntry(t, "info", "", rec))
+        else:
+            level = "error" if rec.status == "failed" else "warn"
+            self._log(LogEntry(t, level, f"{rec.session} turn {rec.turn} {rec.status}: {rec.error or ''}".rstrip(": ")))
 
     def _endpoint(self, name: str) -> EndpointView:
         ep = self.endpoints.get(name)
@@ -296,7 +299,8 @@ class RunState:
         answered = [x for x in self.endpoints.values() if x.last_sample_t is not None]
         srv.values, srv.rates, srv.missing = merge_endpoints(answered)
         srv.engine = "/".join(sorted({x.engine or "?" for x in answered}))
-        kv = srv.values.get("kv_usage")
+        v = srv.values
+        kv = v.get("kv_usage")
         if kv is not None:
             srv.kv_history.append((e.t, kv))
             srv.kv_peak = kv if srv.kv_peak is None else max(srv.kv_peak, kv)
@@ -304,14 +308,21 @@ class RunState:
                 rec = s.current
                 if rec is not None:
                     own = self.endpoints.get(s.endpoint)
-                    here = (
-                        own.values.get("kv_usage", kv) if own is not None else kv
-                    )  # the session's own server where known
+                    here = own.values.get("kv_usage", kv) if own is not None else kv  # its own server where known
                     rec.kv_peak = here if rec.kv_peak is None else max(rec.kv_peak, here)
-        waiting = srv.values.get("waiting")
+        waiting = v.get("waiting")
         if waiting is not None:
             srv.waiting_history.append((e.t, waiting))
             srv.waiting_peak = waiting if srv.waiting_peak is None else max(srv.waiting_peak, waiting)
+        hist = self.history
+        for line, value in (
+            (hist.kv, kv),
+            (hist.hit, srv.hit_rate_since_start()),
+            (hist.running, v.get("running")),
+            (hist.waiting, waiting),
+        ):
+            if value is not None:
+                line.add(e.t, value)
         srv.last_sample_t = e.t
         if self.transfers.awaiting and ep.role == "decode":
             self._settle_transfers(e.t, final=False)
@@ -329,6 +340,9 @@ class RunState:
     def _on_gpu(self, e: ev.GpuSample) -> None:
         self._gpu_sources[e.source] = list(e.gpus)
         self._merge_gpus(None)
+        utils = [g.util for g in e.gpus if g.util is not None]
+        if utils:
+            self.history.gpu.add(e.t, sum(utils) / len(utils))
 
     def _on_gpu_missing(self, e: ev.GpuUnavailable) -> None:
         if self.gpu_reason != e.reason:
@@ -341,13 +355,6 @@ class RunState:
         gpus = [g for readings in self._gpu_sources.values() for g in readings]
         self.gpus = sorted(gpus, key=lambda g: (g.node, g.index)) if len(self._gpu_sources) > 1 else gpus
         self.gpu_reason = reason if reason is not None or not gpus else None
-
-    def gpu_nodes(self) -> list[tuple[str, list[ev.GpuReading]]]:
-        """The GPUs grouped by node, in order."""
-        nodes: dict[str, list[ev.GpuReading]] = {}
-        for g in self.gpus:
-            nodes.setdefault(g.node, []).append(g)
-        return list(nodes.items())
 
     def _on_mark(self, e: ev.Mark) -> None:
         self._log(LogEntry(e.t, "mark", f"mark: {e.note}"))
@@ -367,17 +374,18 @@ class RunState:
         if rec.status != "running":
             self._turns_settled += 1
         if rec.status == "ok" and rec.engine_timing == "span":  # late: the turn's line said no engine figures
-            self._engine_timed = True
-            self._log(LogEntry(e.t, "info", "span: " + turn_line(rec), rec.ttft))
+            self.engine_timed = True
+            self._log(LogEntry(e.t, "info", "span: ", rec))
             self._add_waits(rec)
 
     def _add_waits(self, rec: TurnRecord) -> None:
         """The parts of a timed turn's wait, for the decode lanes, kept in time order (a late span's turn may
         have ended before the session's newest one)."""
-        parts = wait_parts(rec.sent_t, rec.first_t, rec.queued_s, rec.server_prefill_s)
+        parts = wait_parts(rec)
         view = self.sessions.get(rec.session)
         if not parts or view is None:
             return
+        self.front_end_timed = self.front_end_timed or any(part == "front end" for part, _, _ in parts)
         waits = view.waits
         late = bool(waits) and waits[-1][2] > parts[0][1]
         waits.extend(parts)
@@ -407,169 +415,24 @@ class RunState:
         n = min(self.log_total - seen, len(self.log))
         return list(self.log)[len(self.log) - n :] if n > 0 else []
 
-    # -- reading -------------------------------------------------------------
-
-    def metrics_errors(self) -> dict[str, str]:
-        """Each endpoint whose last scrape failed, and why."""
-        return {name: ep.error for name, ep in self.endpoints.items() if ep.error}
-
-    def counters(self) -> dict[str, float]:
-        v = self.server.values
-        return {k: v[k] for k in COUNTERS if k in v}
-
     def _cache_counters(self) -> tuple[float, float] | None:
         """The prefix cache's (queries, hits) since start, for a turn's own hit rate."""
         v = self.server.values
         return (v["prefix_queries"], v["prefix_hits"]) if "prefix_queries" in v and "prefix_hits" in v else None
 
-    def _decode_endpoints(self) -> list[EndpointView] | None:
-        split = self.split()
-        return split[1] if split is not None else None
-
     def _settle_transfers(self, t: float, final: bool) -> None:
-        """Log the lines of the waiting split turns the decode servers' counters now cover (all at the end)."""
-        for rec in self.transfers.settle(self._decode_endpoints(), final):
+        """Settle the waiting split turns the decode servers' counters now cover (all of them at the end)."""
+        for rec in self.transfers.settle(decode_endpoints(self.endpoints.values()), final):
             self._turns_settled += 1
-            self._log(LogEntry(t, "info", turn_line(rec), rec.ttft))
+            self._settle(rec, t)
 
     def prefilling(self) -> list[TurnRecord]:
+        """The turns waiting for their first token (a copy: the exporter's thread reads it too)."""
         return list(self._prefilling.values())
-
-    def aggregate(self) -> SessionsAggregate:
-        """Sessions by state, TTFT p50/max of their last turns, decode tok/s p50/min now."""
-        by_state: dict[str, int] = {}
-        ttfts, rates = [], []
-        arrived = live = waiting = 0
-        for s in self.sessions.values():
-            by_state[s.state] = by_state.get(s.state, 0) + 1
-            if s.arrival is not None:
-                arrived += 1
-                if self.ended is None:  # once the run ended, nothing is live or waits any more
-                    waiting += s.waiting
-                    live += not s.waiting and s.state not in ("done", "failed", "cancelled")
-            if s.last_done is not None and s.last_done.ttft is not None:
-                ttfts.append(s.last_done.ttft)
-            if s.state in GENERATING and (r := s.decode_rate_now()) is not None:
-                rates.append(r)
-        return SessionsAggregate(
-            total=len(self.sessions),
-            by_state=by_state,
-            ttft_p50=median(ttfts),
-            ttft_max=max(ttfts, default=None),
-            decode_p50=median(rates),
-            decode_min=min(rates, default=None),
-            arrivals=(arrived, live, waiting) if arrived else None,
-        )
-
-    def timeline_aggregate(self, first_bucket: int, n: int) -> tuple[list[float], list[float]]:
-        """Per bucket, across the sessions that decoded in it: decode tok/s p50 and min."""
-        columns: list[list[float]] = [[] for _ in range(n)]
-        for s in self.sessions.values():
-            for i, v in enumerate(s.timeline_values(first_bucket, n)):
-                if v > 0:
-                    columns[i].append(v)
-        return ([median(c) or 0.0 for c in columns], [min(c) if c else 0.0 for c in columns])
-
-    def prefill_progress(self, now: float) -> list[PrefillProgress]:
-        """Each waiting prefill: elapsed time and, from the session's (or else
-        the run's) last prefill rate, the expected total wait."""
-        out = []
-        for rec in self._prefilling.values():
-            rate = self._last_prefill_rate.get(rec.session) or self._last_prefill_rate.get("")
-            expected = rec.new_tokens_est / rate if rate else None
-            out.append(
-                PrefillProgress(
-                    session=rec.session,
-                    turn=rec.turn,
-                    new_tokens=rec.new_tokens_est,
-                    elapsed=max(0.0, now - rec.sent_t),
-                    expected=expected,
-                )
-            )
-        return out
-
-    def kv_fits_sequences(self) -> int | None:
-        """How many sequences as long as the longest session fit in one engine's
-        KV pool: per endpoint (its own sessions' longest, or the run's where
-        none is sent there), the tightest one."""
-        longest_all = max((s.context_tokens or 0 for s in self.sessions.values()), default=0)
-        fits = []
-        for ep in self.endpoints.values():
-            pool = ep.engine_pool
-            mine = [s.context_tokens or 0 for s in self.sessions.values() if s.endpoint == ep.name]
-            longest = max(mine, default=0) or longest_all
-            if pool and longest:
-                fits.append(int(pool // longest))
-        return min(fits, default=None)
 
     def split(self) -> tuple[list[EndpointView], list[EndpointView]] | None:
         """(prefill, decode) endpoints of a prefill/decode split that have answered; None if not split."""
-        pre = [x for x in self.endpoints.values() if x.role == "prefill" and x.last_sample_t is not None]
-        dec = [x for x in self.endpoints.values() if x.role == "decode" and x.last_sample_t is not None]
-        return (pre, dec) if pre and dec else None
-
-    def turn_place(self, s: SessionView) -> tuple[str, str] | None:
-        """Where a split deployment has this session's turn, as far as the
-        metrics tell: (phase, node), phase one of prefill, transfer (the decode
-        node holds it, waiting for its KV), decode, queued. None when the
-        deployment is not split or the session is not in a turn."""
-        split = self.split()
-        if split is None or s.state not in ("prefilling", *GENERATING):
-            return None
-        pre, dec = split
-        if s.state in GENERATING:
-            return ("decode", dec[0].name if len(dec) == 1 else "")
-        if busy := [x.name for x in pre if x.values.get("running", 0) > 0]:
-            return ("prefill", busy[0])
-        if held := [x.name for x in dec if x.values.get("waiting", 0) + x.values.get("running", 0) > 0]:
-            return ("transfer", held[0])
-        return ("queued", "")
-
-    def foreign_prefill_cells(self, session: str, start: float, step: float, n: int, now: float) -> list[bool]:
-        """For n time cells of `step` seconds from `start`: whether another
-        session had a prefill in flight during each one (for the chart's shading)."""
-        cells = [False] * n
-        end = start + n * step
-        for sid, o in self.sessions.items():
-            if sid == session:
-                continue
-            for a, b in o.prefill_spans:
-                b = now if b is None else b
-                if b <= start or a >= end:
-                    continue
-                first = max(0, int((a - start) // step))
-                last = min(n - 1, math.ceil((b - start) / step) - 1)  # a span ending on a cell edge stops before it
-                for i in range(first, last + 1):
-                    cells[i] = True
-        return cells
-
-    def last_turn_hit_rate(self) -> float | None:
-        finished = [r for r in self.turns if r.status == "ok"]
-        return hit_rate(finished[-1]) if finished else None
-
-    def usage_reports_cache(self) -> bool | None:
-        """Whether the server puts cached tokens in usage (None: no turn finished yet)."""
-        return self._usage_has_cache
-
-    def engine_times_turns(self) -> bool | None:
-        """Whether the engine reports its own queue and prefill time per request (None: no turn finished yet)."""
-        return self._engine_timed
-
-    def engine_timing_missing(self) -> str | None:
-        """The one line saying the engine timed none of the finished turns and which server flag would give the
-        figures (the report's line); None while some turn was timed, or before any turn finished, or while the
-        run receives the engine's spans (--otlp) and has not ended: they come seconds after their turns."""
-        if self._engine_timed is not False:
-            return None
-        if self.header is not None and self.header.spans_expected and self.ended is None:
-            return None
-        return engine_timing_hint(self.server.engine or (self.header.engine if self.header is not None else None))
-
-    def preemptions_this_run(self) -> float | None:
-        return self.server.values.get("preemptions")  # counters are growth since each server first answered
-
-    def hit_rate_since_start(self) -> float | None:
-        return self.server.hit_rate_since_start()
+        return split(self.endpoints.values())
 
 
 def _spans_overlapping(s: SessionView, lo: float, hi: float) -> list[tuple[float, float | None]]:

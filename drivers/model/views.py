@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.model.turns import TurnRecord, WaitPart, decode_tok_s, reused_tokens
+from rampwatch.drivers.model.ttft_split import WaitPart
+from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, hit_rate
 
 # reasoning: generating, but the answer has not started (a reasoning model's thinking); decoding: answering.
 # "user idle": the user's own pause (--think-time) before the next turn, not the model's.
@@ -89,18 +90,12 @@ class SessionView:
     @property
     def context_tokens(self) -> int | None:
         rec = self.current or self.last_done
-        if rec is None:
-            return None
-        return rec.prompt_tokens if rec.prompt_tokens is not None else rec.target
+        return None if rec is None else rec.context_tokens
 
     @property
-    def cached_share(self) -> float | None:
-        """Prefix-cache share of the last finished turn's prompt (from usage; transferred KV is not cached)."""
-        rec = self.last_done
-        reused = None if rec is None else reused_tokens(rec)
-        if rec is None or reused is None or not rec.prompt_tokens:
-            return None
-        return reused / rec.prompt_tokens
+    def hit_rate(self) -> float | None:
+        """The last finished turn's prefix-cache hit rate (turns.hit_rate: the report's `hit` of that turn)."""
+        return None if self.last_done is None else hit_rate(self.last_done)
 
     def current_gap(self, now: float) -> float | None:
         """While generating: seconds since the last text chunk arrived (a stall, when long)."""

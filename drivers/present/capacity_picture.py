@@ -4,9 +4,8 @@ tokens on the right, each point marked kept, missed or saturated, and the knee a
 
 from __future__ import annotations
 
-from rampwatch.drivers.model.capacity import CapacityPoint
-from rampwatch.drivers.present.picture import PALETTE, esc, html_page, nice_ticks, tick_label
-from rampwatch.drivers.present.sweep_table import kept
+from rampwatch.drivers.model.capacity import CapacityPoint, kept_share
+from rampwatch.drivers.present.svg import PALETTE, esc, html_page, nice_ticks, tick_label
 
 WIDTH, HEIGHT = 900, 440
 LEFT, RIGHT, BOTTOM_PAD = 64, 84, 48  # the plot's margins: left axis labels; right axis labels; x labels
@@ -29,7 +28,7 @@ def verdict(p: CapacityPoint, slo_share: float | None) -> str:
         return "saturated"
     if slo_share is None:
         return ""
-    return "kept" if kept(p, slo_share) else "missed"
+    return "kept" if kept_share(p, slo_share) else "missed"
 
 
 def _legend(keys: list[tuple[str, str]], width: int) -> tuple[str, int]:

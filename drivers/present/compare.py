@@ -8,9 +8,9 @@ import msgspec
 
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import TurnRow
+from rampwatch.drivers.model.turn_row import TurnRow
 
-COMPARE_SCHEMA = 5  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
+COMPARE_SCHEMA = 6  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
 NO_HIT_COUNTERS = "n/a: engine exposes no prefix-cache counters"
 
 
@@ -47,6 +47,7 @@ class RunRow(msgspec.Struct):
     # The slowest session's summed engine queue and prefill time (None: the engine timed no turn).
     slowest_session_queued_sum_s: float | None = None
     slowest_session_engine_prefill_sum_s: float | None = None
+    slowest_session_front_end_sum_s: float | None = None  # ... and its server front end (None: no engine spans)
     # --slo: the SLO, the turns that met it and their rate (the goodput); --arrivals: turns sent late (None: none).
     slo: str | None = None
     slo_turns_met: int | None = None
@@ -56,22 +57,25 @@ class RunRow(msgspec.Struct):
     slo_conversations_met_per_min: float | None = None
 
 
-class TurnColumn(msgspec.Struct):
-    """Turn k of every run: the slowest session's TTFT, its ratio to the baseline run's, and how the engine
-    accounted for that TTFT (queued and engine prefill; None where the engine did not time it)."""
+class ComparedTurn(msgspec.Struct):
+    """Turn k of every run: the slowest session's TTFT, its ratio to the baseline run's, how the engine
+    accounted for that TTFT (queued, engine prefill and the server's front end; None where the engine did not
+    time it) and the same session's time to the first answer token."""
 
     turn: int
     ttft_s: list[float | None]
     ratio_to_baseline: list[float | None]
     queued_s: list[float | None]
     engine_prefill_s: list[float | None]
+    front_end_s: list[float | None]
+    ttfa_s: list[float | None]
 
 
 class Comparison(msgspec.Struct):
     schema: int
     baseline: str  # the label the ratios divide by
     runs: list[RunRow]
-    turns: list[TurnColumn]
+    turns: list[ComparedTurn]
     notes: list[str]
 
 
@@ -128,6 +132,7 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         failed_turns=sum(1 for t in rows if t.error is not None and t.error != "cancelled"),
         slowest_session_queued_sum_s=worst.summary.queued_sum_s if worst else None,
         slowest_session_engine_prefill_sum_s=worst.summary.engine_prefill_sum_s if worst else None,
+        slowest_session_front_end_sum_s=worst.summary.front_end_sum_s if worst else None,
         slo=rep.goodput.slo if rep.goodput else None,
         slo_turns_met=rep.goodput.turns_met if rep.goodput else None,
         slo_turns_met_per_min=rep.goodput.turns_met_per_min if rep.goodput else None,
@@ -149,12 +154,14 @@ def compare(runs: list[tuple[str, str, Report, str, list[int]]], baseline: int =
         ttfts = [t.ttft_s if t else None for t in slowest]
         b = base[k].ttft_s if k in base else None
         columns.append(
-            TurnColumn(
+            ComparedTurn(
                 turn=k,
                 ttft_s=ttfts,
                 ratio_to_baseline=[t / b if t is not None and b else None for t in ttfts],
                 queued_s=[t.queued_s if t else None for t in slowest],
                 engine_prefill_s=[t.engine_prefill_s if t else None for t in slowest],
+                front_end_s=[t.ttft_front_end_s if t else None for t in slowest],
+                ttfa_s=[t.ttfa_s if t else None for t in slowest],
             )
         )
     notes = []

@@ -10,9 +10,11 @@ import msgspec
 
 from rampwatch.drivers.model.analysis import Report, SessionSummary, SpanFigures
 from rampwatch.drivers.model.events import PromptShape
+from rampwatch.drivers.model.gaps import GapStats
 from rampwatch.drivers.model.stats import median
-from rampwatch.drivers.model.turns import GapStats, engine_timing_hint
+from rampwatch.drivers.model.turn_row import TurnRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
+from rampwatch.drivers.present.turn_text import REST_UNSPLIT, engine_timing_hint
 
 
 def needle_count(found: int, asked: int, no_answer: int) -> str:
@@ -51,6 +53,8 @@ def summary_lines(rep: Report) -> list[str]:
     turns = [t for s in rep.sessions for t in s.turns]
     if turns and all(t.engine_prefill_s is None for t in turns):
         lines.append(engine_timing_hint(rep.run.engine))
+    elif rest := rest_line(turns):
+        lines.append(rest)
     if rep.spans is not None:
         lines.append(span_line(rep.spans))
     if i.gaps_alone or i.gaps_during_foreign_prefill:
@@ -137,7 +141,25 @@ def _engine_sums(m: SessionSummary) -> str:
     if m.engine_prefill_sum_s is None:
         return ""
     queued = f"queued {m.queued_sum_s:.2f}s, " if m.queued_sum_s is not None else ""
-    return f"; engine: {queued}prefill {m.engine_prefill_sum_s:.2f}s"
+    text = f"; engine: {queued}prefill {m.engine_prefill_sum_s:.2f}s"
+    if m.front_end_sum_s is not None and m.client_sum_s is not None:
+        text += f", front end {m.front_end_sum_s:.2f}s; client {m.client_sum_s:.3f}s"
+    return text
+
+
+def rest_line(turns: list[TurnRow]) -> str | None:
+    """The rest of the timed turns' TTFTs: split into the server's front end and the client's side (medians),
+    or why it is not (the engine's spans are missing)."""
+    split = [t for t in turns if t.ttft_front_end_s is not None and t.ttft_client_s is not None]
+    if not split:
+        return REST_UNSPLIT if any(t.ttft_rest_s is not None for t in turns) else None
+    front = median([t.ttft_front_end_s for t in split if t.ttft_front_end_s is not None])
+    client = median([t.ttft_client_s for t in split if t.ttft_client_s is not None])
+    return (
+        f"rest of the TTFT ({len(split)} turns with the engine's own TTFT): server front end median "
+        f"{fmt_num(None if front is None else front * 1000, '.1f')} ms, client median "
+        f"{fmt_num(None if client is None else client * 1000, '.1f')} ms"
+    )
 
 
 def request_options_text(extra_body: dict[str, Any], headers: dict[str, str]) -> str:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rampwatch.drivers.model.analysis import Report
-from rampwatch.drivers.model.capacity import CapacityPoint
+from rampwatch.drivers.model.capacity import CapacityPoint, kept_share
 from rampwatch.drivers.present.format import fmt_num, pct
 
 KV_SAME = 0.10  # the knee's live conversations within this fraction of the KV estimate read as about as many
@@ -81,7 +81,7 @@ def render_capacity(
             p.status or "-",
         ]
         if slo_share is not None:
-            row.append("kept" if kept(p, slo_share) else "missed")
+            row.append("kept" if kept_share(p, slo_share) else "missed")
         table.add_row(*row)
     out = _text(table)
     if (line := warmup_line(points)) is not None:
@@ -101,11 +101,6 @@ def warmup_line(points: list[CapacityPoint]) -> str | None:
         return f"warm-up left out of each point: {points[0].warmup}"
     ordered = sorted(points, key=lambda p: p.offered_per_min)
     return "warm-up left out: " + "; ".join(f"{p.offered_per_min:.4g}/min {p.warmup or 'none'}" for p in ordered)
-
-
-def kept(p: CapacityPoint, slo_share: float) -> bool:
-    """Whether a point kept the SLO share (a point stopped as saturated never did)."""
-    return p.status != "saturated" and p.goodput_share is not None and p.goodput_share >= slo_share
 
 
 def knee_lines(points: list[CapacityPoint], slo_share: float, knee: float | None, fail: float | None) -> list[str]:

@@ -7,13 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from rampwatch.drivers.model.turns import CLOCK_TOLERANCE_S, TurnRow
+from rampwatch.drivers.model.ttft_split import TtftSplit
+from rampwatch.drivers.model.turn_row import TurnRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, needle_mark, pct
 
 
 def rest_wrong(r: TurnRow) -> bool:
-    """The engine's queued + prefill exceed the client's TTFT beyond clock tolerance."""
-    return r.ttft_rest_s is not None and r.ttft_rest_s < -CLOCK_TOLERANCE_S
+    """The engine's figures exceed the client's TTFT beyond clock tolerance (TtftSplit.contradicts, on the row)."""
+    if r.ttft_rest_s is None or r.engine_prefill_s is None:
+        return False
+    return TtftSplit(r.queued_s, r.engine_prefill_s, r.ttft_rest_s, r.ttft_front_end_s, r.ttft_client_s).contradicts
 
 
 def spec_cell(r: TurnRow) -> str:
@@ -45,11 +48,15 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn("engine prefill s", "engine_prefill_s", lambda r: fmt_num(r.engine_prefill_s, ".2f")),
     # The rest of the TTFT (client, network, HTTP, tokenizer); '!' where the engine's figures exceed the TTFT.
     TurnColumn("rest s", "ttft_rest_s", lambda r: fmt_num(r.ttft_rest_s, ".2f") + ("!" if rest_wrong(r) else "")),
+    # The rest split by the engine's own TTFT (its span): the server's front end, and the client's side of it.
+    TurnColumn("front end s", "ttft_front_end_s", lambda r: fmt_num(r.ttft_front_end_s, ".3f")),
+    TurnColumn("client s", "ttft_client_s", lambda r: fmt_num(r.ttft_client_s, ".3f")),
     TurnColumn("TTFA s", "ttfa_s", lambda r: fmt_num(r.ttfa_s, ".2f")),
     TurnColumn("prefill tok/s", "prefill_tok_s", lambda r: fmt_num(r.prefill_tok_s, ",.0f")),
     TurnColumn("decode tok/s", "decode_tok_s", lambda r: fmt_num(r.decode_tok_s, ".1f")),
     TurnColumn("out", "output_tokens", lambda r: str(r.output_tokens)),
     TurnColumn("reasoning", "reasoning_tokens", lambda r: str(r.reasoning_tokens)),
+    TurnColumn("answer", "answer_tokens", lambda r: str(r.answer_tokens)),
     TurnColumn("spec", "spec_accepted", lambda r: spec_cell(r)),
     TurnColumn("hit", "hit_rate", lambda r: pct(r.hit_rate)),
     TurnColumn("KV peak", "kv_peak", lambda r: pct(r.kv_peak)),
@@ -74,8 +81,10 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
 )
 ALL_COLUMNS = tuple(c.head for c in TURN_COLUMNS)
 BY_HEAD = {c.head: c for c in TURN_COLUMNS}
-REASONING_HEADS = ("TTFA s", "reasoning")  # shown where some turn reasoned: else TTFA is the TTFT and reasoning 0
+# Shown where some turn reasoned: else TTFA is the TTFT, reasoning 0 and the answer all of the output.
+REASONING_HEADS = ("TTFA s", "reasoning", "answer")
 ENGINE_HEADS = ("queued s", "engine prefill s", "rest s")  # shown where the engine timed some turn itself
+FRONT_END_HEADS = ("front end s", "client s")  # shown where the engine's span gave some turn's own TTFT
 SPEC_HEADS = ("spec",)  # shown where some turn drafted speculative tokens
 # A prefill/decode split: the KV the decode side received, and (behind rampwatch's own proxy) its transfer time.
 TRANSFER_HEADS = ("transferred", "xfer s")
@@ -83,8 +92,9 @@ LATE_HEADS = ("late ms",)  # shown where some turn had a due time (--arrivals)
 SLO_HEADS = ("SLO",)  # shown where the turns were judged (--slo)
 # Each optional group of columns, whether a turn calls for it, and the width it adds to the text table.
 OPTIONAL: tuple[tuple[tuple[str, ...], Callable[[TurnRow], bool], int], ...] = (
-    (REASONING_HEADS, lambda r: bool(r.reasoning_tokens or r.no_answer), 30),
+    (REASONING_HEADS, lambda r: bool(r.reasoning_tokens or r.no_answer), 38),
     (ENGINE_HEADS, lambda r: r.engine_prefill_s is not None, 36),
+    (FRONT_END_HEADS, lambda r: r.ttft_client_s is not None, 24),
     (SPEC_HEADS, lambda r: bool(r.spec_drafted), 10),
     (TRANSFER_HEADS[:1], lambda r: r.transferred_tokens is not None, 14),
     (TRANSFER_HEADS[1:], lambda r: r.transfer_s is not None, 14),
@@ -95,8 +105,8 @@ COLUMNS = tuple(h for h in ALL_COLUMNS if not any(h in heads for heads, _, _ in 
 
 
 def shown_columns(rows: list[TurnRow], heads: tuple[str, ...] = ALL_COLUMNS) -> tuple[str, ...]:
-    """`heads`, less each optional group (reasoning, the engine's timing, speculation, a split's transfer, an
-    open loop's late sends, SLO verdicts) no turn of `rows` calls for."""
+    """`heads`, less each optional group (reasoning, the engine's timing and its front end, speculation, a split's
+    transfer, an open loop's late sends, SLO verdicts) no turn of `rows` calls for."""
     hidden = {h for group, wanted, _ in OPTIONAL if not any(map(wanted, rows)) for h in group}
     return tuple(h for h in heads if h not in hidden)
 

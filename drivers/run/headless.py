@@ -13,9 +13,9 @@ from typing import Protocol
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run import event_loop, lifetime
 from rampwatch.drivers.run.config import BadInput, RunConfig
-from rampwatch.drivers.run.exporting import start_exporter
 from rampwatch.drivers.run.runner import Run
-from rampwatch.drivers.telemetry.exporter import RunExporter
+from rampwatch.drivers.run.serve_metrics import start_exporter
+from rampwatch.drivers.telemetry.client_metrics import ClientMetrics
 
 
 class LinePrinter(Protocol):
@@ -35,7 +35,7 @@ class Serving:
     """What a headless run serves beside itself: the browser UI (--web), its own metrics (--serve-metrics)."""
 
     web: Closable | None = None
-    exporter: RunExporter | None = None
+    exporter: ClientMetrics | None = None
 
     def close(self) -> None:
         if self.web is not None:
@@ -65,7 +65,7 @@ def run_headless(
             await run.prepare()
             if open_web is not None:
                 serving.web = open_web(run)
-            serving.exporter = start_exporter(cfg, run.clock, run.salt)
+            serving.exporter = start_exporter(cfg, lambda: run.state, run.clock, run.salt)
         except BadInput:
             serving.close()
             await run.aclose()
@@ -126,8 +126,8 @@ async def drive_headless(run: Run, printer: LinePrinter) -> int:
     async def progress() -> None:
         while True:
             await asyncio.sleep(1.0)
-            scale = run.state.time_scale if run.state is not None else 1.0
-            printer.progress(run.clock() * scale)  # modelled, as the state's times are
+            now = run.clock()
+            printer.progress(run.state.modelled_time(now) if run.state is not None else now)
 
     ticker = asyncio.create_task(progress())
     try:

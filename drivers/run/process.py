@@ -339,4 +339,4 @@ class DriverProcess:
         return quiet if quiet >= SILENT_AFTER_S else None
 
     def now(self) -> float:
-        return self.state.ended.t if self.state.ended else self.clock() * self.state.time_scale
+        return self.state.ended.t if self.state.ended else self.state.modelled_time(self.clock())

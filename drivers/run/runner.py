@@ -36,7 +36,7 @@ from rampwatch.drivers.run.probe import CALIBRATION_CHARS, ServerInfo, calibrate
 from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, prompt_shape, shared_lead
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.scrub import scrub_json, shown_headers
-from rampwatch.drivers.telemetry.exporter import parse_listen
+from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.drivers.telemetry.metrics import MetricsScraper
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.analysis import Report, build_report
-from rampwatch.drivers.model.capacity import CapacityPoint, capacity_point, saturation
+from rampwatch.drivers.model.capacity import CapacityPoint, capacity_point, kept_share, saturation
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
@@ -101,7 +102,7 @@ def run_sweep(
         print(f"rampwatch sweep: {n} session(s)", flush=True)
         run = points.run(replace(cfg, sessions=n, lockstep=True), f"{n}s")
         assert run.state is not None
-        points.result.points.append((n, build_report(run.state), run.state.preemptions_this_run()))
+        points.result.points.append((n, build_report(run.state), panels.preemptions_this_run(run.state)))
         if points.ended(run):
             return points.result
         sweep.stopped = why_stop(run.state)
@@ -151,7 +152,7 @@ def run_open_sweep(
         )
         sweep.arrivals_per_min.append(rate * 60)
         assert run.state is not None
-        point = capacity_point(run.state, build_report(run.state))
+        point = capacity_point(run.state)
         assert point is not None  # an open-loop run
         points.result.capacity.append(point)
         if points.ended(run):
@@ -159,8 +160,7 @@ def run_open_sweep(
         if point.turns == 0:
             sweep.stopped = f"no conversation arrived within --time-limit at {rate * 60:.4g}/min"
         elif search is not None:
-            share = point.goodput_share or 0.0
-            search.record(rate, run.stopped_early is None and share >= plan.slo_share)
+            search.record(rate, kept_share(point, plan.slo_share))
             sweep.knee_per_min = search.knee * 60 if search.knee is not None else None
             sweep.knee_fail_per_min = search.lowest_fail * 60 if search.lowest_fail is not None else None
         elif run.stopped_early:

@@ -31,6 +31,7 @@ ENGINE_ID_PREFIXES = ("chatcmpl-", "cmpl-")  # what vLLM puts before the X-Reque
 _FIGURES = {
     "gen_ai.latency.time_in_queue": "queued_s",
     "gen_ai.latency.time_in_model_prefill": "prefill_s",
+    "gen_ai.latency.time_to_first_token": "ttft_s",
     "gen_ai.latency.time_in_model_decode": "decode_s",
     "gen_ai.latency.e2e": "e2e_s",
 }

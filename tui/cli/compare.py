@@ -10,7 +10,7 @@ from pathlib import Path
 from rampwatch.drivers.model.analysis import Report, build_report
 from rampwatch.drivers.present import picture
 from rampwatch.drivers.present.compare import compare
-from rampwatch.drivers.present.report import COMPARE_COLUMNS, render_comparison
+from rampwatch.drivers.present.compare_table import COMPARE_COLUMNS, render_comparison
 from rampwatch.drivers.run.sweep import read_sweep
 from rampwatch.tui.cli.errors import fail
 from rampwatch.tui.cli.files import load_state, write_file

@@ -15,7 +15,7 @@ from rampwatch.drivers.present.sweep_table import render_capacity
 from rampwatch.drivers.run.config import BadInput
 from rampwatch.drivers.run.sweep import SweepFile, read_sweep_file
 from rampwatch.tui.cli.errors import fail
-from rampwatch.tui.cli.files import load_state, read_noting, write_file
+from rampwatch.tui.cli.files import load_state, write_file
 
 # Shipped beside the UI (package data of rampwatch.tui).
 GRAFANA_DASHBOARD = Path(__file__).resolve().parents[1] / "grafana-dashboard.json"
@@ -33,13 +33,12 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
     sweep = read_sweep_file(args.path)
     if sweep is not None:
         return export_capacity(args, sweep)
-    rec = read_noting(args.path, args.skip_bad_lines)
-    series = picture.fold(rec.header, rec.events)
+    state = load_state(args.path, args.skip_bad_lines)
     code = 0
     if args.html:
-        code = code or write_file(args.html, picture.run_html(series, summary_lines(build_report(series.state))))
+        code = code or write_file(args.html, picture.run_html(state, summary_lines(build_report(state))))
     if args.svg:
-        code = code or write_file(args.svg, picture.run_svg(series))
+        code = code or write_file(args.svg, picture.run_svg(state))
     return code
 
 
@@ -57,7 +56,7 @@ def export_capacity(args: argparse.Namespace, sweep: SweepFile) -> int:
         if not path.is_file():
             raise BadInput(f"{args.path}: its point {run} is missing (a sweep's recordings sit beside its file)")
         state = load_state(path, args.skip_bad_lines)
-        point = capacity_point(state, build_report(state))
+        point = capacity_point(state)
         if point is None:
             raise BadInput(f"{path}: not an open-loop run (--arrivals): no capacity point")
         points.append(point)

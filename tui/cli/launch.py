@@ -11,11 +11,11 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.present.report import render
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
-from rampwatch.drivers.run.exporting import linger_for_last_scrape, start_exporter
 from rampwatch.drivers.run.headless import run_headless
 from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
 from rampwatch.drivers.run.runner import Run
-from rampwatch.drivers.telemetry.exporter import RunExporter
+from rampwatch.drivers.run.serve_metrics import linger_for_last_scrape, start_exporter
+from rampwatch.drivers.telemetry.client_metrics import ClientMetrics
 from rampwatch.tui.cli.spec import REFRESH_S
 from rampwatch.tui.cli.web import serve_until_interrupted, serve_web
 from rampwatch.tui.headless import HeadlessPrinter
@@ -59,10 +59,12 @@ def execute_run(
     return code
 
 
-def export_from_ui(cfg: RunConfig, driver: DriverProcess) -> RunExporter | None:
+def export_from_ui(cfg: RunConfig, driver: DriverProcess) -> ClientMetrics | None:
     """--serve-metrics with the UI: the UI process serves the driver's figures (it stays up after the
     run, for a last scrape)."""
-    exporter = start_exporter(cfg, driver.now, driver.state.header.salt if driver.state.header else "")
+    exporter = start_exporter(
+        cfg, lambda: driver.state, lambda: driver.clock(), driver.state.header.salt if driver.state.header else ""
+    )
     if exporter is not None:
         driver.listeners.append(exporter)
     return exporter

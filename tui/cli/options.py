@@ -10,7 +10,8 @@ from typing import Any
 from rampwatch.drivers.client.ramp import parse_schedule, parse_tokens, scale_schedule
 from rampwatch.drivers.client.reasoning import with_reasoning
 from rampwatch.drivers.client.request_options import parse_extra_body, parse_header
-from rampwatch.drivers.model.slo import parse_slo, parse_warmup
+from rampwatch.drivers.model.slo import parse_slo
+from rampwatch.drivers.model.warmup import parse_warmup
 from rampwatch.drivers.run.arrivals import parse_rate, parse_rate_range, parse_rates
 from rampwatch.drivers.run.config import BadInput, RunConfig, is_http_url, load_api_key, load_metrics_token, parse_pin
 from rampwatch.drivers.run.prompt_shape import (
@@ -21,7 +22,7 @@ from rampwatch.drivers.run.prompt_shape import (
 )
 from rampwatch.drivers.run.scrub import scrub_argv, scrub_header_arg
 from rampwatch.drivers.run.sweep_plan import KneeSearch, OpenLoopPlan
-from rampwatch.drivers.telemetry.exporter import parse_listen
+from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.prometheus import Match, parse_match, parse_matchers
 
 

@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from rampwatch.drivers.run.config import BadInput
-from rampwatch.drivers.telemetry.exporter import parse_listen
+from rampwatch.drivers.telemetry.client_metrics import parse_listen
 
 if TYPE_CHECKING:
     from rampwatch.tui.web import WebServer

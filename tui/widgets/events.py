@@ -7,6 +7,7 @@ from rich.text import Text
 
 from rampwatch.drivers.model.log import collapsed_log
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.present.turn_text import log_text
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.widgets.base import Panel
 
@@ -22,8 +23,8 @@ class EventsPanel(Panel):
         if not entries:
             return Text("no events yet", style="dim")
         lines = []
-        for t, level, text, _ in entries:
-            line = Text(f"{clock(t)} ", style="dim", no_wrap=True, overflow="ellipsis")
-            line.append(text, style=LEVEL_STYLE.get(level, ""))
+        for entry in entries:
+            line = Text(f"{clock(entry.t)} ", style="dim", no_wrap=True, overflow="ellipsis")
+            line.append(log_text(entry), style=LEVEL_STYLE.get(entry.level, ""))
             lines.append(line)
         return Group(*lines)

@@ -11,9 +11,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 
-from rampwatch.drivers.model.slo import judge_rows, parse_slo
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.model.turns import turn_row
+from rampwatch.drivers.model.turn_row import turn_row
 from rampwatch.drivers.model.views import TIMELINE_BUCKET_S
 from rampwatch.drivers.present.turn_table import row_cells, shown_columns
 from rampwatch.tui.fmt import sparkline
@@ -33,6 +33,8 @@ TURN_COLUMNS = (
     "queued s",
     "engine prefill s",
     "rest s",
+    "front end s",
+    "client s",
     "TTFA s",
     "prefill tok/s",
     "decode tok/s",
@@ -42,6 +44,7 @@ TURN_COLUMNS = (
     "hit",
     "spec",
     "reasoning",
+    "answer",
     "needle",
     "client",
     "late ms",
@@ -82,10 +85,7 @@ class SessionScreen(Screen[None]):
         head.show_content(session_row(s, now, max(40, self.size.width - 2)))
         if state.turns_revision != self._turns_shown:  # a turn more, or a finished one settled since
             self._turns_shown = state.turns_revision
-            records = [r for r in state.turns if r.session == self.session]
-            rows = [turn_row(rec) for rec in records]
-            if state.header is not None and state.header.slo:
-                judge_rows(parse_slo(state.header.slo), rows, records)
+            rows = [turn_row(rec) for rec in state.turns if rec.session == self.session]
             columns = shown_columns(rows, TURN_COLUMNS)
             table = self.query_one(DataTable)
             table.clear(columns=columns != self._columns)
@@ -108,7 +108,7 @@ class SessionScreen(Screen[None]):
         width = max(10, lane.size.width - 8)
         first = last - (width - 1)
         values = s.timeline_values(first, width)
-        marks = state.foreign_prefill_cells(s.id, first * step, step, width, now)
+        marks = panels.foreign_prefill_cells(state, s.id, first * step, step, width, now)
         top = max(values) or 1.0
         fills = wait_fills(s, first * step, step, width) if s.waits else None
         rows = max(1, lane.size.height - 1)
@@ -116,5 +116,7 @@ class SessionScreen(Screen[None]):
             Text(f"{top:>6.0f}▕ " if k == 0 else f"{'':6}▕ ", style="dim") + spark
             for k, spark in enumerate(sparkline(values, top, marks, rows=rows, fills=fills))
         ]
-        legend = prefill_legend(f"  1 cell = {step:g}s  ", bool(state.engine_times_turns()), lane.size.width)
+        legend = prefill_legend(
+            f"  1 cell = {step:g}s  ", bool(state.engine_timed), lane.size.width, state.front_end_timed
+        )
         lane.show_content(Group(*lines, legend))

@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.text import Text
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.fmt import bar, whole
 from rampwatch.tui.widgets.base import Panel
@@ -20,7 +21,7 @@ class GpuPanel(Panel):
         if not state.gpus:
             reason = state.gpu_reason or "no GPU source yet"
             return Text(reason if reason.startswith("no GPU") else f"no GPU source: {reason}", style="dim")
-        nodes = state.gpu_nodes()
+        nodes = panels.gpu_nodes(state)
         height = max(1, self.size.height)
         if self.compact or len(state.gpus) > height:
             return Group(*(node_line(node, gpus, self.size.width) for node, gpus in nodes[:height]))

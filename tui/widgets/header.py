@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from rampwatch.drivers.model.goodput import per_min
 from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.widgets.base import ChangingStatic
 
 
-def per_min(rate: float | None) -> str:
+def per_min_text(rate: float | None) -> str:
     return f" {rate:.1f}/min" if rate is not None else ""
 
 
@@ -45,12 +46,12 @@ def header_text(state: RunState, now: float, mode: str, recording: str | None) -
                 "one-shot" if h.one_shot else "",
                 f"reasoning {h.reasoning}" if h.reasoning != "auto" else "",
                 f"max {h.max_tokens} tok" if h.max_tokens else "",
-                f"arrivals {h.arrivals_per_s * 60:g}/min" if h.arrivals_per_s else "",
+                f"arrivals {h.arrivals_per_s * 60:g}/min · {state.late_turns} late" if h.arrivals_per_s else "",
             )
             if m
         ]
         if h.time_limit_s:
-            limit = h.time_limit_s * state.time_scale  # the limit is wall clock; `now` is modelled
+            limit = state.modelled_time(h.time_limit_s)  # the limit is wall clock; `now` is modelled
             modes.append(f"limit {clock(limit)}" + (" reached" if now >= limit else ""))
         if state.time_scale != 1.0:
             modes.append(speed_up(state.time_scale))
@@ -60,9 +61,11 @@ def header_text(state: RunState, now: float, mode: str, recording: str | None) -
         if g.judged:
             share = g.window_share(now)
             last = f" · {share:.0%} last 5m" if share is not None else ""
-            turns, conv = per_min(g.per_min(g.met, now)), per_min(g.per_min(g.conversations_met, now))
+            minutes = state.steady.minutes(now)
+            met_conv = g.conversations_met
+            turns, conv = per_min_text(per_min(g.met, minutes)), per_min_text(per_min(met_conv, minutes))
             t.append(
-                f" SLO met {g.met}/{g.judged} turns{turns} · {g.conversations_met} conv{conv}{last} ",
+                f" SLO met {g.met}/{g.judged} turns{turns} · {met_conv} conv{conv}{last} ",
                 style="bold magenta",
             )
         engine = (h.engine or state.server.engine or "?") + (f" {h.engine_version}" if h.engine_version else "")

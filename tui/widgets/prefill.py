@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.fmt import bar, duration, format_tokens, pct
 from rampwatch.tui.widgets.base import Panel
@@ -14,7 +15,7 @@ class PrefillPanel(Panel):
     """Each session waiting for its first token: elapsed time, new tokens, expected total."""
 
     def render_state(self, state: RunState, now: float) -> object:
-        progress = sorted(state.prefill_progress(now), key=lambda p: -p.elapsed)  # the longest wait first
+        progress = sorted(panels.prefill_progress(state, now), key=lambda p: -p.elapsed)  # the longest wait first
         if not progress:
             return Text("no prefill in flight", style="dim")
         rows = []

@@ -12,14 +12,14 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from rampwatch.drivers.model.analysis import Report
-from rampwatch.drivers.model.turns import TurnRow
+from rampwatch.drivers.model.turn_row import TurnRow
 from rampwatch.drivers.present.report import report_title
 from rampwatch.drivers.present.summary import summary_lines
 from rampwatch.drivers.present.turn_table import BY_HEAD, row_cells, shown_columns
 
 # Dropped first when the terminal is narrow; turn, context, TTFT, decode tok/s, max gap and needle stay.
 DROP_ORDER = (
-    *("gap p50", ">1s", "reasoning", "out", "KV peak", "client", "error"),
+    *("front end s", "client s", "answer", "gap p50", ">1s", "reasoning", "out", "KV peak", "client", "error"),
     *("cached", "gap p99", ">100ms", "prefill tok/s", "new", "hit"),
 )
 BAR_WIDTH = 40

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from rich.console import Group
 from rich.text import Text
 
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.endpoints import EndpointView, ServerView
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.present.turn_text import engine_timing_hint
 from rampwatch.tui.fmt import bar, format_tokens, pct, rate, sparkline, whole
 from rampwatch.tui.widgets.base import Panel
 
@@ -31,7 +33,7 @@ class ServerPanel(Panel):
         rows = {ep.name for ep in answered} if len(answered) > 1 and not self.compact else set()  # say it in their row
         lines = [
             Text(f"metrics {src}: {err}", style="bold red")
-            for src, err in state.metrics_errors().items()
+            for src, err in panels.metrics_errors(state).items()
             if src not in rows
         ]
         if srv.last_sample_t is None:
@@ -42,7 +44,7 @@ class ServerPanel(Panel):
         def why(field: str) -> Text:
             return Text(f"unavailable: {missing.get(field, 'not exposed')}", style="dim italic")
 
-        last_hit = state.last_turn_hit_rate()
+        last_hit = panels.last_turn_hit_rate(state)
         if self.compact:
             worst = self._worst(answered) if len(answered) > 1 else []
             return Group(*lines, *self._compact(state, last_hit), *worst)
@@ -58,7 +60,7 @@ class ServerPanel(Panel):
         if history:
             lines.append(Text("  history ", style="dim") + sparkline(history, 1.0, style="green")[0])
         cap = v.get("kv_capacity_tokens")
-        fits = state.kv_fits_sequences()
+        fits = panels.kv_fits(state)
         line = Text("capacity ", style="bold")
         if cap is None:
             line.append_text(why("kv_capacity_tokens"))
@@ -71,14 +73,14 @@ class ServerPanel(Panel):
         if "prefix_hits" not in v and last_hit is None:
             line.append_text(why("prefix_hits"))
         else:
-            line.append(f"last turn {pct(last_hit)} · since start {pct(state.hit_rate_since_start())}")
+            line.append(f"last turn {pct(last_hit)} · since start {pct(panels.hit_rate_since_start(state))}")
         lines.append(line)
         # Last, under the live figures: a short panel crops this hint, never the requests or preemptions.
-        untimed = state.engine_timing_missing()
-        hint = [Text(f"  {untimed}", style="dim italic")] if untimed is not None else []
+        untimed = panels.engine_timing_missing(state)
+        hint = [Text(f"  {engine_timing_hint(panels.engine_name(state))}", style="dim italic")] if untimed else []
         if len(answered) > 1:  # one row per endpoint and the total: requests, rates and preemptions are there
             return Group(*lines, *endpoint_table(state, answered, self.size.width), *hint)
-        if state.sessions and state.usage_reports_cache() is False:
+        if state.sessions and state.usage_has_cache is False:
             flag = CACHE_REPORT_FLAGS.get(srv.engine or "", "vLLM: --enable-prompt-tokens-details")
             lines.append(Text(f"  per-request cached tokens unavailable ({flag})", style="dim italic"))
         if (spans := spans_text(state)) is not None:
@@ -92,7 +94,7 @@ class ServerPanel(Panel):
         spec = spec_line(v, srv.decode_rate)
         if spec is not None:
             lines.append(spec)
-        pre = state.preemptions_this_run()
+        pre = panels.preemptions_this_run(state)
         line = Text("preemptions ", style="bold")
         if pre is None:
             line.append_text(why("preemptions"))
@@ -112,16 +114,16 @@ class ServerPanel(Panel):
         else:
             one.append_text(bar(kv, 12, "red" if kv > 0.9 else "green"))
             one.append(f" {pct(kv)} peak {pct(srv.kv_peak)}")
-        fits = state.kv_fits_sequences()
+        fits = panels.kv_fits(state)
         if fits is not None:
             one.append(f" · fits {fits}×")
         one.append(" · hit ", style="bold")
-        one.append(f"{pct(last_hit)} last, {pct(state.hit_rate_since_start())} run")
+        one.append(f"{pct(last_hit)} last, {pct(panels.hit_rate_since_start(state))} run")
         two = Text("req ", style="bold")
         two.append(f"{whole(v.get('running'))} run {whole(v.get('waiting'))} wait")
         two.append(" · tok/s ", style="bold")
         two.append(f"prefill {rate(srv.prefill_rate)} decode {rate(srv.decode_rate)}")
-        pre = state.preemptions_this_run()
+        pre = panels.preemptions_this_run(state)
         two.append(" · preempt ", style="bold")
         two.append("-" if pre is None else f"{pre:.0f}")
         return [one, two]

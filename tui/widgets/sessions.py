@@ -15,8 +15,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from rampwatch.drivers.model import panels
+from rampwatch.drivers.model.gaps import STALL_S
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.model.turns import STALL_S
 from rampwatch.drivers.model.views import GENERATING, NO_ANSWER, SessionState, SessionView
 from rampwatch.tui.fmt import duration, format_tokens, pct, rate
 from rampwatch.tui.widgets.dirty import Cell, cells, dirty_regions
@@ -104,7 +105,7 @@ def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] |
     """`place`: where a prefill/decode split has the turn (RunState.turn_place)."""
     label = s.state
     if s.state == "prefilling" and s.current is not None:
-        label = f"{place[0] if place else 'prefilling'} {duration(now - s.current.sent_t)}"
+        label = f"{place[0] if place else 'prefilling'} {duration(s.current.prefill_elapsed(now))}"
     elif (paused := s.user_idle(now)) is not None:
         label = f"user idle {duration(paused)}"  # the user's pause (--think-time), never the model's
     last = s.last_done
@@ -118,7 +119,7 @@ def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] |
         duration(last.ttft if last is not None else None),
         f"{tok_s:.1f}" if tok_s is not None else "-",
         stall,
-        pct(s.cached_share),
+        pct(s.hit_rate),
     )
     line = Text(no_wrap=True, overflow="ellipsis")
     for (_, w, align), cell in zip(COLUMNS, cells):
@@ -131,7 +132,7 @@ def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] |
 def aggregate_lines(state: RunState, width: int) -> list[Text]:
     """Sessions by state, then TTFT p50/max of the last turns and decode tok/s
     p50/min now: one line when it fits, else two."""
-    a = state.aggregate()
+    a = panels.aggregate(state)
     counts = Text(no_wrap=True, overflow="ellipsis")
     counts.append(f"{a.total} sessions", style="bold")
     if a.arrivals is not None:
@@ -258,7 +259,7 @@ class SessionsTable(ScrollView, can_focus=True):
 
     def row_text(self, i: int) -> Text:
         s = self.rows[i]
-        return session_row(s, self._now, self.size.width, self._state.turn_place(s) if self._state else None)
+        return session_row(s, self._now, self.size.width, panels.turn_place(self._state, s) if self._state else None)
 
     def lines_text(self) -> list[str]:
         """What the panel shows now, as plain lines (for tests)."""

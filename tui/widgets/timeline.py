@@ -6,8 +6,9 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.model.turns import WaitPart
+from rampwatch.drivers.model.ttft_split import WaitPart
 from rampwatch.drivers.model.views import GENERATING, TIMELINE_BUCKET_S, SessionView
 from rampwatch.tui.fmt import sparkline
 from rampwatch.tui.widgets.base import Panel
@@ -32,23 +33,30 @@ def chart_start(last: int, width: int) -> int:
 
 
 # A finished turn the engine timed: its own wait's cells, queued (light shade) told from prefill (dark shade) by
-# glyph, not hue; the client's rest (HTTP, tokenizer: milliseconds) stays blank as every untimed wait does.
-WAIT_GLYPHS: dict[WaitPart, tuple[str, str]] = {"queued": ("░", "dim yellow"), "prefill": ("▓", "yellow")}
+# glyph, not hue, and where its span gave the engine's own TTFT, the server's front end (template, tokenizer:
+# seconds at 1M tokens) told from both; the client's side (milliseconds) stays blank as every untimed wait does.
+WAIT_GLYPHS: dict[WaitPart, tuple[str, str]] = {
+    "front end": ("▒", "dim cyan"),
+    "queued": ("░", "dim yellow"),
+    "prefill": ("▓", "yellow"),
+}
 WAIT_KEYS: tuple[tuple[WaitPart, str, str], ...] = (  # (part, its words, its words where narrow)
+    ("front end", "server front end", "front end"),
     ("queued", "queued in the engine", "queued"),
     ("prefill", "engine prefill", "prefill"),
 )
 
 
-def prefill_legend(lead: str, timed: bool = False, width: int = 0) -> Text:
+def prefill_legend(lead: str, timed: bool = False, width: int = 0, front_end: bool = False) -> Text:
     """The chart's key; `timed`: the run has turns the engine timed, whose own waits show queued and prefill
-    cells (in the words that fit `width`)."""
+    cells (in the words that fit `width`); `front_end`: some of them show the server's front end too."""
     legend = Text(lead, style="dim")
     legend.append("  ", style="on #5f0000")
     legend.append(" another session prefilling", style="dim")
     if timed:
-        short = len(legend) + sum(4 + len(words) for _, words, _ in WAIT_KEYS) > width
-        for part, words, narrow in WAIT_KEYS:
+        keys = [k for k in WAIT_KEYS if front_end or k[0] != "front end"]
+        short = len(legend) + sum(4 + len(words) for _, words, _ in keys) > width
+        for part, words, narrow in keys:
             glyph, style = WAIT_GLYPHS[part]
             legend.append(f"  {glyph}", style=style)
             legend.append(f" {narrow if short else words}", style="dim")
@@ -93,15 +101,15 @@ class TimelinePanel(Panel):
         out = []
         for s in lanes:
             values = s.timeline_values(first, width)
-            marks = state.foreign_prefill_cells(s.id, start, step, width, now)
+            marks = panels.foreign_prefill_cells(state, s.id, start, step, width, now)
             top = max(values) or 1.0
             fills = wait_fills(s, start, step, width) if s.waits else None
             for k, line in enumerate(sparkline(values, top, marks, rows=rows, fills=fills)):
                 label = f"{s.id:<5}{top:>6.0f}▕ " if k == 0 else f"{'':11}▕ "
                 out.append(Text(label, style="bold" if k == 0 else "dim") + line)
         if aggregate:
-            p50, low = state.timeline_aggregate(first, width)
-            marks = state.foreign_prefill_cells("", start, step, width, now)  # any session prefilling
+            p50, low = panels.timeline_aggregate(state, first, width)
+            marks = panels.foreign_prefill_cells(state, "", start, step, width, now)  # any session prefilling
             top = max(p50) or 1.0
             out.append(Text(f"{'p50':<5}{top:>6.0f}▕ ", style="bold") + sparkline(p50, top, marks)[0])
             if space >= 2:
@@ -109,7 +117,7 @@ class TimelinePanel(Panel):
         if not self.compact:
             lanes_note = f"lanes: {len(lanes)}/{len(sessions)}, p50/min of all  " if aggregate else ""
             lead = f"{'':5}peak tok/s, 1 cell = {step:g}s  {lanes_note}"
-            out.append(prefill_legend(lead, bool(state.engine_times_turns()), self.size.width))
+            out.append(prefill_legend(lead, bool(state.engine_timed), self.size.width, state.front_end_timed))
         return Group(*out)
 
     @staticmethod

@@ -7,25 +7,22 @@ import sys
 import time
 from collections.abc import Callable
 
-from rampwatch.drivers.model.slo import parse_slo, read_warmup
+from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import BadInput, RunConfig
-from rampwatch.drivers.telemetry.exporter import RunExporter, parse_listen
+from rampwatch.drivers.telemetry.client_metrics import ClientMetrics, parse_listen
 
 EXPORTER_LINGER_S = 15.0  # headless: how long the final figures stay up for a last scrape
 
 
-def start_exporter(cfg: RunConfig, clock: Callable[[], float], run: str) -> RunExporter | None:
-    """The exporter listening at cfg.serve_metrics (None when not asked for); BadInput when it cannot listen."""
+def start_exporter(
+    cfg: RunConfig, state_of: Callable[[], RunState | None], clock: Callable[[], float], run: str
+) -> ClientMetrics | None:
+    """The exporter of the fold `state_of()` listening at cfg.serve_metrics (None when not asked for); BadInput
+    when it cannot listen. Hand it every event after the fold applied it (a listener)."""
     if not cfg.serve_metrics:
         return None
     host, port = parse_listen(cfg.serve_metrics)
-    exporter = RunExporter(
-        clock,
-        run=run,
-        slo=parse_slo(cfg.slo) if cfg.slo else None,
-        time_scale=cfg.time_scale or 1.0,
-        warmup=read_warmup(cfg.warmup),
-    )
+    exporter = ClientMetrics(state_of, clock, run=run)
     try:
         exporter.serve(host, port)
     except OSError as e:

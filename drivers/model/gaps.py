@@ -1,0 +1,67 @@
+"""Inter-token gaps: what counts as a wait between deliveries, their statistics, and the decode rates they give
+alone and while another session prefilled. The report, the panels and the exporter all count by these rules."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+
+import msgspec
+
+from rampwatch.drivers.model.stats import quantile
+from rampwatch.drivers.model.turns import TurnRecord
+
+STALL_S = 0.1  # a gap longer than this is a stall worth showing live
+LONG_STALL_S = 1.0
+
+
+class GapStats(msgspec.Struct):
+    """Inter-token gaps: the waits between deliveries of generated text, as a
+    reader of the stream saw them (not engine steps). A chunk can carry
+    several tokens, and chunks that arrive in one network read share a
+    stamp: they are one delivery, so their zero gaps are not counted here
+    (the decode rates still count every chunk)."""
+
+    count: int
+    p50_s: float
+    p99_s: float
+    max_s: float
+    over_100ms: int
+    over_1s: int
+
+
+def is_delivery_gap(dt: float) -> bool:
+    """Whether a gap between two text chunks' stamps was a wait: chunks stamped in one network read (a zero gap)
+    are one delivery."""
+    return dt > 0
+
+
+def gap_stats(gaps: Iterable[float]) -> GapStats | None:
+    ordered = sorted(g for g in gaps if is_delivery_gap(g))
+    if not ordered:
+        return None
+    return GapStats(
+        count=len(ordered),
+        p50_s=quantile(ordered, 0.5),
+        p99_s=quantile(ordered, 0.99),
+        max_s=ordered[-1],
+        over_100ms=sum(1 for g in ordered if g > STALL_S),
+        over_1s=sum(1 for g in ordered if g > LONG_STALL_S),
+    )
+
+
+def turn_gaps(rec: TurnRecord) -> GapStats | None:
+    """One turn's delivery gaps, alone and during another session's prefill together."""
+    return gap_stats(rec.gaps_alone + rec.gaps_during)
+
+
+def split_decode_rates(rec: TurnRecord, min_intervals: int) -> tuple[float | None, float | None]:
+    """(decode tok/s alone, during another session's prefill) for one turn, in
+    tokens (chunk intervals scaled by the turn's tokens per chunk)."""
+    scale = rec.tokens_per_chunk
+
+    def rate(gaps: array[float]) -> float | None:
+        dt = sum(gaps)
+        return len(gaps) * scale / dt if len(gaps) >= min_intervals and dt > 0 else None
+
+    return rate(rec.gaps_alone), rate(rec.gaps_during)
