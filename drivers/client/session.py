@@ -39,6 +39,8 @@ class TurnOptions:
     header_templates: tuple[HeaderTemplate, ...] = ()  # --header values with {session}/{turn}/{run} to fill in
     run_id: str = ""  # what {run} stands for (the run's salt)
     think_time: tuple[float, float] | None = None  # --think-time: seconds the user pauses before each later turn
+    # A demo's engine runs this many times faster than the one it models; the user's pauses are modelled time too.
+    time_scale: float = 1.0
 
 
 MASKED_CODE = "XXXX-XXXX"  # what a strict-needle history holds where a reply repeated the code
@@ -170,11 +172,12 @@ class SessionRunner:
 
     async def _user_pause(self, turn: int) -> bool:
         """--think-time: the user reads the reply and types the next message before every turn after the
-        first. False: the time limit came meanwhile."""
+        first. False: the time limit came meanwhile. The pause is drawn in modelled seconds and slept and
+        recorded in wall seconds, like every time of a sped-up run (the fold multiplies it back)."""
         span = self.opts.think_time
         if span is None or turn == 1:
             return True
-        seconds = self._think.uniform(*span)
+        seconds = self._think.uniform(*span) / self.opts.time_scale
         if self._due is not None:
             self._due += seconds
         self.emit(ev.UserPause(t=self.clock(), session=self.sid, turn=turn, seconds=seconds))
