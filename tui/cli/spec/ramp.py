@@ -170,5 +170,6 @@ def add_prompt_shape_args(p: argparse.ArgumentParser) -> None:
         "--think-time",
         metavar="S|A..B",
         help="the user's pause between a reply and the next turn, e.g. 10s, or drawn uniformly from a range "
-        "like 5s..30s (seeded by the run's salt); with --lockstep the barrier first, then each session's pause",
+        "like 5s..30s or 0s..30s (seeded by the run's salt; 0s: no pause); with --lockstep the barrier first, "
+        "then each session's pause; in a demo, modelled time like every other",
     )
