@@ -306,9 +306,11 @@ class SessionRunner:
                     prefill_leg_s=res.prefill_leg_s,
                 )
             )
-            kept = self._kept_reply(res.text)
-            # The next turn re-sends the answer alone (never the reasoning), as chat clients do.
-            self.conv.add_reply(res.prompt_tokens, max(0, completion - reasoning), await self._resent_tokens(kept))
+            # The next turn re-sends the answer alone (never the reasoning), as chat clients do, and no more of it
+            # than --output-tokens: with --max-tokens the server may answer longer than the ramp plans for.
+            answer, answer_tokens = resent_answer(res.answer_pieces, max(0, completion - reasoning), o.output_tokens)
+            kept = self._kept_reply(answer)
+            self.conv.add_reply(res.prompt_tokens, answer_tokens, await self._resent_tokens(kept))
             self.history += [user, encode_message("assistant", [kept])]
             return "ok"
 
@@ -385,6 +387,17 @@ class SessionRunner:
 
     def _on_times(self, turn: int) -> Callable[[list[float]], None]:
         return lambda times: self.emit(ev.TokenTimes(t=times[-1], session=self.sid, turn=turn, times=times))
+
+
+def resent_answer(pieces: list[str], tokens: int, budget: int) -> tuple[str, int]:
+    """(the answer as the history keeps it, the tokens that stand for it without /tokenize): the answer whole when
+    its `tokens` (usage's completion less reasoning) are within `budget` (--output-tokens), else cut at the chunk
+    where its budget-th token lies, its tokens taken as spread evenly over its chunks (one a chunk, except under
+    speculative decoding)."""
+    if tokens <= budget or not pieces:
+        return "".join(pieces), tokens
+    kept = max(1, round(budget * len(pieces) / tokens))
+    return "".join(pieces[:kept]), budget
 
 
 def _describe(e: Exception) -> str:

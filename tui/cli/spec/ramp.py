@@ -106,14 +106,19 @@ def add_ramp_args(
 def add_request_args(p: argparse.ArgumentParser) -> None:
     """What each chat request asks for and carries besides the conversation."""
     p.add_argument(
-        "--output-tokens", type=positive_int, default=128, metavar="N", help="tokens to ask for each turn (default 128)"
+        "--output-tokens",
+        type=positive_int,
+        default=128,
+        metavar="N",
+        help="the answer each turn asks for (default 128): the request's max_tokens unless --max-tokens is given; "
+        "either way at most N tokens of the answer go back into the history",
     )
     p.add_argument(
         "--max-tokens",
         type=positive_int,
         metavar="N",
-        help="cap on all a turn generates, reasoning and answer together (default: --output-tokens, the answer "
-        "budget); e.g. 4096 for a model that thinks",
+        help="cap on all a turn generates, reasoning and answer together, sent as max_tokens (default: "
+        "--output-tokens, the answer budget, which the history still keeps to); e.g. 4096 for a model that thinks",
     )
     p.add_argument(
         "--reasoning",
@@ -125,7 +130,7 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ignore-eos",
         action="store_true",
-        help="ask the server to generate exactly --output-tokens (ignore_eos / min_tokens)",
+        help="ask the server to generate exactly --output-tokens, or --max-tokens when given (ignore_eos / min_tokens)",
     )
     p.add_argument(
         "--extra-body",
