@@ -18,7 +18,10 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import turn_line
 from rampwatch.drivers.model.views import NO_ANSWER
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.headless import announcement
 from rampwatch.drivers.run.recording import decode_event, read_recording
+from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.app import SimServer
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.widgets.sessions import needle_marks, session_row
@@ -390,3 +393,15 @@ def test_the_resent_answer_is_cut_at_its_budget_token():
     assert resent_answer(pieces, 40, 16) == ("".join(pieces[:16]), 16)  # a token a chunk: 16 chunks
     assert resent_answer(pieces, 80, 16) == ("".join(pieces[:8]), 16)  # two tokens a chunk (speculative decoding)
     assert resent_answer([], 0, 16) == ("", 0)  # cut while reasoning: no answer to re-send
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "max_tokens", "said"),
+    [("off", None, "; reasoning off"), ("on", 4096, "; reasoning on, max 4096 tok"), ("auto", 512, "; max 512 tok")],
+)
+def test_the_headless_first_line_says_the_reasoning_mode_and_the_cap(reasoning, max_tokens, said):
+    cfg = RunConfig(url="http://127.0.0.1:9", reasoning=reasoning, max_tokens=max_tokens)
+    line = announcement(cfg, Run(cfg, record=False))
+    assert line.endswith(said), line
+    quiet = RunConfig(url="http://127.0.0.1:9")
+    assert "reasoning" not in announcement(quiet, Run(quiet, record=False))  # auto: the server's default, unsaid
