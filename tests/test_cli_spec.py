@@ -54,6 +54,20 @@ def test_reading_commands_load_no_ui_web_server_or_simulator(command, tmp_path):
     assert heavy == []
 
 
+def test_the_ui_never_imports_the_command_line():
+    """The app and its panels sit below the command line: their defaults (the refresh) come from below too."""
+    widgets = sorted(f"rampwatch.tui.widgets.{p.stem}" for p in (ROOT / "tui" / "widgets").glob("*.py"))
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {['rampwatch.tui.app', *widgets]!r}:\n"
+        "    importlib.import_module(m)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rampwatch.tui.cli'))))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == []
+
+
 @pytest.mark.parametrize(
     "args", [["--api-key-fiel", KEY], [f"--api-key-fiel={KEY}"], ["--sessions", KEY], ["--tokn", KEY, "--api-key-file"]]
 )

@@ -10,6 +10,7 @@ import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.kvcache import KVPool
 from rampwatch.drivers.sim.profiles import PROFILES
 from tests.conftest import report_json, rw
@@ -95,3 +96,27 @@ def test_the_exporter_serves_a_demos_figures_in_modelled_seconds():
     ]
     _, exporter = fold(header, events, run="r")
     assert sample(exporter, "rampwatch_ttft_seconds_sum", "s1", run="r") == pytest.approx(5.0)
+
+
+def test_a_demos_think_time_is_modelled_time_too(tmp_path):
+    """--think-time 60s at 20x: the user pauses 60 modelled seconds, 3 s of wall clock, and the turn's think_s
+    (the recording folded as every reader folds it) reads the 60 s asked for, not 20 times that."""
+    out = tmp_path / "demo.jsonl"
+    p = rw(
+        "demo", "--headless", "--profile", "tiny", "--sessions", "1", "--schedule", "1k,2k", "--output-tokens", "8",
+        "--time-scale", "20", "--gpus", "0", "--think-time", "60s", "--record", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rec = read_recording(out)
+    [pause] = [e for e in rec.events if isinstance(e, ev.UserPause)]
+    assert pause.seconds == pytest.approx(3.0)  # recorded in wall seconds, as every time of the run is
+    done = next(e for e in rec.events if isinstance(e, ev.TurnDone) and e.turn == 1)
+    sent = next(e for e in rec.events if isinstance(e, ev.RequestSent) and e.turn == 2)
+    assert 3.0 <= sent.t - done.t < 10.0  # slept 3 s of wall clock (60 s would be 20 times too long)
+    state = RunState(rec.header)
+    for e in rec.events:
+        state.apply(e)
+    assert [t.think_s for t in state.turns] == [None, pytest.approx(60.0)]
+    assert report_json(out)["sessions"][0]["turns"][1]["think_s"] == pytest.approx(60.0)
+    assert rec.header.prompts is not None and rec.header.prompts.think_time_s == (60.0, 60.0)
+    assert "think time 60s (median pause 60.00s)" in rw("report", str(out)).stdout

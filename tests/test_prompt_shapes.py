@@ -13,6 +13,7 @@ from rich.text import Text
 from rampwatch.drivers.client.prompts import CorpusReader, read_corpus
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.run.prompt_shape import parse_think_time
 from rampwatch.drivers.run.recording import Recording, read_recording
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.widgets.sessions import session_row
@@ -145,6 +146,22 @@ def test_think_time_pauses_between_a_reply_and_the_next_turn(sim, tmp_path):
     assert "think time 2s..4s (median pause" in rw("report", str(tmp_path / "think.jsonl")).stdout
 
 
+def test_a_think_time_range_may_start_at_zero(sim, tmp_path):
+    """0s..1s: some users answer at once; the range is taken, and every pause lies in it."""
+    rec = recorded_run(sim.url, tmp_path / "zero.jsonl", "--think-time", "0s..1s", schedule="1k,2k,3k")
+    assert rec.header.prompts is not None and rec.header.prompts.think_time_s == (0.0, 1.0)
+    pauses = [e.seconds for e in rec.events if isinstance(e, ev.UserPause)]
+    assert len(pauses) == 2 and all(0.0 <= s <= 1.0 for s in pauses), pauses
+
+
+def test_a_think_time_of_zero_is_no_pause(sim, tmp_path):
+    """0s alone: no pause, as without the flag (nothing in the header, no pause event)."""
+    assert parse_think_time("0s") is None and parse_think_time("0") is None and parse_think_time("0s..0s") is None
+    assert parse_think_time("0s..30s") == (0.0, 30.0) and parse_think_time("5s") == (5.0, 5.0)
+    rec = recorded_run(sim.url, tmp_path / "none.jsonl", "--think-time", "0s")
+    assert rec.header.prompts is None and not any(isinstance(e, ev.UserPause) for e in rec.events)
+
+
 def test_lockstep_waits_at_the_barrier_then_each_session_pauses_its_own_time(sim, tmp_path):
     rec = recorded_run(
         sim.url, tmp_path / "both.jsonl", "--sessions", "2", "--lockstep", "--think-time", "1s..2s", schedule="1k,2k"
@@ -178,6 +195,7 @@ def test_the_sessions_panel_shows_the_users_pause_as_the_users():
         (("--corpus", "missing/"), "--corpus missing: no such file or directory"),
         (("--think-time", "-1"), "--think-time: not a duration: '-1'"),
         (("--think-time", "5s..2s"), "the range must go from the shorter pause to the longer"),
+        (("--think-time", "0s.."), "--think-time: not a duration: ''"),
         (("--shared-prefix", "abc"), "--shared-prefix: not a token count: 'abc'"),
         (("--system-prompt", "@missing.txt"), "--system-prompt @missing.txt: No such file or directory"),
     ],

@@ -13,16 +13,21 @@ import pytest
 
 from rampwatch.drivers.client.chat import ChatStreamParser
 from rampwatch.drivers.client.reasoning import reasoning_switches, with_reasoning
+from rampwatch.drivers.client.session import resent_answer
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.views import NO_ANSWER
 from rampwatch.drivers.present.turn_text import turn_line
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.headless import announcement
 from rampwatch.drivers.run.recording import decode_event, read_recording
+from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.app import SimServer
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.widgets.sessions import needle_marks, session_row
 from tests.conftest import focus_table, free_port, report_json, rw, rw_started, small_run
-from tests.simhost import ThreadedServer
+from tests.simhost import CaptureRelay, ThreadedServer
+from tests.test_request_options import chat_requests
 
 THINK = 200  # the simulated model's reasoning tokens per reply
 SCHEDULE = "2k,4k,8k"  # a re-sent 128-token stand-in for an empty answer would miss turn 2 by 3%
@@ -353,3 +358,50 @@ def test_a_cut_during_reasoning_is_length_with_no_content(reasoning_sim):
     assert [c["choices"][0]["finish_reason"] for c in lines if c["choices"]][-1] == "length"
     assert lines[-1]["usage"]["completion_tokens"] == 50
     assert lines[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"] == 50
+
+
+def test_with_max_tokens_the_history_keeps_output_tokens_of_the_answer(tmp_path):
+    """--max-tokens 512 --output-tokens 16 --ignore-eos: the server thinks 200 tokens and answers 312 (all of it
+    measured), and the next turn re-sends the first 16 of those answer tokens, so the context still lands on
+    the schedule."""
+    sim = SimServer(make_profile("tiny"), reasoning_tokens=THINK)
+    with ThreadedServer(sim.app) as server, CaptureRelay(server.url) as relay:
+        record = tmp_path / "cut.jsonl"
+        p = rw(
+            *small_run(relay.url, "--record", str(record), schedule=SCHEDULE, output_tokens=16),
+            *("--reasoning", "on", "--max-tokens", "512", "--ignore-eos"),
+        )
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        bodies = [b for _, b in chat_requests(relay)]
+    rep = report_json(record)
+    assert all(t["reasoning_tokens"] == THINK and t["answer_tokens"] == 512 - THINK for t in turns_of(rep))
+    assert all(t["needle"] is True for t in turns_of(rep))  # judged on the whole answer
+    assert [b["max_tokens"] for b in bodies] == [512] * 3
+    resent = [m["content"] for m in bodies[-1]["messages"] if m["role"] == "assistant"]
+    # The simulated engine's answer: its sentence's words (one token each), over and over once eos is ignored.
+    words = resent[0][: resent[0].index(".") + 1].split()
+    tokens = [(" " if k else "") + w for k, w in enumerate(words)]
+    assert words[:4] == ["The", "access", "code", "of"]
+    assert resent == ["".join(tokens[k % len(tokens)] for k in range(16))] * 2
+    assert_on_target(rep)
+    assert rep["run"]["output_tokens"] == 16 and rep["run"]["max_tokens"] == 512
+
+
+def test_the_resent_answer_is_cut_at_its_budget_token():
+    pieces = [f" w{k}" for k in range(40)]
+    assert resent_answer(pieces, 40, 128) == ("".join(pieces), 40)  # within the budget: whole
+    assert resent_answer(pieces, 40, 16) == ("".join(pieces[:16]), 16)  # a token a chunk: 16 chunks
+    assert resent_answer(pieces, 80, 16) == ("".join(pieces[:8]), 16)  # two tokens a chunk (speculative decoding)
+    assert resent_answer([], 0, 16) == ("", 0)  # cut while reasoning: no answer to re-send
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "max_tokens", "said"),
+    [("off", None, "; reasoning off"), ("on", 4096, "; reasoning on, max 4096 tok"), ("auto", 512, "; max 512 tok")],
+)
+def test_the_headless_first_line_says_the_reasoning_mode_and_the_cap(reasoning, max_tokens, said):
+    cfg = RunConfig(url="http://127.0.0.1:9", reasoning=reasoning, max_tokens=max_tokens)
+    line = announcement(cfg, Run(cfg, record=False))
+    assert line.endswith(said), line
+    quiet = RunConfig(url="http://127.0.0.1:9")
+    assert "reasoning" not in announcement(quiet, Run(quiet, record=False))  # auto: the server's default, unsaid

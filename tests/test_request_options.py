@@ -9,9 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from rampwatch.drivers.client.request_options import merge_headers, parse_extra_body, parse_header, request_headers
+from rampwatch.drivers.client.request_options import (
+    RESERVED_BODY_KEYS,
+    merge_headers,
+    parse_extra_body,
+    parse_header,
+    request_headers,
+)
 from rampwatch.drivers.run.scrub import scrub_argv
 from rampwatch.drivers.sim.profiles import make_profile
+from rampwatch.tui.cli.reference import subcommands
+from rampwatch.tui.cli.spec import build_parser
 from tests.conftest import report_json, rw, small_run
 from tests.simhost import CaptureRelay, ThreadedSim
 
@@ -62,13 +70,36 @@ def test_a_bad_header_says_why(spec, why):
         ("{", "not JSON"),
         ("[1]", "must be a JSON object"),
         ('{"stream": false}', '"stream" is set by rampwatch'),
-        ('{"max_tokens": 9}', "use --output-tokens"),
+        ('{"max_tokens": 9}', '"max_tokens" is set by rampwatch (use --max-tokens)'),
         ('{"messages": []}', '"messages" is set by rampwatch'),
     ],
 )
 def test_a_bad_extra_body_says_why(text, why):
     with pytest.raises(ValueError, match=re.escape(why)):
         parse_extra_body(text)
+
+
+# Each key rampwatch sets itself from a flag, and that flag: what the refusal of the key must name.
+SET_BY_FLAG = {
+    "model": "--model",
+    "max_tokens": "--max-tokens",
+    "max_completion_tokens": "--max-tokens",
+    "ignore_eos": "--ignore-eos",
+    "min_tokens": "--ignore-eos",
+}
+
+
+@pytest.mark.parametrize("key", sorted(RESERVED_BODY_KEYS))
+def test_a_refused_body_key_names_the_flag_that_sets_it(key):
+    with pytest.raises(ValueError) as refused:
+        parse_extra_body(json.dumps({key: 1}))
+    flag = SET_BY_FLAG.get(key)
+    assert str(refused.value) == f'"{key}" is set by rampwatch' + (f" (use {flag})" if flag else "")
+    if flag is not None:  # a flag of every command that sends chat requests
+        flags = {
+            name: {f for a in sub._actions for f in a.option_strings} for name, _, sub in subcommands(build_parser())
+        }
+        assert all(flag in flags[name] for name in ("run", "demo", "sweep")), flag
 
 
 def test_an_extra_body_file_is_read(tmp_path):

@@ -27,8 +27,8 @@ from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.process import DriverProcess
 from rampwatch.drivers.run.recording import Recording
 from rampwatch.tui import terminal_output
-from rampwatch.tui.cli.spec import REFRESH_S as DEFAULT_REFRESH_S
 from rampwatch.tui.fmt import clock
+from rampwatch.tui.refresh import REFRESH_S as DEFAULT_REFRESH_S
 from rampwatch.tui.sources import FollowSource, LiveSource, ReplaySource
 from rampwatch.tui.widgets.base import ChangingStatic
 from rampwatch.tui.widgets.events import EventsPanel

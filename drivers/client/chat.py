@@ -91,6 +91,7 @@ class StreamResult(msgspec.Struct):
     last_t: float | None = None
     chunks: int = 0
     text: str = ""  # the reply's content (the answer); never the reasoning
+    answer_pieces: list[str] = []  # the answer's text chunk by chunk (text joins them)
     reasoning: str = ""
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -261,6 +262,7 @@ class ChatStreamParser:
             raise StreamError(
                 "stream ended before any token" if self.res.first_t is None else "connection closed mid-stream"
             )
+        self.res.answer_pieces = self._text
         self.res.text = "".join(self._text)
         self.res.reasoning = "".join(self._reasoning)
         return self.res

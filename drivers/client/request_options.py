@@ -16,8 +16,8 @@ RESERVED_BODY_KEYS: dict[str, str | None] = {
     "prompt": None,
     "stream": None,
     "stream_options": None,
-    "max_tokens": "--output-tokens",
-    "max_completion_tokens": "--output-tokens",
+    "max_tokens": "--max-tokens",  # --output-tokens when it is not given
+    "max_completion_tokens": "--max-tokens",
     "ignore_eos": "--ignore-eos",
     "min_tokens": "--ignore-eos",
     "temperature": None,

@@ -39,6 +39,8 @@ class TurnOptions:
     header_templates: tuple[HeaderTemplate, ...] = ()  # --header values with {session}/{turn}/{run} to fill in
     run_id: str = ""  # what {run} stands for (the run's salt)
     think_time: tuple[float, float] | None = None  # --think-time: seconds the user pauses before each later turn
+    # A demo's engine runs this many times faster than the one it models; the user's pauses are modelled time too.
+    time_scale: float = 1.0
 
 
 MASKED_CODE = "XXXX-XXXX"  # what a strict-needle history holds where a reply repeated the code
@@ -170,11 +172,12 @@ class SessionRunner:
 
     async def _user_pause(self, turn: int) -> bool:
         """--think-time: the user reads the reply and types the next message before every turn after the
-        first. False: the time limit came meanwhile."""
+        first. False: the time limit came meanwhile. The pause is drawn in modelled seconds and slept and
+        recorded in wall seconds, like every time of a sped-up run (the fold multiplies it back)."""
         span = self.opts.think_time
         if span is None or turn == 1:
             return True
-        seconds = self._think.uniform(*span)
+        seconds = self._think.uniform(*span) / self.opts.time_scale
         if self._due is not None:
             self._due += seconds
         self.emit(ev.UserPause(t=self.clock(), session=self.sid, turn=turn, seconds=seconds))
@@ -303,9 +306,11 @@ class SessionRunner:
                     prefill_leg_s=res.prefill_leg_s,
                 )
             )
-            kept = self._kept_reply(res.text)
-            # The next turn re-sends the answer alone (never the reasoning), as chat clients do.
-            self.conv.add_reply(res.prompt_tokens, max(0, completion - reasoning), await self._resent_tokens(kept))
+            # The next turn re-sends the answer alone (never the reasoning), as chat clients do, and no more of it
+            # than --output-tokens: with --max-tokens the server may answer longer than the ramp plans for.
+            answer, answer_tokens = resent_answer(res.answer_pieces, max(0, completion - reasoning), o.output_tokens)
+            kept = self._kept_reply(answer)
+            self.conv.add_reply(res.prompt_tokens, answer_tokens, await self._resent_tokens(kept))
             self.history += [user, encode_message("assistant", [kept])]
             return "ok"
 
@@ -382,6 +387,17 @@ class SessionRunner:
 
     def _on_times(self, turn: int) -> Callable[[list[float]], None]:
         return lambda times: self.emit(ev.TokenTimes(t=times[-1], session=self.sid, turn=turn, times=times))
+
+
+def resent_answer(pieces: list[str], tokens: int, budget: int) -> tuple[str, int]:
+    """(the answer as the history keeps it, the tokens that stand for it without /tokenize): the answer whole when
+    its `tokens` (usage's completion less reasoning) are within `budget` (--output-tokens), else cut at the chunk
+    where its budget-th token lies, its tokens taken as spread evenly over its chunks (one a chunk, except under
+    speculative decoding)."""
+    if tokens <= budget or not pieces:
+        return "".join(pieces), tokens
+    kept = max(1, round(budget * len(pieces) / tokens))
+    return "".join(pieces[:kept]), budget
 
 
 def _describe(e: Exception) -> str:

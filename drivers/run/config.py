@@ -218,14 +218,15 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
 _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "": 1.0}
 
 
-def parse_duration(text: str) -> float:
-    """'40s', '90m', '2h', '1h30m' or plain seconds ('90') -> seconds; BadInput otherwise."""
+def parse_duration(text: str, zero: bool = False) -> float:
+    """'40s', '90m', '2h', '1h30m' or plain seconds ('90') -> seconds; BadInput otherwise (and for zero,
+    unless `zero`: a pause may be none at all, a time limit may not)."""
     s = text.strip().lower()
     parts = _DURATION.findall(s)
     if not s or "".join(n + u for n, u in parts) != s or any(u == "" for _, u in parts[:-1]):
         raise BadInput(f"not a duration: {text!r} (use e.g. 40s, 90m, 2h or 1h30m)")
     seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    if seconds <= 0:
+    if seconds <= 0 and not (zero and seconds == 0):
         raise BadInput(f"a duration must be longer than zero: {text!r}")
     return seconds
 

@@ -102,6 +102,8 @@ def announcement(cfg: RunConfig, run: Run) -> str:
             "lockstep" if cfg.lockstep else "",
             "one-shot baseline" if cfg.one_shot else "",
             "strict needle" if cfg.strict_needle else "",
+            f"reasoning {cfg.reasoning}" if cfg.reasoning != "auto" else "",  # as the UI's header says them
+            f"max {cfg.max_tokens} tok" if cfg.max_tokens else "",
             f"time limit {cfg.time_limit:g}s" if cfg.time_limit else "",
         )
         if m

@@ -44,17 +44,20 @@ def shared_prefix_size(text: str | None) -> int:
 
 
 def parse_think_time(text: str | None) -> tuple[float, float] | None:
-    """--think-time S or a range 'A..B' (e.g. 12s, 5s..30s): seconds, as (low, high)."""
+    """--think-time S or a range 'A..B' (e.g. 12s, 5s..30s, 0s..30s): seconds, as (low, high). A range may start
+    at zero (some users answer at once); a pause of zero alone (0s, 0s..0s) is no pause, as without the flag."""
     if text is None:
         return None
     low, dots, high = text.partition("..")
+    if not dots:
+        low = high = text
     try:
-        span = (parse_duration(low), parse_duration(high)) if dots else (parse_duration(text),) * 2
+        span = (parse_duration(low, zero=True), parse_duration(high, zero=True))
     except BadInput as e:
         raise BadInput(f"--think-time: {e}") from None
     if span[1] < span[0]:
         raise BadInput(f"--think-time {text!r}: the range must go from the shorter pause to the longer (e.g. 5s..30s)")
-    return span
+    return span if span[1] > 0 else None
 
 
 def check_corpus_path(path: Path | None) -> None:

@@ -309,6 +309,7 @@ class Run:
                 header_templates=tuple(h for h in cfg.request_headers if h.per_request),
                 run_id=self.salt,
                 think_time=cfg.think_time,
+                time_scale=cfg.time_scale or 1.0,
             )
             open_loop = cfg.arrivals_per_s is not None
             gate = TurnGate(0 if open_loop else self.ramp_sessions, lockstep=cfg.lockstep)

@@ -44,6 +44,7 @@ def scrub_arg(arg: str, after_secret_flag: bool = False) -> str:
 
 
 _HEADER_LIKE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:\s")
+_NAME_THEN_VALUE = re.compile(r"\s*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)[\s=]+\S")
 
 
 _WORD = re.compile(r"[^\s'\",:=]+")
@@ -63,7 +64,10 @@ def scrub_header_arg(spec: str) -> str:
     """A --header 'NAME: VALUE' argument with a credential's value hidden."""
     name, colon, value = spec.partition(":")
     if not colon:
-        return scrub_arg(spec)
+        # The colon forgotten ('Authorization Bearer …', 'X-Api-Key=…'): a name that says credential still hides
+        # what follows it.
+        named = _NAME_THEN_VALUE.match(spec)
+        return f"{named.group(1)} {HIDDEN}" if named and is_secret_header(named.group(1)) else scrub_arg(spec)
     shown = scrub_header_value(name, value.strip())
     return spec if shown == value.strip() else f"{name.strip()}: {shown}"
 

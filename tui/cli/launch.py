@@ -16,9 +16,9 @@ from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.run.serve_metrics import linger_for_last_scrape, start_exporter
 from rampwatch.drivers.telemetry.client_metrics import ClientMetrics
-from rampwatch.tui.cli.spec import REFRESH_S
 from rampwatch.tui.cli.web import serve_until_interrupted, serve_web
 from rampwatch.tui.headless import HeadlessPrinter
+from rampwatch.tui.refresh import REFRESH_S
 
 if TYPE_CHECKING:
     from rampwatch.tui.web import WebServer

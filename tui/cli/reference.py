@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rampwatch.tui.cli.spec import OneLineParser, build_parser
+from rampwatch.tui.cli.spec import build_parser
+from rampwatch.tui.cli.spec.parser import OneLineParser
 
 REGENERATE = "python -m rampwatch.tui.cli.reference > docs/cli.md"
 
@@ -18,7 +19,7 @@ def reference() -> str:
     out = [
         "# The rampwatch command line",
         "",
-        f"Generated from the argument parser (`{REGENERATE}`); edit the help texts in tui/cli/spec.py, not this page.",
+        f"Generated from the argument parser (`{REGENERATE}`); edit the help texts in tui/cli/spec/, not this page.",
         "",
         "```",
         "rampwatch [--version] COMMAND [ARGS]",
