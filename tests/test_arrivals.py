@@ -290,7 +290,7 @@ def test_headless_progress_says_arrived_live_and_waiting():
     import io
 
     from rampwatch.drivers.model.state import RunState
-    from rampwatch.tui.headless import PROGRESS_EVERY_S, HeadlessPrinter
+    from rampwatch.tui.headless_lines import PROGRESS_EVERY_S, HeadlessPrinter
 
     state, out = RunState(), io.StringIO()
     state.apply(ev.SessionPlanned(t=1.0, session="s1", schedule=[100], salt="s1", arrival=1.0))

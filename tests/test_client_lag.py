@@ -78,7 +78,6 @@ def test_the_fold_marks_exactly_the_turns_stamped_in_a_window():
         pytest.param(
             event_loop.run,
             id="driver-loop",
-            marks=pytest.mark.skipif(sys.version_info < (3, 11), reason="the driver's own loop needs Python 3.11+"),
         ),
     ],
 )
@@ -209,7 +208,6 @@ def test_a_late_wake_noted_by_the_driver_loop_is_the_drivers_own_by_its_cpu():
     assert out[-1].busy_own == [] and out[-1].own_max_ms is None
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="the driver's own loop needs asyncio.Runner (Python 3.11+)")
 def test_a_read_is_stamped_when_the_loop_woke_for_it_not_when_its_turn_came():
     """On the driver's own loop a read waiting behind 30 ms of other work in its pass is stamped at the pass's
     wake, and a read in a later pass at that pass's; on any other loop, with the clock as it is handled."""
@@ -235,7 +233,6 @@ async def _read_stamp_of(clock):
     return read_stamp(clock)
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="the driver's own loop needs asyncio.Runner (Python 3.11+)")
 def test_reads_in_one_pass_share_its_wake_and_one_handled_late_leaves_the_wake_in_a_window():
     """Two sockets readable at the same wake: both reads carry it, though the first one's 30 ms of work holds
     the second. Bytes may have come after the wake for the second, so the loop notes that pass's own wake as
@@ -332,7 +329,6 @@ def _overlapping(windows: list[tuple[float, float, bool]], spans: list[tuple[flo
     return [[own for a, b, own in windows if a < b0 and b > a0] for a0, b0 in spans]
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="the driver's own loop needs asyncio.Runner (Python 3.11+)")
 def test_the_driver_loop_tells_the_os_holding_it_from_its_own_work():
     """Real wakes: the OS stops this process three times for 60 ms (SIGSTOP from a child process, then
     SIGCONT), and once a callback holds the loop with 60 ms of work. The stops are the machine's (the loop lay

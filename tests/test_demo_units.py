@@ -82,7 +82,7 @@ def test_the_pictures_metric_lines_share_the_lanes_clock():
     header = ev.Header(rampwatch_version="", command=[], mode="demo", server="", time_scale=10.0)
     state = RunState(header)
     state.apply(ev.MetricsSample(t=2.0, source="e", engine="vllm", values={"kv_usage": 0.5, "running": 1.0}))
-    assert state.history.kv.points == [(20.0, 0.5)] and state.t == 20.0
+    assert state.server.history.kv.points == [(20.0, 0.5)] and state.t == 20.0
 
 
 def test_the_exporter_serves_a_demos_figures_in_modelled_seconds():

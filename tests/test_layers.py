@@ -1,150 +1,110 @@
-"""Imports point down: the model at the bottom, the network (net) on it, client and telemetry on those, run
-above those, present beside them on the model, the simulated engine on the model alone, and the UI (tui/) on
-top of everything.
-
-Every module under drivers/ and tui/ is parsed (imports inside functions count too) and each import of
-rampwatch is checked against its layer's row of ALLOWED; a module in a package with no row is reported too,
-so a new package has to be placed before it can land.
-"""
+"""The architecture holds: the contracts in pyproject.toml's [tool.importlinter] (layers that point down, what
+present/ and sim/ may read, no Textual under drivers/, the UI below the command line, no import cycles), checked
+by import-linter over the real import graph (imports inside functions and under TYPE_CHECKING count); each
+contract breaks when its rule is broken; every package is placed in them; and the driver process behind the UI,
+started fresh, loads no UI library."""
 
 from __future__ import annotations
 
-import ast
+import copy
+import subprocess
+import sys
 from pathlib import Path
 
+import grimp
 import pytest
+from importlinter.api import read_configuration
+from importlinter.contracts.acyclic_siblings import AcyclicSiblingsContract
+from importlinter.contracts.forbidden import ForbiddenContract
+from importlinter.contracts.layers import LayersContract
 
 ROOT = Path(__file__).resolve().parents[1]
-DRIVERS = "rampwatch.drivers"
-TUI = "rampwatch.tui"
-
-# Each drivers/ package, and the drivers/ packages it may import (the root package itself, which holds
-# only the version, is open to all).
-ALLOWED: dict[str, set[str]] = {
-    "model": {"model"},
-    "net": {"model", "net"},
-    "client": {"model", "net", "client"},
-    "telemetry": {"model", "net", "telemetry"},
-    "run": {"model", "net", "client", "telemetry", "run"},
-    "present": {"model", "present"},
-    "sim": {"model", "sim"},
-}
-UI_ONLY = ("textual", TUI)  # nothing under drivers/ may import these
+CONFIG = read_configuration(str(ROOT / "pyproject.toml"))
+CONTRACT_TYPES = {"layers": LayersContract, "forbidden": ForbiddenContract, "acyclic_siblings": AcyclicSiblingsContract}
 
 
-def module_name(path: Path) -> str:
-    """drivers/model/state.py -> rampwatch.drivers.model.state; a package's __init__ names the package."""
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(["rampwatch", *parts])
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    options = CONFIG["session_options"]
+    return grimp.build_graph(*options["root_packages"], include_external_packages=True, cache_dir=None)
 
 
-def imported_names(module: str, source: str, is_package: bool = False) -> list[tuple[int, str]]:
-    """(line, module) of every import in `source`, anywhere in it, relative ones resolved; `from pkg import x`
-    gives pkg.x where pkg is a bare namespace (rampwatch, rampwatch.drivers), so its layer is x's."""
-    package = module if is_package else module.rpartition(".")[0]
-    out: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
-            if base in ("rampwatch", DRIVERS):
-                out += [(node.lineno, f"{base}.{a.name}") for a in node.names]
-            else:
-                out.append((node.lineno, base))
+def broken(graph: grimp.ImportGraph) -> dict[str, str]:
+    """Each broken contract's id, and what import-linter says of it."""
+    out = {}
+    for options in CONFIG["contracts_options"]:
+        contract = CONTRACT_TYPES[options["type"]](
+            name=options["name"], session_options=CONFIG["session_options"], contract_options=options
+        )
+        check = contract.check(copy.deepcopy(graph), verbose=False)
+        if not check.kept:
+            out[options["id"]] = str(check.metadata)
     return out
 
 
-def _layer(name: str) -> str | None:
-    """The drivers/ package a rampwatch.drivers module belongs to; None for the root package (and the
-    root's own names, such as its __version__)."""
-    parts = name.split(".")
-    return parts[2] if len(parts) > 2 and not parts[2].startswith("__") else None
-
-
-def _within(name: str, prefix: str) -> bool:
-    return name == prefix or name.startswith(prefix + ".")
-
-
-def layer_violations(module: str, source: str, is_package: bool = False) -> list[str]:
-    """Each import in `module` that points up (or sideways into a layer its row does not allow)."""
-    if _within(module, TUI):
-        return []  # the UI sits on top: it may import anything
-    if not _within(module, DRIVERS):
-        return [f"{module}: not under drivers/ or tui/, so no layer"]
-    own = _layer(module)
-    if own is not None and own not in ALLOWED:
-        return [f"{module}: package {own!r} has no row in ALLOWED (place it in the layers first)"]
-    allowed = ALLOWED.get(own, set()) if own is not None else set()
-    bad = []
-    for line, name in imported_names(module, source, is_package):
-        if any(_within(name, ui) for ui in UI_ONLY):
-            bad.append(f"{module}:{line} imports {name} (the UI's; drivers/ never imports it)")
-        elif _within(name, DRIVERS):
-            target = _layer(name)
-            if target is not None and target not in allowed:
-                bad.append(f"{module}:{line} imports {name} ({own or 'drivers'} may import only {sorted(allowed)})")
-        elif _within(name, "rampwatch") and name != "rampwatch":
-            bad.append(f"{module}:{line} imports {name}, outside drivers/")
-    return bad
-
-
-def _modules() -> list[Path]:
-    return sorted(p for top in ("drivers", "tui") for p in (ROOT / top).rglob("*.py"))
-
-
-def test_every_import_points_down():
-    paths = _modules()
-    assert any(p.parent.name == "model" for p in paths) and any(p.parent.name == "widgets" for p in paths)
-    bad = [v for p in paths for v in layer_violations(module_name(p), p.read_text(), p.name == "__init__.py")]
-    assert not bad, "\n".join(bad)
+def test_every_contract_is_kept(graph):
+    assert len(CONFIG["contracts_options"]) >= 6
+    assert broken(graph) == {}
 
 
 @pytest.mark.parametrize(
-    ("module", "source", "reported"),
+    ("importer", "imported", "contract"),
     [
-        # upward imports, at the top and inside a function
-        ("rampwatch.drivers.model.state", "from rampwatch.drivers.telemetry.metrics import ENGINE_POOL\n", "telemetry"),
-        ("rampwatch.drivers.model.turns", "def f():\n    from rampwatch.drivers.present import format\n", "present"),
-        ("rampwatch.drivers.model.turns", "import rampwatch.drivers.run.runner\n", "run"),
-        ("rampwatch.drivers.client.ramp", "from rampwatch.drivers.run.config import BadInput\n", "run"),
-        ("rampwatch.drivers.telemetry.gpu", "from rampwatch.drivers.client import chat\n", "client"),
-        ("rampwatch.drivers.present.report", "from rampwatch.drivers.run.recording import Recording\n", "run"),
-        ("rampwatch.drivers.sim.engine", "from rampwatch.drivers.client.chat import chat_body\n", "client"),
-        ("rampwatch.drivers.sim.engine", "from rampwatch.drivers import telemetry\n", "telemetry"),
-        ("rampwatch.drivers.model.state", "from ..present.report import render\n", "present"),
-        # the UI's imports
-        ("rampwatch.drivers.run.runner", "import textual.app\n", "textual"),
-        ("rampwatch.drivers.present.report", "def f():\n    from rampwatch.tui.fmt import pct\n", "rampwatch.tui"),
-        ("rampwatch.drivers.run.headless", "from rampwatch.tui import fmt\n", "rampwatch.tui"),
-        # a package nobody has placed
-        ("rampwatch.drivers.newthing.x", "import os\n", "no row"),
+        # upward, and sideways between client and telemetry
+        ("rampwatch.drivers.model.state", "rampwatch.drivers.telemetry.metrics", "layers"),
+        ("rampwatch.drivers.net.wire", "rampwatch.drivers.client.chat", "layers"),
+        ("rampwatch.drivers.client.ramp", "rampwatch.drivers.run.config", "layers"),
+        ("rampwatch.drivers.telemetry.gpu", "rampwatch.drivers.client.chat", "layers"),
+        ("rampwatch.drivers.run.runner", "rampwatch.tui.fmt", "layers"),
+        # present and the simulated engine read the model alone
+        ("rampwatch.drivers.present.report", "rampwatch.drivers.run.recording", "present-reads-the-model"),
+        ("rampwatch.drivers.sim.engine", "rampwatch.drivers.client.chat", "sim-is-its-own-server"),
+        # nothing under drivers/ draws
+        ("rampwatch.drivers.run.runner", "textual", "drivers-never-draw"),
+        # the app and its widgets sit below the command line
+        ("rampwatch.tui.widgets.focus", "rampwatch.tui.cli.main", "the-ui-below-the-command-line"),
+        ("rampwatch.tui.app", "rampwatch.tui.cli.launch", "the-ui-below-the-command-line"),
+        # a cycle: the one goodput.py and analysis.py had (through a TYPE_CHECKING import), and one in the UI
+        ("rampwatch.drivers.model.goodput", "rampwatch.drivers.model.analysis", "no-cycles"),
+        ("rampwatch.tui.web_server", "rampwatch.tui.cli.main", "no-cycles"),
     ],
 )
-def test_an_upward_import_is_reported(module, source, reported):
-    bad = layer_violations(module, source)
-    assert len(bad) == 1 and reported in bad[0], bad
+def test_a_broken_rule_breaks_its_contract(graph, importer, imported, contract):
+    mutated = copy.deepcopy(graph)
+    if imported not in mutated.modules:
+        mutated.add_module(imported, is_squashed=True)  # an external package the code never imports
+    mutated.add_import(importer=importer, imported=imported, line_number=1, line_contents=f"import {imported}")
+    assert contract in broken(mutated)
 
 
-@pytest.mark.parametrize(
-    ("module", "source"),
-    [
-        ("rampwatch.drivers.model.state", "from rampwatch.drivers.model import events as ev\nfrom . import turns\n"),
-        ("rampwatch.drivers.telemetry.metrics", "from rampwatch.drivers.model.endpoints import ENGINE_POOL\n"),
-        (
-            "rampwatch.drivers.run.runner",
-            "import rampwatch.drivers as drivers\nfrom rampwatch.drivers.client import chat\n"
-            "from rampwatch.drivers.telemetry.gpu import GpuSampler\n",
-        ),
-        ("rampwatch.drivers.present.report", "from rampwatch.drivers.model.analysis import Report\n"),
-        ("rampwatch.drivers.sim.server", "import rampwatch.drivers as drivers\nfrom .engine import SimEngine\n"),
-        ("rampwatch.tui.cli.report", "from rampwatch.drivers.present.report import render\nimport textual\n"),
-    ],
-)
-def test_a_downward_import_passes(module, source):
-    assert layer_violations(module, source) == []
+def test_every_package_is_placed_in_the_contracts():
+    """A new package under drivers/ or tui/ is placed (a layer, a forbidden source, a cycle check) before it lands."""
+    named = set()
+    for options in CONFIG["contracts_options"]:
+        for key in ("layers", "source_modules", "ancestors"):
+            for entry in options.get(key, []):
+                named.update(m.strip() for m in str(entry).replace("|", ":").split(":"))
+    packages = {
+        "rampwatch." + ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("drivers", "tui")
+        for p in (ROOT / top).rglob("__init__.py")
+        if p.parent != ROOT / top
+    }
+    assert packages and packages <= named | {p for p in packages if any(p.startswith(n + ".") for n in named)}, sorted(
+        packages - named
+    )
+    drivers = {p for p in packages if p.startswith("rampwatch.drivers.")}
+    cycle_checked = {a for o in CONFIG["contracts_options"] if o["type"] == "acyclic_siblings" for a in o["ancestors"]}
+    assert drivers <= cycle_checked, sorted(drivers - cycle_checked)
+
+
+def test_the_driver_process_loads_no_ui_library():
+    """The process that stamps tokens (`python -m rampwatch.drivers.run.child`, behind the UI) imports neither
+    Textual nor Rich: not itself, and not through httpx's command line, which httpx loads when Rich is installed."""
+    code = (
+        "import sys, rampwatch.drivers.run.child; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'textual', 'rich', 'click', 'pygments'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -243,3 +243,23 @@ def test_the_sims_span_is_a_child_of_the_span_rampwatch_sent():
     assert span.trace_id.hex() == trace_id("ab12", "s1", 2) and span.parent_span_id.hex() == span_id("ab12", "s1", 2, 1)
     alone = request_span(req, "chatcmpl-x", None)
     assert alone is not None and len(alone.trace_id) == 16 and alone.parent_span_id == b""
+
+
+def test_the_sims_front_end_is_the_rest_its_spans_split_off(tmp_path):
+    """A simulated engine with a modelled front end (template and tokenizer before the queue: 50 us a prompt
+    token, 0.2-0.4 s a turn here): its span's own TTFT counts from before the front end, as vLLM's does, so every
+    turn's rest splits into that front end, as modelled, and the client's few milliseconds."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}/v1/traces"
+    record = tmp_path / "run.jsonl"
+    profile = make_profile("tiny", front_end_token_s=50e-6)
+    with ThreadedSim(profile, per_request_metrics=True, otlp_traces_endpoint=endpoint) as sim:
+        p = rw(*small_run(sim.url, "--otlp", str(port), "--record", str(record), schedule="4k,8k"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    turns = report_json(record)["sessions"][0]["turns"]
+    for t in turns:
+        modelled = t["context_tokens"] * 50e-6
+        assert t["ttft_front_end_s"] == pytest.approx(modelled, abs=0.05), t
+        assert -0.005 < t["ttft_client_s"] < 0.1, t
+        assert t["ttft_front_end_s"] + t["ttft_client_s"] == pytest.approx(t["ttft_rest_s"], abs=1e-9)
+    assert "front end" in rw("report", str(record)).stdout

@@ -194,6 +194,22 @@ async def test_the_focus_screen_shows_the_late_send_and_the_verdicts():
     assert [(r[late], r[slo]) for r in cells] == [("1500", "MISS"), ("", "met")]
 
 
+async def test_a_hand_edited_slo_that_no_longer_reads_leaves_the_verdicts_out_everywhere():
+    """A recording whose --slo was edited into nonsense: the report goes without verdicts, and so does the session
+    screen, which opens (it reads the fold's verdicts; it used to parse the SLO again, unguarded, and crash)."""
+    from rampwatch.drivers.run.recording import Recording
+    from rampwatch.tui.sources import ReplaySource
+
+    header = ev.Header(rampwatch_version="t", command=[], mode="run", server="x", arrivals_per_s=1.0, slo="ttft=soon")
+    state = RunState(header)
+    for e in late_then_on_time():
+        state.apply(e)
+    rep = build_report(state)
+    assert rep.goodput is None and all(t.slo_met is None for t in rep.sessions[0].turns)
+    heads, cells = await focus_table(ReplaySource(Recording(header=header, events=late_then_on_time())), (200, 40))
+    assert "SLO" not in heads and len(cells) == 2
+
+
 def test_an_arrival_the_time_limit_kept_waiting_is_no_conversation_of_the_goodput(tmp_path):
     """Six arrivals within a second, one live at a time, a 2 s limit: the ones still waiting for a slot at the
     limit never send a turn, the goodput counts only the conversations that ran one, and once the run is over

@@ -160,7 +160,7 @@ async def test_keys_are_in_the_command_palette():
 
 
 def test_watch_headless_server_line():
-    from rampwatch.tui.headless import server_line
+    from rampwatch.tui.headless_lines import server_line
 
     src = ReplaySource(
         Recording(

@@ -248,10 +248,10 @@ class SessionRunner:
                 )
                 raise
             except (
+                TimeoutError,
                 StreamError,
                 ConnectionFailed,
                 ConnectionDropped,
-                asyncio.TimeoutError,
                 msgspec.DecodeError,
                 UnicodeDecodeError,
                 ValueError,

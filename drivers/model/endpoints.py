@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.history import ServerHistory
 
 HISTORY_LEN = 1800  # KV occupancy samples kept for the server panel's history
 RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
@@ -120,9 +121,29 @@ class ServerView(_Rates):
     waiting_peak: float | None = None
     rates: dict[str, float] = field(default_factory=dict)  # tokens/s, summed over endpoints
     last_sample_t: float | None = None
+    history: ServerHistory = field(default_factory=ServerHistory)  # the whole run's lines, for pictures
 
     def hit_rate_since_start(self) -> float | None:
         return counters_hit_rate(self.values)  # its counters are growth since each endpoint first answered
+
+    def merge(self, answered: list[EndpointView], t: float) -> None:
+        """Every endpoint that answered, taken together again after one of them was sampled at `t`."""
+        self.values, self.rates, self.missing = merge_endpoints(answered)
+        self.engine = "/".join(sorted({x.engine or "?" for x in answered}))
+        v = self.values
+        kv, waiting = v.get("kv_usage"), v.get("waiting")
+        if kv is not None:
+            self.kv_history.append((t, kv))
+            self.kv_peak = kv if self.kv_peak is None else max(self.kv_peak, kv)
+        if waiting is not None:
+            self.waiting_history.append((t, waiting))
+            self.waiting_peak = waiting if self.waiting_peak is None else max(self.waiting_peak, waiting)
+        hist = self.history
+        lines = ((hist.kv, kv), (hist.hit, self.hit_rate_since_start()), (hist.running, v.get("running")))
+        for line, value in (*lines, (hist.waiting, waiting)):
+            if value is not None:
+                line.add(t, value)
+        self.last_sample_t = t
 
 
 def counters_hit_rate(counters: dict[str, float]) -> float | None:

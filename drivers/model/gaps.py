@@ -50,6 +50,23 @@ def gap_stats(gaps: Iterable[float]) -> GapStats | None:
     )
 
 
+def add_gaps(rec: TurnRecord, times: list[float], foreign: list[tuple[float, float | None]]) -> None:
+    """Fold a batch of text chunks' arrival times into the turn's gaps: each gap counts as during another
+    session's prefill when its chunk arrived inside one of the `foreign` prefill spans (end None: in flight)."""
+    prev = rec.last_t
+    for t in times:
+        if prev is not None:
+            dt = t - prev
+            if foreign and any(a <= t and (b is None or t < b) for a, b in foreign):
+                rec.gaps_during.append(dt)
+            else:
+                rec.gaps_alone.append(dt)
+            if dt > rec.max_gap:
+                rec.max_gap = dt
+        prev = t
+    rec.last_t = prev
+
+
 def turn_gaps(rec: TurnRecord) -> GapStats | None:
     """One turn's delivery gaps, alone and during another session's prefill together."""
     return gap_stats(rec.gaps_alone + rec.gaps_during)

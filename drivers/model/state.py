@@ -15,16 +15,16 @@ from collections import deque
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.deployment import decode_endpoints, split
-from rampwatch.drivers.model.endpoints import EndpointView, ServerView, merge_endpoints
+from rampwatch.drivers.model.endpoints import EndpointView, ServerView
 from rampwatch.drivers.model.engine_spans import SpanLedger
-from rampwatch.drivers.model.history import ServerHistory
+from rampwatch.drivers.model.gaps import add_gaps
 from rampwatch.drivers.model.log import LogEntry
 from rampwatch.drivers.model.modelled import modelled, time_factor
 from rampwatch.drivers.model.slo import GoodputTally, read_slo
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.ttft_split import wait_parts
 from rampwatch.drivers.model.turns import TurnRecord, prefill_tok_s
-from rampwatch.drivers.model.views import DECODE_WINDOW_S, NO_ANSWER, SessionView
+from rampwatch.drivers.model.views import NO_ANSWER, SessionView
 from rampwatch.drivers.model.warmup import SteadyWindow, read_warmup
 
 LOG_LEN = 500
@@ -49,7 +49,6 @@ class RunState:
         self.late_turns = 0  # settled turns past --warmup sent over 10 ms after they were due (TurnRecord.late)
         self._turns_settled = 0  # finished turns changed after their end (a late span, transferred KV attributed)
         self.server = ServerView()
-        self.history = ServerHistory()  # the server's figures over the whole run, for pictures
         self.endpoints: dict[str, EndpointView] = {}  # by name, in the order they first answered
         self.gpus: list[ev.GpuReading] = []  # every source's GPUs, by node then index
         self.gpu_reason: str | None = None  # why there are none (or why a source has none)
@@ -183,33 +182,18 @@ class RunState:
             return
         times = e.times
         # Foreign prefill spans that overlap this batch; usually none, so the
-        # per-token check below runs only while another session prefills.
+        # per-token check runs only while another session prefills.
         lo, hi = (rec.last_t if rec.last_t is not None else times[0]), times[-1]
         spans = [
             sp
             for sid, end in self._prefill_ends.items()
             if end > lo and sid != e.session
-            for sp in _spans_overlapping(self.sessions[sid], lo, hi)
+            for sp in self.sessions[sid].prefills_overlapping(lo, hi)
         ]
-        prev = rec.last_t
-        for t in times:
-            if prev is not None:
-                dt = t - prev
-                if spans and any(a <= t and (b is None or t < b) for a, b in spans):
-                    rec.gaps_during.append(dt)
-                else:
-                    rec.gaps_alone.append(dt)
-                if dt > rec.max_gap:
-                    rec.max_gap = dt
-            prev = t
-        rec.last_t = prev
+        add_gaps(rec, times, spans)
         self.client.stamped(rec, times)
         rec.chunks += len(times)
-        recent = s.recent
-        recent.extend(times)
-        while recent and recent[0] < prev - DECODE_WINDOW_S:
-            recent.popleft()
-        s.count_arrivals(times)
+        s.chunks_arrived(times)
 
     def _on_client_lag(self, e: ev.ClientLag) -> None:
         self.client.apply(e)
@@ -296,34 +280,15 @@ class RunState:
         if e.role is not None:
             ep.role = e.role
         ep.fold(e)
-        answered = [x for x in self.endpoints.values() if x.last_sample_t is not None]
-        srv.values, srv.rates, srv.missing = merge_endpoints(answered)
-        srv.engine = "/".join(sorted({x.engine or "?" for x in answered}))
-        v = srv.values
-        kv = v.get("kv_usage")
+        srv.merge([x for x in self.endpoints.values() if x.last_sample_t is not None], e.t)
+        kv = srv.values.get("kv_usage")
         if kv is not None:
-            srv.kv_history.append((e.t, kv))
-            srv.kv_peak = kv if srv.kv_peak is None else max(srv.kv_peak, kv)
             for s in self.sessions.values():
                 rec = s.current
                 if rec is not None:
                     own = self.endpoints.get(s.endpoint)
                     here = own.values.get("kv_usage", kv) if own is not None else kv  # its own server where known
                     rec.kv_peak = here if rec.kv_peak is None else max(rec.kv_peak, here)
-        waiting = v.get("waiting")
-        if waiting is not None:
-            srv.waiting_history.append((e.t, waiting))
-            srv.waiting_peak = waiting if srv.waiting_peak is None else max(srv.waiting_peak, waiting)
-        hist = self.history
-        for line, value in (
-            (hist.kv, kv),
-            (hist.hit, srv.hit_rate_since_start()),
-            (hist.running, v.get("running")),
-            (hist.waiting, waiting),
-        ):
-            if value is not None:
-                line.add(e.t, value)
-        srv.last_sample_t = e.t
         if self.transfers.awaiting and ep.role == "decode":
             self._settle_transfers(e.t, final=False)
 
@@ -342,7 +307,7 @@ class RunState:
         self._merge_gpus(None)
         utils = [g.util for g in e.gpus if g.util is not None]
         if utils:
-            self.history.gpu.add(e.t, sum(utils) / len(utils))
+            self.server.history.gpu.add(e.t, sum(utils) / len(utils))
 
     def _on_gpu_missing(self, e: ev.GpuUnavailable) -> None:
         if self.gpu_reason != e.reason:
@@ -386,13 +351,7 @@ class RunState:
         if not parts or view is None:
             return
         self.front_end_timed = self.front_end_timed or any(part == "front end" for part, _, _ in parts)
-        waits = view.waits
-        late = bool(waits) and waits[-1][2] > parts[0][1]
-        waits.extend(parts)
-        if late:
-            ordered = sorted(waits, key=lambda p: p[1])
-            waits.clear()
-            waits.extend(ordered)
+        view.add_waits(parts)
 
     def _on_trace_error(self, e: ev.TraceReceiverError) -> None:
         self.spans.error(e)
@@ -433,18 +392,6 @@ class RunState:
     def split(self) -> tuple[list[EndpointView], list[EndpointView]] | None:
         """(prefill, decode) endpoints of a prefill/decode split that have answered; None if not split."""
         return split(self.endpoints.values())
-
-
-def _spans_overlapping(s: SessionView, lo: float, hi: float) -> list[tuple[float, float | None]]:
-    """s's prefill spans that overlap [lo, hi], newest first; spans are in time
-    order, so the scan stops at the first one that ended before `lo`."""
-    out = []
-    for a, b in reversed(s.prefill_spans):
-        if b is not None and b <= lo:
-            break
-        if a <= hi:
-            out.append((a, b))
-    return out
 
 
 _HANDLERS = {

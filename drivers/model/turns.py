@@ -244,7 +244,10 @@ def prefill_tok_s(rec: TurnRecord) -> float | None:
 
 def hit_rate(rec: TurnRecord) -> float | None:
     """The request's own prefix-cache share (reused / prompt) when the server reports it; else the
-    server-wide prefix-cache hit rate over the turn (counter deltas). Transferred KV is never a hit."""
+    server-wide prefix-cache hit rate over the turn (counter deltas). Transferred KV is never a hit. None for a
+    turn that did not finish ok: the counters over a failed or cancelled turn say nothing of its own prompt."""
+    if rec.status != "ok":
+        return None
     reused = reused_tokens(rec)
     if reused is not None and rec.prompt_tokens:
         return reused / rec.prompt_tokens

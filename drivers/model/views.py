@@ -94,8 +94,30 @@ class SessionView:
 
     @property
     def hit_rate(self) -> float | None:
-        """The last finished turn's prefix-cache hit rate (turns.hit_rate: the report's `hit` of that turn)."""
+        """The last finished turn's prefix-cache hit rate (turns.hit_rate: the report's `hit` of that turn; none
+        when it did not finish ok)."""
         return None if self.last_done is None else hit_rate(self.last_done)
+
+    def add_waits(self, parts: list[tuple[WaitPart, float, float]]) -> None:
+        """A timed turn's wait parts, kept in time order (a late span's turn may have ended before the newest)."""
+        waits = self.waits
+        late = bool(waits) and bool(parts) and waits[-1][2] > parts[0][1]
+        waits.extend(parts)
+        if late:
+            ordered = sorted(waits, key=lambda p: p[1])
+            waits.clear()
+            waits.extend(ordered)
+
+    def prefills_overlapping(self, lo: float, hi: float) -> list[tuple[float, float | None]]:
+        """The session's prefill spans that overlap [lo, hi], newest first; spans are in time order, so the scan
+        stops at the first one that ended before `lo`."""
+        out = []
+        for a, b in reversed(self.prefill_spans):
+            if b is not None and b <= lo:
+                break
+            if a <= hi:
+                out.append((a, b))
+        return out
 
     def current_gap(self, now: float) -> float | None:
         """While generating: seconds since the last text chunk arrived (a stall, when long)."""
@@ -131,7 +153,12 @@ class SessionView:
         pad = min(n, max(0, base - first_bucket))
         return [0.0] * pad + values + [0.0] * (n - pad - len(values))
 
-    def count_arrivals(self, times: list[float]) -> None:
+    def chunks_arrived(self, times: list[float]) -> None:
+        """Text chunks that arrived (in time order): the decode window's and the timeline's."""
+        recent = self.recent
+        recent.extend(times)
+        while recent and recent[0] < times[-1] - DECODE_WINDOW_S:
+            recent.popleft()
         counts = self.timeline
         for t in times:
             b = int(t // TIMELINE_BUCKET_S)

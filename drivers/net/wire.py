@@ -179,9 +179,9 @@ async def within(aw: Awaitable[T], timeout: float | None) -> T:
         return await inner
     except asyncio.CancelledError:
         task = asyncio.current_task()
-        stopped = task is not None and hasattr(task, "cancelling") and task.cancelling() > 0  # 3.11+
+        stopped = task is not None and task.cancelling() > 0
         if expired and not stopped:
-            raise asyncio.TimeoutError from None
+            raise TimeoutError from None
         raise
     finally:
         timer.cancel()
@@ -307,7 +307,7 @@ class Connection:
                 loop.create_connection(lambda: _Protocol(read_stamp(self.clock)), self.host, self.port, ssl=ctx),
                 self.connect_timeout,
             )
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {e.__class__.__name__}") from None
         return proto
 

@@ -141,7 +141,7 @@ def timeline_svg(state: RunState, width: int = 1400) -> str:
                 parts.append(f'<text class="needle" x="{x(r.done_t):.1f}" y="{y - 1}" fill="{colour}">{mark}</text>')
         parts.append("</g>")
         y += LANE_H + LANE_GAP
-    hist = state.history
+    hist = state.server.history
     for title, line, top_value, unit in (
         ("KV cache", hist.kv.points, 1.0, "%"),
         ("prefix hit rate", hist.hit.points, 1.0, "%"),

@@ -11,14 +11,20 @@ lifetime). Exit code: the run's own (0, 1, 2, 3, 129, 130, 143).
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sys
 
-from rampwatch.drivers.run import event_loop, lifetime, pipe
-from rampwatch.drivers.run.config import BadInput
-from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
-from rampwatch.drivers.run.runner import Run, crash_summary
+# The driver has no use for httpx's own command line, which httpx imports whenever click, Rich and Pygments are
+# installed (Rich is, for the UI): ~50 ms and a UI library in the process that stamps tokens. A None entry makes
+# that import fail the way httpx expects when they are absent (tests/test_layers.py holds the child to it).
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+import asyncio  # noqa: E402
+import os  # noqa: E402
+
+from rampwatch.drivers.run import event_loop, lifetime, pipe  # noqa: E402
+from rampwatch.drivers.run.config import BadInput  # noqa: E402
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED  # noqa: E402
+from rampwatch.drivers.run.runner import Run, crash_summary  # noqa: E402
 
 
 async def serve(start: pipe.DriverStart, out_fd: int, pending: bytes = b"") -> int:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rampwatch.drivers.client.request_options import HeaderTemplate, fixed_headers, merge_headers
+from rampwatch.drivers.client.session import TurnOptions
 from rampwatch.drivers.model.events import ENDPOINT_ROLES, Endpoint, endpoint_name
 from rampwatch.drivers.net.wire import url_credentials
 from rampwatch.drivers.telemetry.metrics import redact_url
@@ -145,6 +146,25 @@ class RunConfig:
         --metrics-auth-env's token (a URL's own user:password@ goes as Basic instead, for that URL alone),
         never the API key."""
         return {"Authorization": f"Bearer {self.metrics_token}"} if self.metrics_token else {}
+
+    def turn_options(self, model: str, run_id: str) -> TurnOptions:
+        """What every session's turns are sent with."""
+        return TurnOptions(
+            model=model,
+            output_tokens=self.output_tokens,
+            max_tokens=self.max_tokens,
+            ignore_eos=self.ignore_eos,
+            retries=self.retries,
+            reconnect_timeout=self.reconnect_timeout,
+            record_text=self.record_text,
+            request_timeout=self.request_timeout,
+            strict_needle=self.strict_needle,
+            extra_body=self.extra_body,
+            header_templates=tuple(h for h in self.request_headers if h.per_request),
+            run_id=run_id,
+            think_time=self.think_time,
+            time_scale=self.time_scale or 1.0,
+        )
 
 
 def base_of(url: str) -> str:

@@ -110,8 +110,6 @@ class DriverLoop(asyncio.SelectorEventLoop):
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run on a DriverLoop (Python 3.11+; plain asyncio.run before that)."""
-    if not hasattr(asyncio, "Runner"):
-        return asyncio.run(main)
+    """asyncio.run on a DriverLoop."""
     with asyncio.Runner(loop_factory=DriverLoop) as runner:
         return runner.run(main)

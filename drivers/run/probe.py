@@ -65,6 +65,21 @@ async def probe(client: httpx.AsyncClient, cfg: RunConfig, base: str | None = No
     return ServerInfo(model=model, max_model_len=max_len, engine=engine, engine_version=version)
 
 
+async def probe_servers(client: httpx.AsyncClient, cfg: RunConfig) -> ServerInfo:
+    """The first server's info, once every server given serves its model and fits the ramp; BadInput otherwise."""
+    info = await probe(client, cfg)
+    for base in cfg.base_urls[1:]:
+        other = await probe(client, cfg, base)
+        if other.model != info.model:
+            raise BadInput(
+                f"{base} serves {other.model!r}, not {info.model!r} like {cfg.base_url}: "
+                "pass --model to choose one they all serve"
+            )
+        check_schedule(cfg, other)
+    check_schedule(cfg, info)
+    return info
+
+
 def check_schedule(cfg: RunConfig, info: ServerInfo) -> None:
     out = cfg.max_tokens or cfg.output_tokens  # what each request asks for
     if info.max_model_len and cfg.schedule[-1] + out > info.max_model_len:

@@ -7,7 +7,9 @@ leaves a file that replays up to its last complete line. A write that fails
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +112,24 @@ class Recorder:
             self.error = None
             self.resumed += 1
         self._pending.clear()
+
+    async def drain(self, wait_s: float) -> None:
+        """A full disk at the end of a run: the events still in memory wait for room (`wait_s` at most, saying
+        so once) rather than being dropped at exit; the UI, which has them too, appends what is still missing
+        once the driver has exited."""
+        self.flush(force=True)
+        if self.error is None:
+            return
+        print(
+            f"rampwatch: {self.error}; waiting up to {wait_s:.0f} s for room to write the run's last "
+            f"{len(self.pending)} events",
+            file=sys.stderr,
+            flush=True,
+        )
+        deadline = time.monotonic() + wait_s
+        while self.error is not None and time.monotonic() < deadline:
+            await asyncio.sleep(1.0)
+            self.flush(force=True)
 
     def close(self) -> None:
         self.flush(force=True)  # a last try, whatever the retry clock says

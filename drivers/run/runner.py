@@ -1,27 +1,22 @@
-"""A whole run: probe the server, plan the ramps, drive the sessions and the
-samplers, and close the recording, whatever happens. (Just over ~400 lines:
-the run's lifecycle from probe to last event reads top to bottom in one place.)"""
+"""A whole run: probe the server, plan the ramps, drive the sessions and the samplers, and close the
+recording, whatever happens. What it reads beside the sessions is samplers.py; how it keeps the heap out
+of the stamping loop's way is memory.py."""
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import gc
-import platform
 import secrets
 import sys
-import time
 import traceback
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
-import rampwatch.drivers as drivers
 from rampwatch.drivers.client.prompts import Corpus, Lead
 from rampwatch.drivers.client.ramp import Calibration, Conversation
-from rampwatch.drivers.client.session import SessionRunner, TurnOptions
+from rampwatch.drivers.client.session import SessionRunner
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
@@ -31,36 +26,18 @@ from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, chec
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.loop_lag import LoopLagMonitor
+from rampwatch.drivers.run.memory import return_big_buffers_to_the_os, set_up_heap_frozen
 from rampwatch.drivers.run.pacing import TurnGate
-from rampwatch.drivers.run.probe import CALIBRATION_CHARS, ServerInfo, calibrate, check_schedule, probe
+from rampwatch.drivers.run.probe import CALIBRATION_CHARS, ServerInfo, calibrate, probe, probe_servers
 from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, prompt_shape, shared_lead
 from rampwatch.drivers.run.recording import Recorder
-from rampwatch.drivers.run.scrub import scrub_json, shown_headers
+from rampwatch.drivers.run.run_header import run_header
+from rampwatch.drivers.run.samplers import Samplers
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
-from rampwatch.drivers.telemetry.gpu import GpuSampler
-from rampwatch.drivers.telemetry.metrics import MetricsScraper
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver
-from rampwatch.drivers.telemetry.prometheus import PrometheusReader, check_prometheus
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-
+from rampwatch.drivers.telemetry.prometheus import check_prometheus
 
 FINISHED: tuple[ev.RunStatus, ...] = ("done", "failed", "time-limit", "saturated")  # ran to an end of its own
-
-
-def return_big_buffers_to_the_os() -> None:
-    """Have glibc serve allocations of 1 MiB or more with mmap, always. Building a
-    1M-token turn's new message takes several MB of short-lived pieces; by default
-    glibc raises its mmap threshold after the first such buffer is freed, and later
-    ones then come from the heap, whose high-water mark (many sessions building at
-    once) stays resident for the rest of the run."""
-    if sys.platform != "linux":
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
-    except (OSError, AttributeError):
-        pass  # not glibc (musl, ...): its own policy stands
 
 
 def crash_summary(e: BaseException) -> str:
@@ -83,7 +60,7 @@ class Run:
         self.cfg = cfg
         self.record = record
         self.clock = RunClock()
-        self.started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")  # wall time of t = 0
+        self.started_at = datetime.now(UTC).isoformat(timespec="milliseconds")  # wall time of t = 0
         self.state = RunState() if fold else None
         self.hub = EventHub(self.state, keep_events=keep_events)
         self.info: ServerInfo | None = None
@@ -142,16 +119,7 @@ class Run:
             except BadInput:
                 pass  # watching needs only /metrics; a server without /v1/models is fine
         else:
-            info = await probe(client, cfg)
-            for base in cfg.base_urls[1:]:  # every server must serve the model, and fit the ramp
-                other = await probe(client, cfg, base)
-                if other.model != info.model:
-                    raise BadInput(
-                        f"{base} serves {other.model!r}, not {info.model!r} like {cfg.base_url}: "
-                        "pass --model to choose one they all serve"
-                    )
-                check_schedule(cfg, other)
-            check_schedule(cfg, info)
+            info = await probe_servers(client, cfg)
             self.corpus = corpus = load_corpus(cfg.corpus)
             sample = corpus.sample(CALIBRATION_CHARS) if corpus else None
             self.calibration = await calibrate(client, cfg, info.model, self.conversation(1), sample)
@@ -188,40 +156,14 @@ class Run:
         return Conversation(salt, self.cfg.schedule[-1:], self.calibration, self.lead, source)
 
     def header(self) -> ev.Header:
-        info = self.info
-        return ev.Header(
-            rampwatch_version=drivers.__version__,
-            command=self.cfg.command,
-            mode=self.cfg.mode,
-            server=self.cfg.base_url,
-            model=info.model if info else None,
-            engine=info.engine if info else None,
-            engine_version=info.engine_version if info else None,
-            max_model_len=info.max_model_len if info else None,
-            host=platform.node(),
-            started_at=self.started_at,
-            sessions=self.ramp_sessions if self.cfg.mode != "watch" else 0,
-            output_tokens=self.cfg.output_tokens,
+        return run_header(
+            self.cfg,
+            self.info,
             salt=self.salt,
-            lockstep=self.cfg.lockstep,
-            needle_mode="strict" if self.cfg.strict_needle else "verbatim",
-            one_shot=self.cfg.one_shot,
-            time_limit_s=self.cfg.time_limit,
-            grace_s=self.cfg.grace,
-            tls_verified=not self.cfg.insecure,
-            endpoints=self.cfg.endpoints(),
-            extra_body=scrub_json(self.cfg.extra_body),
-            request_headers=shown_headers(self.cfg.request_headers),
+            seed=self.seed,
+            started_at=self.started_at,
+            sessions=self.ramp_sessions,
             prompts=prompt_shape(self.cfg, self.lead, self.corpus),
-            reasoning=self.cfg.reasoning,  # type: ignore[arg-type]
-            max_tokens=self.cfg.max_tokens,
-            arrivals_per_s=self.cfg.arrivals_per_s,
-            seed=self.seed if self.cfg.arrivals_per_s else None,
-            max_live=self.cfg.max_live,
-            slo=self.cfg.slo,
-            warmup=self.cfg.warmup,
-            time_scale=self.cfg.time_scale,
-            spans_expected=self.cfg.otlp is not None,
         )
 
     def interrupt(self, task: asyncio.Task, sig: int | None) -> None:
@@ -252,36 +194,13 @@ class Run:
         """Run to the end. Returns the exit code: 0 ok, 1 failed turns,
         129/130/143 interrupted, 3 crashed (an unexpected exception, recorded as
         RunEnded(crashed) with its one-line summary)."""
+        with set_up_heap_frozen():
+            return await self._drive()
+
+    async def _drive(self) -> int:
         cfg, emit, clock = self.cfg, self.hub.emit, self.clock
-        # Everything set up so far (modules, config, the probe) lives as long as the run: collect it now and
-        # leave it out of every later collection, or the first full one holds the loop 20-40 ms mid-stream.
-        # Unfrozen at the end, so a process that drives many runs (a sweep's points) frees each one's cycles.
-        gc.collect()
-        gc.freeze()
-        samplers: list[MetricsScraper | PrometheusReader] = [
-            MetricsScraper(
-                s.url, cfg.scrape_interval, emit, clock, headers=cfg.metrics_headers(), verify=self.tls, source=s.name
-            )
-            for s in cfg.metrics_sources()
-        ]
-        if cfg.prometheus:
-            samplers.append(
-                PrometheusReader(
-                    cfg.prometheus,
-                    max(cfg.scrape_interval, 1.0),
-                    emit,
-                    clock,
-                    verify=self.tls,
-                    matches=cfg.prometheus_engines(),
-                    gpu_matchers=cfg.prometheus_gpus(),
-                )
-            )
-        background = [asyncio.create_task(s.run()) for s in samplers]
-        for source in cfg.gpu_sources():
-            gpus = GpuSampler(
-                source, max(cfg.scrape_interval, 1.0), emit, clock, verify=self.tls, headers=cfg.metrics_headers()
-            )
-            background.append(asyncio.create_task(gpus.run()))
+        samplers = Samplers(cfg, emit, clock, self.tls)
+        background: list[asyncio.Task] = list(samplers.start())
         if cfg.insecure:
             emit(ev.Notice(t=clock(), level="warn", message="TLS certificates are NOT verified (--insecure)"))
         background.append(asyncio.create_task(self._flush_loop()))
@@ -295,22 +214,7 @@ class Run:
             if cfg.mode == "watch":
                 await asyncio.Event().wait()  # until interrupted
             assert self.info is not None
-            opts = TurnOptions(
-                model=self.info.model,
-                output_tokens=cfg.output_tokens,
-                max_tokens=cfg.max_tokens,
-                ignore_eos=cfg.ignore_eos,
-                retries=cfg.retries,
-                reconnect_timeout=cfg.reconnect_timeout,
-                record_text=cfg.record_text,
-                request_timeout=cfg.request_timeout,
-                strict_needle=cfg.strict_needle,
-                extra_body=cfg.extra_body,
-                header_templates=tuple(h for h in cfg.request_headers if h.per_request),
-                run_id=self.salt,
-                think_time=cfg.think_time,
-                time_scale=cfg.time_scale or 1.0,
-            )
+            opts = cfg.turn_options(self.info.model, self.salt)
             open_loop = cfg.arrivals_per_s is not None
             gate = TurnGate(0 if open_loop else self.ramp_sessions, lockstep=cfg.lockstep)
 
@@ -391,24 +295,19 @@ class Run:
             traceback.print_exc()  # the driver's stderr: the details behind the one-line summary
         finally:
             self._ending = True
-            gc.unfreeze()  # every turn has ended: nothing left to stamp
             for t in background:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             lag.flush(clock())  # the last second's lag: the last turns' stamps are judged too
             if self.otlp is not None:
                 await self.otlp.finish(wait=status in FINISHED, cut_short=self._cut_short)
-            if samplers and status in FINISHED:
-                # One last read: the report's server figures cover the last turns too.
-                last = [asyncio.create_task(s.final_read()) for s in samplers]
-                _, slow = await asyncio.wait(last, timeout=max(s.FINAL_WAIT_S for s in samplers))
-                for t in slow:  # a server too slow to answer now says nothing after the run's last event
-                    t.cancel()
-                await asyncio.gather(*last, return_exceptions=True)
-            await asyncio.gather(*(s.aclose() for s in samplers), return_exceptions=True)
+            if status in FINISHED:
+                await samplers.final_read()
+            await samplers.aclose()
             self.hub.flush(force=True)  # a disk that filled up gets one more try, and says so
             emit(ev.RunEnded(t=clock(), status=status, exit_code=self.exit_code, error=error))
-            await self._drain_recording()
+            if self.hub.recorder is not None:
+                await self.hub.recorder.drain(self.FINAL_WAIT_S)
             self.close()
             await self._close_clients()
         return self.exit_code
@@ -489,27 +388,6 @@ class Run:
             await asyncio.sleep(delay)
         async with slots:
             await runner.run()
-
-    async def _drain_recording(self) -> None:
-        """A full disk at the end of the run: the events still in memory wait for room
-        (FINAL_WAIT_S at most, saying so once) rather than being dropped at exit; the UI,
-        which has them too, appends what is still missing once the driver has exited."""
-        rec = self.hub.recorder
-        if rec is None:
-            return
-        rec.flush(force=True)
-        if rec.error is None:
-            return
-        print(
-            f"rampwatch: {rec.error}; waiting up to {self.FINAL_WAIT_S:.0f} s for room to write the run's last "
-            f"{len(rec.pending)} events",
-            file=sys.stderr,
-            flush=True,
-        )
-        deadline = time.monotonic() + self.FINAL_WAIT_S
-        while rec.error is not None and time.monotonic() < deadline:
-            await asyncio.sleep(1.0)
-            rec.flush(force=True)
 
     async def _flush_loop(self) -> None:
         while True:

@@ -264,11 +264,15 @@ class SimServer:
         req = self.engine.make_request(
             prompt, max_tokens, body.ignore_eos or body.min_tokens >= max_tokens, self._reasoning(body) if chat else 0
         )
+        front_end = self.profile.front_end_time(req.prompt_tokens)
+        if front_end > 0:  # the template and the tokenizer first: the request joins the queue after them
+            req.received, req.arrival = req.arrival, req.arrival + front_end
+            req.ready_at = req.arrival
         if (body.kv_transfer_params or {}).get("do_remote_prefill"):
             # Only what this node's prefix cache lacks crosses the link; the request waits for it.
             req.remote_kv = True
             moved = max(0, req.prompt_tokens - self.engine.cached_prefix(req.hashes))
-            req.ready_at = self.engine.clock.now() + self.profile.transfer_time(moved)  # on the engine's clock
+            req.ready_at = max(req.ready_at, req.arrival + self.profile.transfer_time(moved))  # the engine's clock
         self.engine.submit(req)
         if body.stream:
             usage = bool((body.stream_options or {}).get("include_usage"))

@@ -77,7 +77,8 @@ class SimRequest:
     hashes: list[bytes]
     words: list[str]
     ends_itself: bool
-    arrival: float = field(default_factory=time.monotonic)
+    arrival: float = field(default_factory=time.monotonic)  # when it joined the queue
+    received: float | None = None  # when the front end took it, where that came before the queue (its template)
     id: int = field(default_factory=itertools.count().__next__)
     computed: int = 0  # tokens whose KV is in the pool (cached + computed)
     cached_tokens: int = 0
@@ -96,6 +97,12 @@ class SimRequest:
     local_cached: int = 0  # of cached_tokens, those this node's own prefix cache held
     registered: int = 0  # prompt blocks findable in the prefix cache so far
     reasoning: int = 0  # tokens of thinking before the answer (a reasoning model's), streamed as reasoning_content
+
+    @property
+    def taken(self) -> float:
+        """When the server took the request: its front end began (received), else it joined the queue. vLLM's
+        arrival time, which its TTFT and end-to-end latency count from."""
+        return self.received if self.received is not None else self.arrival
 
     @property
     def target_len(self) -> int:

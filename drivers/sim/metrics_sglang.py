@@ -59,7 +59,7 @@ class SglangMetrics:
             self.hit_ratio.set(r.cached_tokens / r.prompt_tokens if r.prompt_tokens else 0.0)
 
         def first(r: SimRequest) -> None:
-            self.ttft.observe(r.first_t - r.arrival)  # type: ignore[operator]
+            self.ttft.observe(r.first_t - r.taken)  # type: ignore[operator]
             self._generate()
 
         def token(r: SimRequest, dt: float) -> None:
@@ -67,7 +67,7 @@ class SglangMetrics:
             self._generate()
 
         def finish(r: SimRequest) -> None:
-            self.e2e.observe(time.monotonic() - r.arrival)
+            self.e2e.observe(time.monotonic() - r.taken)
 
         return StepStats(on_admit=admit, on_first=first, on_token=token, on_finish=finish)
 

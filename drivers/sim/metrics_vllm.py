@@ -130,7 +130,7 @@ class VllmMetrics:
             self.queue.observe((r.scheduled_t or r.arrival) - r.arrival)
 
         def first(r: SimRequest) -> None:
-            self.ttft.observe(r.first_t - r.arrival)  # type: ignore[operator]
+            self.ttft.observe(r.first_t - r.taken)  # type: ignore[operator]
             self.prefill.observe(r.first_t - (r.scheduled_t or r.arrival))  # type: ignore[operator]
             self.generation.inc()
 
@@ -141,7 +141,7 @@ class VllmMetrics:
         def finish(r: SimRequest) -> None:
             self.success[r.finish_reason or "stop"].inc()
             now = time.monotonic()
-            self.e2e.observe(now - r.arrival)
+            self.e2e.observe(now - r.taken)
             if r.first_t is not None:
                 self.decode.observe((r.last_t or now) - r.first_t)
 

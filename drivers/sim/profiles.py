@@ -32,6 +32,13 @@ class SimProfile:
     chars_per_token: int = 4  # the deterministic tokenizer: every 4 bytes are a token
     burst: int = 1  # SSE events written together (the 'fast' profile batches writes)
     kv_transfer_token_s: float = 2e-6  # prefill/decode split: seconds to move one token's KV between nodes
+    # The server's front end before the queue (the chat template and the tokenizer), per prompt token: vLLM's API
+    # server does this in Python before the engine sees the request, seconds for a 1M-token prompt.
+    front_end_token_s: float = 0.0
+
+    def front_end_time(self, tokens: int) -> float:
+        """Seconds the front end takes with a prompt of `tokens` tokens before it joins the queue."""
+        return tokens * self.front_end_token_s / self.time_scale
 
     def transfer_time(self, tokens: int) -> float:
         """Seconds to move `tokens` tokens of KV from the prefill node to the decode node."""
@@ -74,6 +81,7 @@ PROFILES: dict[str, SimProfile] = {
         step_overhead_s=0.018, prefill_token_s=546.6e-6, prefill_attn_s=1.1e-10, decode_token_s=0.0005,
         decode_attn_s=1.03e-8,
         kv_transfer_token_s=7.5e-6,  # ~376 KB of KV a token over a 50 GB/s link
+        front_end_token_s=2e-6,  # template and tokenizer: 2 s for a 1M-token prompt
     ),
 }
 # fmt: on

@@ -43,7 +43,7 @@ def request_span(req: SimRequest, request_id: str, traceparent: str | None) -> S
     queued = req.scheduled_t - req.arrival
     prefill = req.first_t - req.scheduled_t
     decode = req.last_t - req.first_t
-    e2e = req.last_t - req.arrival
+    e2e = req.last_t - req.taken
     trace, parent = _trace_ids(traceparent)
     end = time.time_ns()
     return Span(
@@ -59,7 +59,7 @@ def request_span(req: SimRequest, request_id: str, traceparent: str | None) -> S
             _attr("gen_ai.latency.time_in_model_prefill", prefill),
             _attr("gen_ai.latency.time_in_model_decode", decode),
             _attr("gen_ai.latency.time_in_model_inference", prefill + decode),
-            _attr("gen_ai.latency.time_to_first_token", queued + prefill),
+            _attr("gen_ai.latency.time_to_first_token", req.first_t - req.taken),
             _attr("gen_ai.latency.e2e", e2e),
             _attr("gen_ai.usage.prompt_tokens", req.prompt_tokens),
             _attr("gen_ai.usage.completion_tokens", req.generated),

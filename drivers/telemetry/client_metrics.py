@@ -164,6 +164,7 @@ class ClientMetrics:
             met = rec.session in state.goodput.conversations
             self.slo_met_conversations.labels(*labels).set(1 if met else 0)
         if rec.status != "ok":
+            self._forget(self.hit, labels)  # as the Sessions panel's hit: none for a turn that did not finish ok
             return
         self.asked.labels(*labels).inc()
         if rec.needle:
@@ -174,6 +175,15 @@ class ClientMetrics:
             self.decode.labels(*labels).set(rate)
         if (hit := hit_rate(rec)) is not None:
             self.hit.labels(*labels).set(hit)
+        else:
+            self._forget(self.hit, labels)
+
+    @staticmethod
+    def _forget(gauge: Gauge, labels: tuple[str, str]) -> None:
+        try:
+            gauge.remove(*labels)
+        except KeyError:
+            pass  # never set
 
     def prefills(self) -> Iterator[tuple[str, float]]:
         """(session, seconds) of each prefill still waiting for its first token, now."""

@@ -16,12 +16,12 @@ from rampwatch.drivers.run.process import DriverCrashed, DriverProcess
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.run.serve_metrics import linger_for_last_scrape, start_exporter
 from rampwatch.drivers.telemetry.client_metrics import ClientMetrics
-from rampwatch.tui.cli.web import serve_until_interrupted, serve_web
-from rampwatch.tui.headless import HeadlessPrinter
+from rampwatch.tui.cli.web_option import serve_until_interrupted, serve_web
+from rampwatch.tui.headless_lines import HeadlessPrinter
 from rampwatch.tui.refresh import REFRESH_S
 
 if TYPE_CHECKING:
-    from rampwatch.tui.web import WebServer
+    from rampwatch.tui.web_server import WebServer
 
 
 def execute_run(
@@ -84,7 +84,7 @@ def execute_headless(cfg: RunConfig, record: bool, web: str | None = None, refre
     def open_web(run: Run) -> WebServer | None:
         if web is None or run.recording_path is None:
             return None
-        from rampwatch.tui.web import page_command
+        from rampwatch.tui.web_server import page_command
 
         servers.append(
             serve_web(

@@ -19,8 +19,8 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
     if args.web or args.follow:  # bad input is one line, before a server or a UI opens
         read_recording(args.path, skip_bad_lines=args.skip_bad_lines)
     if args.web:
-        from rampwatch.tui.cli.web import serve_until_interrupted, serve_web
-        from rampwatch.tui.web import page_command
+        from rampwatch.tui.cli.web_option import serve_until_interrupted, serve_web
+        from rampwatch.tui.web_server import page_command
 
         page = page_command(args.path, follow=args.follow, speed=args.speed, refresh_s=args.refresh)
         server = serve_web(args.web, page, "rampwatch replay")
@@ -41,7 +41,7 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
 
 def print_lines(args: argparse.Namespace) -> int:
     """The same lines the live run printed, event by event, then its report."""
-    from rampwatch.tui.headless import HeadlessPrinter
+    from rampwatch.tui.headless_lines import HeadlessPrinter
 
     printers: list[HeadlessPrinter] = []
 

@@ -18,7 +18,7 @@ from rampwatch.drivers.run.sweep_loop import EXIT_INTERRUPTED, run_open_sweep, r
 from rampwatch.tui.cli.errors import fail
 from rampwatch.tui.cli.launch import report_table
 from rampwatch.tui.cli.options import config_from, open_loop_plan
-from rampwatch.tui.headless import HeadlessPrinter
+from rampwatch.tui.headless_lines import HeadlessPrinter
 
 
 def point_summary(state: RunState) -> str:

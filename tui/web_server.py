@@ -5,11 +5,11 @@ plays the recording; for a live run (run, demo, watch) it follows the run's
 recording as it grows (`rampwatch replay --follow`), so any number of pages
 show the one run, and a page's process knows nothing but the recording's
 path: no API key, no server credentials. The web server runs in a child
-process of its own (`python -m rampwatch.tui.web serve`), loopback unless a
+process of its own (`python -m rampwatch.tui.web_server`), loopback unless a
 host is given, with the API key variables removed from its environment.
 
 Neither outlives its parent: the web server dies with the rampwatch process
-that started it, and each page's process (`python -m rampwatch.tui.web page`)
+that started it, and each page's process (`python -m rampwatch.tui.cli.page`)
 with the web server (see drivers/run/lifetime.py).
 """
 
@@ -35,7 +35,7 @@ SECRET_VARIABLES = ("OPENAI_API_KEY",)  # never in the page processes' environme
 def page_command(recording: Path, follow: bool, speed: float = 1.0, refresh_s: float | None = None) -> str:
     """The shell command textual-serve runs for each page. `exec`: the page's
     process is the web server's child, not a shell's, so it dies with the server."""
-    argv = [sys.executable, "-m", "rampwatch.tui.web", "page", "replay", str(recording.resolve())]
+    argv = [sys.executable, "-m", "rampwatch.tui.cli.page", "replay", str(recording.resolve())]
     argv += ["--follow"] if follow else ["--speed", f"{speed:g}"]
     argv += ["--refresh", f"{refresh_s:g}"] if refresh_s is not None else []
     return "exec " + shlex.join(argv)
@@ -56,8 +56,7 @@ class WebServer:
                 [
                     sys.executable,
                     "-m",
-                    "rampwatch.tui.web",
-                    "serve",
+                    "rampwatch.tui.web_server",
                     "--host",
                     host,
                     "--port",
@@ -106,7 +105,7 @@ class WebServer:
 def serve(argv: list[str]) -> int:
     """The web server: textual-serve, until SIGTERM, or its parent dies."""
     p = argparse.ArgumentParser(
-        prog="python -m rampwatch.tui.web serve", description="serve rampwatch's UI with textual-serve"
+        prog="python -m rampwatch.tui.web_server", description="serve rampwatch's UI with textual-serve"
     )
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -138,24 +137,5 @@ def leave(sig: int) -> None:
     os._exit(128 + sig)
 
 
-def page(argv: list[str]) -> int:
-    """One page's app process: `rampwatch ARGV`, ending with the web server."""
-    lifetime.die_with_parent()
-    from rampwatch.tui.cli import main as rampwatch
-
-    return rampwatch(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    role = argv.pop(0) if argv else ""
-    if role == "serve":
-        return serve(argv)
-    if role == "page":
-        return page(argv)
-    print("usage: python -m rampwatch.tui.web serve|page ARGS (started by rampwatch --web)", file=sys.stderr)
-    return 2
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""--web for the commands: start the browser UI (tui/web.py) and say where it is, or why it cannot listen."""
+"""--web for the commands: start the browser UI (tui/web_server.py) and say where it is, or why it cannot listen."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from rampwatch.drivers.run.config import BadInput
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 
 if TYPE_CHECKING:
-    from rampwatch.tui.web import WebServer
+    from rampwatch.tui.web_server import WebServer
 
 
 def serve_web(listen: str, command: str, title: str, secrets: tuple[str | None, ...] = ()) -> WebServer:
     """Start the browser UI (BadInput when it cannot listen) and say where it is."""
-    from rampwatch.tui.web import WebServer  # textual-serve, its web stack: only for --web
+    from rampwatch.tui.web_server import WebServer  # textual-serve, its web stack: only for --web
 
     try:
         host, port = parse_listen(listen)

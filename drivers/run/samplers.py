@@ -1,0 +1,65 @@
+"""What a run reads beside its sessions: each endpoint's /metrics, a Prometheus server, and the GPUs (NVML or
+dcgm-exporter), each sampler a task on the driver's loop, with one last read once the run has ended."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.telemetry.gpu import GpuSampler
+from rampwatch.drivers.telemetry.metrics import MetricsScraper
+from rampwatch.drivers.telemetry.prometheus import PrometheusReader
+
+
+class Samplers:
+    """The run's metrics scrapers and GPU samplers, made from its config."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        emit: Callable[[ev.AnyEvent], None],
+        clock: Callable[[], float],
+        tls: ssl.SSLContext,
+    ):
+        headers = cfg.metrics_headers()
+        self.metrics: list[MetricsScraper | PrometheusReader] = [
+            MetricsScraper(s.url, cfg.scrape_interval, emit, clock, headers=headers, verify=tls, source=s.name)
+            for s in cfg.metrics_sources()
+        ]
+        if cfg.prometheus:
+            self.metrics.append(
+                PrometheusReader(
+                    cfg.prometheus,
+                    max(cfg.scrape_interval, 1.0),
+                    emit,
+                    clock,
+                    verify=tls,
+                    matches=cfg.prometheus_engines(),
+                    gpu_matchers=cfg.prometheus_gpus(),
+                )
+            )
+        self.gpus = [
+            GpuSampler(source, max(cfg.scrape_interval, 1.0), emit, clock, verify=tls, headers=headers)
+            for source in cfg.gpu_sources()
+        ]
+
+    def start(self) -> list[asyncio.Task[None]]:
+        """Every sampler running, a task each (the caller cancels them when the run ends)."""
+        return [asyncio.create_task(s.run()) for s in (*self.metrics, *self.gpus)]
+
+    async def final_read(self) -> None:
+        """One last read of the metrics, so the report's server figures cover the last turns too; a server too
+        slow to answer now says nothing after the run's last event."""
+        if not self.metrics:
+            return
+        last = [asyncio.create_task(s.final_read()) for s in self.metrics]
+        _, slow = await asyncio.wait(last, timeout=max(s.FINAL_WAIT_S for s in self.metrics))
+        for t in slow:
+            t.cancel()
+        await asyncio.gather(*last, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(s.aclose() for s in self.metrics), return_exceptions=True)
