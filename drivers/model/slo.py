@@ -68,14 +68,6 @@ def meets(slo: Slo, rec: TurnRecord) -> bool:
     return slo.tpot_s is None or tpot is None or tpot <= slo.tpot_s
 
 
-def read_slo(text: str | None) -> Slo | None:
-    """A recorded --slo (None: none, or a hand-edited header's that no longer reads: no verdicts)."""
-    try:
-        return parse_slo(text) if text else None
-    except ValueError:
-        return None
-
-
 class ConversationsMet:
     """The one definition of a conversation that met the SLO, which the report, the live header and the
     Prometheus exporter all count with: a ramp conversation none of whose turns fell in --warmup, at least one of

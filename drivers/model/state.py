@@ -4,13 +4,16 @@
 split), so the driver can call it inline. Each finished turn is settled once its figures are final (at its end,
 or for a prefill/decode split once the decode servers' counters show its transferred KV): then it is marked for
 --warmup, judged by --slo, logged and appended to `settled`, the list the exporter reads. What the panels ask of
-the folded state lives in panels.py; the deployment's shape in deployment.py.
+the folded state lives in panels.py; the deployment's shape in deployment.py. (A little over ~400 lines: one
+handler per event kind, read together as the one fold; what has a job of its own lives beside it.)
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
+from typing import TypeVar
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.client_check import ClientCheck
@@ -18,16 +21,18 @@ from rampwatch.drivers.model.deployment import decode_endpoints, split
 from rampwatch.drivers.model.endpoints import EndpointView, ServerView
 from rampwatch.drivers.model.engine_spans import SpanLedger
 from rampwatch.drivers.model.gaps import add_gaps
+from rampwatch.drivers.model.gpu_fleet import GpuFleet
 from rampwatch.drivers.model.log import LogEntry
 from rampwatch.drivers.model.modelled import modelled, time_factor
-from rampwatch.drivers.model.slo import GoodputTally, read_slo
+from rampwatch.drivers.model.slo import GoodputTally, parse_slo
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.ttft_split import wait_parts
 from rampwatch.drivers.model.turns import TurnRecord, prefill_tok_s
 from rampwatch.drivers.model.views import NO_ANSWER, SessionView
-from rampwatch.drivers.model.warmup import SteadyWindow, read_warmup
+from rampwatch.drivers.model.warmup import SteadyWindow, parse_warmup
 
 LOG_LEN = 500
+T = TypeVar("T")
 
 
 class RunState:
@@ -50,9 +55,7 @@ class RunState:
         self._turns_settled = 0  # finished turns changed after their end (a late span, transferred KV attributed)
         self.server = ServerView()
         self.endpoints: dict[str, EndpointView] = {}  # by name, in the order they first answered
-        self.gpus: list[ev.GpuReading] = []  # every source's GPUs, by node then index
-        self.gpu_reason: str | None = None  # why there are none (or why a source has none)
-        self._gpu_sources: dict[str, list[ev.GpuReading]] = {}
+        self.gpu_fleet = GpuFleet()  # every source's GPUs
         self.usage_has_cache: bool | None = None  # any finished turn's usage with cached tokens (None: no turn yet)
         self.engine_timed: bool | None = None  # any finished turn the engine timed itself (None: no turn yet)
         self.front_end_timed = False  # any turn whose wait splits off the server's front end (its span's own TTFT)
@@ -80,8 +83,8 @@ class RunState:
     def header(self, header: ev.Header | None) -> None:
         self._header = header
         self.client.k = time_factor(header)  # its windows are wall seconds, read in the fold's modelled ones
-        self.steady = SteadyWindow(read_warmup(header.warmup if header is not None else None))
-        self.goodput = GoodputTally(read_slo(header.slo if header is not None else None))  # --slo, judged live
+        self.steady = SteadyWindow(_recorded(parse_warmup, header.warmup if header is not None else None))
+        self.goodput = GoodputTally(_recorded(parse_slo, header.slo if header is not None else None))  # judged live
 
     @property
     def turns_revision(self) -> int:
@@ -302,24 +305,24 @@ class RunState:
             )
         ep.error = e.error or None
 
+    @property
+    def gpus(self) -> list[ev.GpuReading]:
+        """Every source's GPUs, by node then index."""
+        return self.gpu_fleet.readings
+
+    @property
+    def gpu_reason(self) -> str | None:
+        return self.gpu_fleet.reason
+
     def _on_gpu(self, e: ev.GpuSample) -> None:
-        self._gpu_sources[e.source] = list(e.gpus)
-        self._merge_gpus(None)
+        self.gpu_fleet.sample(e)
         utils = [g.util for g in e.gpus if g.util is not None]
         if utils:
             self.server.history.gpu.add(e.t, sum(utils) / len(utils))
 
     def _on_gpu_missing(self, e: ev.GpuUnavailable) -> None:
-        if self.gpu_reason != e.reason:
+        if self.gpu_fleet.unavailable(e):
             self._log(LogEntry(e.t, "warn", f"GPU: {e.reason}"))
-        self._gpu_sources[e.source] = []
-        self._merge_gpus(e.reason)
-
-    def _merge_gpus(self, reason: str | None) -> None:
-        """All sources' GPUs together (one node's source failing leaves the others shown)."""
-        gpus = [g for readings in self._gpu_sources.values() for g in readings]
-        self.gpus = sorted(gpus, key=lambda g: (g.node, g.index)) if len(self._gpu_sources) > 1 else gpus
-        self.gpu_reason = reason if reason is not None or not gpus else None
 
     def _on_mark(self, e: ev.Mark) -> None:
         self._log(LogEntry(e.t, "mark", f"mark: {e.note}"))
@@ -392,6 +395,15 @@ class RunState:
     def split(self) -> tuple[list[EndpointView], list[EndpointView]] | None:
         """(prefill, decode) endpoints of a prefill/decode split that have answered; None if not split."""
         return split(self.endpoints.values())
+
+
+def _recorded(parse: Callable[[str], T], text: str | None) -> T | None:
+    """A recorded flag's value (--slo, --warmup); None where none was given, or a hand-edited header's no longer
+    reads: the run is then read without it (no verdicts, nothing left out), rather than not at all."""
+    try:
+        return parse(text) if text else None
+    except ValueError:
+        return None
 
 
 _HANDLERS = {

@@ -79,22 +79,7 @@ class TurnRecord:
     in_warmup: bool = False
     slo_met: bool | None = None
 
-    # -- times ------------------------------------------------------------------------------------------------
-
-    @property
-    def ttft(self) -> float | None:
-        """Request sent to the first chunk of generated text (reasoning or answer)."""
-        return None if self.first_t is None else self.first_t - self.sent_t
-
-    @property
-    def ttfa(self) -> float | None:
-        """Time to the first answer token (the TTFT when nothing was reasoned first)."""
-        return None if self.answer_t is None else self.answer_t - self.sent_t
-
-    @property
-    def e2e(self) -> float | None:
-        """Request sent to the reply's end, for a turn that finished ok."""
-        return None if self.done_t is None or self.status != "ok" else self.done_t - self.sent_t
+    # -- times: from the send, and as the user waited them (from the due time where there is one) --------------
 
     @property
     def start_t(self) -> float:
@@ -102,19 +87,35 @@ class TurnRecord:
         return self.due_t if self.due_t is not None else self.sent_t
 
     @property
+    def end_t(self) -> float | None:
+        """The reply's end, for a turn that finished ok."""
+        return self.done_t if self.status == "ok" else None
+
+    @property
+    def ttft(self) -> float | None:
+        """Request sent to the first chunk of generated text (reasoning or answer)."""
+        return since(self.sent_t, self.first_t)
+
+    @property
+    def ttfa(self) -> float | None:
+        """Time to the first answer token (the TTFT when nothing was reasoned first)."""
+        return since(self.sent_t, self.answer_t)
+
+    @property
+    def e2e(self) -> float | None:
+        return since(self.sent_t, self.end_t)
+
+    @property
     def user_ttft(self) -> float | None:
-        """TTFT as the user waited it: from the due time where the turn had one, else from the send."""
-        return None if self.first_t is None else self.first_t - self.start_t
+        return since(self.start_t, self.first_t)
 
     @property
     def user_ttfa(self) -> float | None:
-        """Time to the first answer token as the user waited it (from the due time where there is one)."""
-        return None if self.answer_t is None else self.answer_t - self.start_t
+        return since(self.start_t, self.answer_t)
 
     @property
     def user_e2e(self) -> float | None:
-        """End to end as the user waited it (from the due time where there is one), for a turn that finished ok."""
-        return None if self.done_t is None or self.status != "ok" else self.done_t - self.start_t
+        return since(self.start_t, self.end_t)
 
     @property
     def send_lag(self) -> float | None:
@@ -171,6 +172,11 @@ class TurnRecord:
     def decode_rate(self) -> float | None:
         """Decode tokens/s over the whole reply (decode_tok_s)."""
         return decode_tok_s(self.tokens, self.first_t, self.last_t)
+
+
+def since(start: float, t: float | None) -> float | None:
+    """Seconds from `start` to `t` (None: `t` has not come)."""
+    return None if t is None else t - start
 
 
 def reasoning_tokens(reported: int | None, reasoning_chunks: int, completion_tokens: int, chunks: int) -> int:

@@ -45,14 +45,6 @@ def parse_warmup(text: str) -> Warmup:
     return Warmup(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
 
 
-def read_warmup(text: str | None) -> Warmup | None:
-    """A recorded --warmup (None: none, or a hand-edited header's that no longer reads: nothing left out)."""
-    try:
-        return parse_warmup(text) if text else None
-    except ValueError:
-        return None
-
-
 class SteadyWindow:
     """Where the run's steady window starts, and which finished turns fall before it: the warmup's end for a time;
     for the first N arrivals, the earliest due (else sent) turn left in so far; the run's start without a warmup."""

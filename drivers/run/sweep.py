@@ -14,9 +14,12 @@ from rampwatch.drivers.model.state import RunState
 SWEEP_TYPE = "rampwatch-sweep"
 
 
+SWEEP_SCHEMA = 2  # 2 added the open-loop fields below; a schema-1 file reads as a closed-loop sweep
+
+
 class SweepFile(msgspec.Struct, kw_only=True):
     type: str = SWEEP_TYPE
-    schema: int = 2  # 2 added the open-loop fields below; a schema-1 file reads as a closed-loop sweep
+    schema: int = SWEEP_SCHEMA
     sessions: list[int] = []  # closed loop: the session counts asked for
     runs: list[str]  # recordings of the points that ran, relative to this file
     stopped: str | None = None  # why the sweep ended before its last point

@@ -49,6 +49,13 @@ class ClientMetrics:
         self.state_of, self.clock, self.run = state_of, clock, run
         self.registry = r = CollectorRegistry()
         lab = ("session", "run")
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, lab, registry=r)
+
+        def counter(name: str, doc: str, *more: str) -> Counter:
+            return Counter(name, doc, (*lab, *more), registry=r)
+
         self.ttft = Histogram(
             "rampwatch_ttft_seconds", "Client time to first token per turn.", lab, buckets=TTFT_BUCKETS, registry=r
         )
@@ -59,49 +66,23 @@ class ClientMetrics:
             buckets=GAP_BUCKETS,
             registry=r,
         )
-        self.decode = Gauge(
-            "rampwatch_decode_tokens_per_second",
-            "Decode tokens/s of the session's last finished turn.",
-            lab,
-            registry=r,
+        self.decode = gauge(
+            "rampwatch_decode_tokens_per_second", "Decode tokens/s of the session's last finished turn."
         )
-        self.turn = Gauge("rampwatch_turn", "The session's current turn (1-based).", lab, registry=r)
-        self.context = Gauge(
-            "rampwatch_context_tokens", "Prompt tokens of the session's last finished turn.", lab, registry=r
-        )
-        self.hit = Gauge(
-            "rampwatch_hit_rate",
-            "Prefix-cache hit rate of the session's last finished turn (the report's hit column).",
-            lab,
-            registry=r,
-        )
-        self.turns = Counter(
-            "rampwatch_turns", "Finished turns, by status (ok, failed, cancelled).", (*lab, "status"), registry=r
-        )
-        self.failed = Counter("rampwatch_failed_turns", "Turns that failed.", lab, registry=r)
-        self.found = Counter("rampwatch_needle_found", "Turns whose reply found the needle.", lab, registry=r)
-        self.asked = Counter(
-            "rampwatch_needle_asked", "Turns that asked for the needle (finished ok).", lab, registry=r
-        )
-        self.late = Counter(
-            "rampwatch_late_turns",
-            "Open loop: turns past --warmup sent more than 10 ms after they were due.",
-            lab,
-            registry=r,
-        )
-        self.slo_met = Counter(
-            "rampwatch_slo_met_turns",
-            "Turns past --warmup that met every bound of --slo (goodput: its rate).",
-            lab,
-            registry=r,
-        )
+        self.turn = gauge("rampwatch_turn", "The session's current turn (1-based).")
+        self.context = gauge("rampwatch_context_tokens", "Prompt tokens of the session's last finished turn.")
+        self.hit = gauge("rampwatch_hit_rate", "Prefix-cache hit rate of the session's last finished turn.")
+        self.turns = counter("rampwatch_turns", "Finished turns, by status (ok, failed, cancelled).", "status")
+        self.failed = counter("rampwatch_failed_turns", "Turns that failed.")
+        self.found = counter("rampwatch_needle_found", "Turns whose reply found the needle.")
+        self.asked = counter("rampwatch_needle_asked", "Turns that asked for the needle (finished ok).")
+        self.late = counter("rampwatch_late_turns", "Turns past --warmup sent more than 10 ms after they were due.")
+        self.slo_met = counter("rampwatch_slo_met_turns", "Turns past --warmup that met every bound of --slo.")
         # A gauge, not a counter: a conversation counts while every turn it finished met the SLO, and a later miss
         # takes it back out (ConversationsMet, the report's definition); sum() over sessions is the report's count.
-        self.slo_met_conversations = Gauge(
+        self.slo_met_conversations = gauge(
             "rampwatch_slo_met_conversations",
             "1 while every finished turn of the conversation (begun past --warmup) met every bound of --slo, else 0.",
-            lab,
-            registry=r,
         )
         self._fold: RunState | None = None
         self._settled = 0  # turns of the fold's `settled` already in the series
