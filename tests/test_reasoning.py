@@ -156,6 +156,13 @@ def test_compare_sets_the_answer_times_side_by_side(runs):
     first, second = cmp["runs"]
     assert first["needle_no_answer"] == 3 and first["ttfa_max_s"] is None and first["reasoning_tokens"] == 384
     assert second["needle_no_answer"] == 0 and second["ttfa_max_s"] > 0 and second["reasoning_tokens"] == 3 * THINK
+    # Per turn too: each run's time to the first answer token beside its TTFT (none where it never answered).
+    on_report = report_json(runs["on"][0])
+    for turn in cmp["turns"]:
+        mine = on_report["sessions"][0]["turns"][turn["turn"] - 1]
+        assert turn["ttfa_s"] == [None, mine["ttfa_s"]] and turn["ttfa_s"][1] > turn["ttft_s"][1]
+    md = rw("compare", auto, on, "--format", "md").stdout
+    assert md.count(" TTFA s |") == 2, md  # the per-turn table: a TTFA column per run
 
 
 def test_the_events_line_and_the_sessions_panel_show_reasoning(runs):
@@ -184,8 +191,10 @@ async def test_the_focus_screen_shows_both_first_token_times(runs):
     from rampwatch.tui.sources import ReplaySource
 
     heads, cells = await focus_table(ReplaySource(read_recording(runs["on"][0])), (160, 40))
-    assert "TTFT s" in heads and "TTFA s" in heads and "reasoning" in heads
+    assert "TTFT s" in heads and "TTFA s" in heads and "reasoning" in heads and "answer" in heads
     assert len(cells) == 3
+    out = heads.index("answer")
+    assert all(int(row[out]) > 0 for row in cells)  # the answer's own tokens, beside the reasoning's
 
 
 def no_tokenize(app):
