@@ -84,7 +84,8 @@ def engine_accounts_for_ttft() -> None:
     print(f"the engine's account of each TTFT, demo x{k:g}, 2 sessions ({time.monotonic() - t0:.1f} s)")
     print(
         f"  client's part per turn (wall ms): median {1000 * rests[len(rests) // 2]:.1f}, "
-        f"max {1000 * rests[-1]:.1f} over {len(rests)} turns ({len(turns) - len(rests)} marked client busy); bar: every turn <= 5 ms"
+        f"max {1000 * rests[-1]:.1f} over {len(rests)} turns ({len(turns) - len(rests)} marked client busy); "
+        "bar: every turn <= 5 ms"
     )
 
 
