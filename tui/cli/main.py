@@ -29,6 +29,7 @@ MODULES = {
     "compare": "compare",
     "export": "export",
     "sweep": "sweep",
+    "trace": "trace",
 }
 
 

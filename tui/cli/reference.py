@@ -31,7 +31,7 @@ def reference() -> str:
         "| Command | What it does |",
         "|---|---|",
     ]
-    out += [f"| [`{name}`](#rampwatch-{name}) | {help_text} |" for name, help_text, _ in commands]
+    out += [f"| [`{name}`](#rampwatch-{name.replace(' ', '-')}) | {help_text} |" for name, help_text, _ in commands]
     for name, help_text, sub in commands:
         out += ["", f"## rampwatch {name}", "", help_text[:1].upper() + help_text[1:] + "."]
         for group in sub._action_groups:
@@ -43,10 +43,17 @@ def reference() -> str:
 
 
 def subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, OneLineParser]]:
-    """(name, help, parser with its flags) for each command, in the order --help lists them."""
+    """(name, help, parser with its flags) for each command, in the order --help lists them; a command with
+    subcommands of its own (`trace info`) is followed by each of them, named with both words."""
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {c.dest: c.help or "" for c in action._choices_actions}
-    return [(name, helps[name], sub.populated()) for name, sub in action.choices.items()]  # type: ignore[attr-defined]
+    out = []
+    for name, sub in action.choices.items():
+        populated = sub.populated()  # type: ignore[attr-defined]
+        out.append((name, helps[name], populated))
+        if any(isinstance(a, argparse._SubParsersAction) for a in populated._actions):
+            out += [(f"{name} {inner}", text, p) for inner, text, p in subcommands(populated)]
+    return out
 
 
 def flag_line(parser: argparse.ArgumentParser, action: argparse.Action) -> str:

@@ -12,6 +12,7 @@ from rampwatch.tui.cli.spec.reading import add_compare_args, add_export_args, ad
 from rampwatch.tui.cli.spec.run import add_run_args, add_watch_args
 from rampwatch.tui.cli.spec.simulated import add_demo_args, add_sim_command_args
 from rampwatch.tui.cli.spec.sweep import add_sweep_args
+from rampwatch.tui.cli.spec.trace import add_trace_args
 
 # Every command in the order --help lists them: name, one-line help, the function that adds its flags (called
 # only when that command is parsed or its help shown, so `rampwatch report` never imports the simulator).
@@ -30,6 +31,11 @@ COMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = [
         add_sweep_args,
     ),
     ("report", "per-turn tables of a recording", add_report_args),
+    (
+        "trace",
+        "a workload trace read on its own: `trace info FILE`, its sessions, sizes and ideal reuse",
+        add_trace_args,
+    ),
 ]
 
 

@@ -1,0 +1,94 @@
+"""The flags of `rampwatch trace` and its subcommands: a trace file (Mooncake, Qwen-Bailian, agentic, AIPerf
+multi_turn, a rampwatch recording) read on its own."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rampwatch.drivers.client.ramp import ScheduleError, parse_tokens
+from rampwatch.drivers.model.trace import BLOCK_SIZES, TRACE_FORMATS
+from rampwatch.drivers.run.config import BadInput, parse_duration
+from rampwatch.tui.cli.argtypes import duration, positive_int
+from rampwatch.tui.cli.spec.parser import OneLineParser
+
+INFO_HELP = (
+    "a trace's sessions and turns, requests per minute, context sizes, growth per turn, ideal hit rate and peak "
+    "live context, streamed from the file"
+)
+
+
+def token_count(text: str) -> int:
+    try:
+        return parse_tokens(text)
+    except ScheduleError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def start_time(text: str) -> float:
+    """A time from the trace's start, zero allowed ('0', '90s', '1h')."""
+    try:
+        return parse_duration(text, zero=True)
+    except BadInput as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_trace_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(
+        dest="trace_command",
+        required=True,
+        metavar="SUBCOMMAND",
+        parser_class=OneLineParser,
+        help="what to do with the trace: info",
+    )
+    sub.add_parser("info", help=INFO_HELP, description=INFO_HELP, populate=add_trace_info_args)
+
+
+def add_trace_info_args(p: argparse.ArgumentParser) -> None:
+    blocks = ", ".join(f"{fmt} {BLOCK_SIZES[fmt]}" for fmt in TRACE_FORMATS)
+    p.add_argument(
+        "path",
+        type=Path,
+        metavar="FILE",
+        help="the trace: Mooncake JSONL, Qwen-Bailian CSV or JSONL, agentic JSON, AIPerf multi_turn JSONL or a "
+        "rampwatch recording (gzip or not)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("auto", *TRACE_FORMATS),
+        default="auto",
+        help="the trace's format (default auto: told by its first line)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=positive_int,
+        metavar="N",
+        help=f"tokens a hash id stands for (default the format's: {blocks})",
+    )
+    p.add_argument(
+        "--kv-tokens",
+        type=token_count,
+        metavar="TOKENS",
+        help="also the ideal hit rate with an LRU pool of this many KV tokens, e.g. 1m",
+    )
+    p.add_argument(
+        "--start",
+        type=start_time,
+        default=0.0,
+        metavar="TIME",
+        help="leave out requests due before this time from the trace's start, e.g. 1h (default 0)",
+    )
+    p.add_argument("--duration", type=duration, metavar="TIME", help="read only this long after --start, e.g. 30m")
+    p.add_argument("--sessions", type=positive_int, metavar="N", help="only the first N sessions to start")
+    p.add_argument(
+        "--max-context",
+        type=token_count,
+        metavar="TOKENS",
+        help="leave out, and count, requests with a longer prompt, e.g. 128k",
+    )
+    p.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip and count the rows that cannot be used instead of stopping at the first",
+    )
+    p.add_argument("--json", action="store_true", help="the figures as JSON instead of text")
