@@ -146,6 +146,7 @@ def test_report_json_schema(recorded):
         "spans",
         "open_loop",
         "goodput",
+        "reuse",
     }
     assert set(rep["run"]) == {
         "schema",
@@ -167,6 +168,7 @@ def test_report_json_schema(recorded):
         "max_tokens",
         "output_tokens",
         "time_scale",
+        "trace",
     }
     assert rep["run"]["schema"] == 7 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
@@ -219,6 +221,10 @@ def test_report_json_schema(recorded):
         "e2e_s",
         "e2e_from_due_s",
         "slo_met",
+        "ideal_cached_tokens",
+        "ideal_cached_pool_tokens",
+        "cache_efficiency",
+        "cache_efficiency_pool",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:

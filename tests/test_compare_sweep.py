@@ -109,6 +109,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         "late_turns",
         "slo_conversations_met",
         "slo_conversations_met_per_min",
+        "cache_efficiency",
     }
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3

@@ -11,10 +11,11 @@ from typing import Any
 import msgspec
 
 from rampwatch.drivers.model.endpoints import EndpointView
-from rampwatch.drivers.model.events import PromptShape
+from rampwatch.drivers.model.events import PromptShape, TraceRun
 from rampwatch.drivers.model.gaps import GapStats, gap_stats, split_decode_rates
 from rampwatch.drivers.model.goodput import Goodput, OpenLoop, goodput, open_loop, ramp_ids
 from rampwatch.drivers.model.panels import last_turn_hit_rate
+from rampwatch.drivers.model.reuse import Reuse, reuse
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow, turn_row
@@ -71,6 +72,7 @@ class RunInfo(msgspec.Struct):
     # A demo's simulated engine ran this many times faster than real time; every time and rate in the report is
     # modelled (the recorded times multiplied by it). None: real time.
     time_scale: float | None = None
+    trace: TraceRun | None = None  # --trace: the trace the sessions came from (None: a ramp)
 
 
 class Interference(msgspec.Struct):
@@ -155,6 +157,7 @@ class Report(msgspec.Struct):
     spans: SpanFigures | None = None  # the engine's OTLP trace spans (--otlp); None: none arrived
     open_loop: OpenLoop | None = None  # --arrivals: the arrivals and the late turns (None: closed loop)
     goodput: Goodput | None = None  # --slo: the turns and conversations that met it (None: no SLO given)
+    reuse: Reuse | None = None  # --trace: the prefix-cache reuse delivered against the trace's ideal (None: no trace)
 
 
 class SpanFigures(msgspec.Struct):
@@ -272,6 +275,7 @@ def build_report(state: RunState) -> Report:
             max_tokens=h.max_tokens if h else None,
             output_tokens=h.output_tokens if h else 0,
             time_scale=h.time_scale if h else None,
+            trace=h.trace if h else None,
         ),
         sessions=sessions,
         interference=Interference(
@@ -299,6 +303,7 @@ def build_report(state: RunState) -> Report:
         spans=span_figures(state),
         open_loop=open_loop(state),
         goodput=goodput(state),
+        reuse=reuse(state),
     )
 
 

@@ -67,6 +67,20 @@ class PromptShape(msgspec.Struct, kw_only=True, omit_defaults=True):
     think_time_s: tuple[float, float] | None = None  # a pause drawn uniformly from this range before each later turn
 
 
+class TraceRun(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """--trace as the run read it: which file and format, its block size, the slice taken, what was skipped."""
+
+    path: str
+    format: str
+    block_size: int
+    kv_tokens: int | None = None  # --trace-kv-tokens: the LRU pool the ideal was also computed for
+    start_s: float = 0.0
+    duration_s: float | None = None
+    sessions: int | None = None
+    max_context: int | None = None
+    skipped: dict[str, int] = {}  # requests left out, by reason (bad rows with --trace-skip-bad, the slice)
+
+
 class Header(msgspec.Struct, tag="header", kw_only=True):
     """First line of a recording: what ran, against what, when."""
 
@@ -105,6 +119,7 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     # wall clock, and RunState reads them as modelled (model/modelled.py). None: a real server, real time.
     time_scale: float | None = None
     spans_expected: bool = False  # --otlp: the engine's trace spans are received, each a few seconds after its turn
+    trace: TraceRun | None = None  # --trace: the sessions came from this trace (None: a ramp)
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
@@ -138,6 +153,10 @@ class RequestSent(Event):
     # Open loop: when the turn was due (turn 1: its arrival; later: the previous turn's end + the user's pause);
     # `t` - due is how late the client sent it (coordinated omission). None: closed loop, due when sent.
     due: float | None = None
+    # --trace: the prompt tokens the trace's own blocks allowed a prefix cache to hold (drivers/model/trace_reuse.py):
+    # with an unbounded cache, and with an LRU pool of --trace-kv-tokens (None: not a trace run, or no pool asked).
+    ideal_cached: int | None = None
+    ideal_cached_pool: int | None = None
 
 
 class UserPause(Event):

@@ -141,6 +141,8 @@ class RunState:
             transfer_at_sent=transfer_counters(decode_endpoints(self.endpoints.values())),
             kv_peak=self.server.values.get("kv_usage"),
             due_t=e.due,
+            ideal_cached=e.ideal_cached,
+            ideal_cached_pool=e.ideal_cached_pool,
         )
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
         s.recent.clear()

@@ -9,6 +9,7 @@ from rampwatch.drivers.model.gaps import turn_gaps
 from rampwatch.drivers.model.ttft_split import turn_split
 from rampwatch.drivers.model.turns import (
     TurnRecord,
+    cache_efficiency,
     hit_rate,
     new_tokens,
     prefill_tok_s,
@@ -74,6 +75,12 @@ class TurnRow(msgspec.Struct):
     e2e_s: float | None = None
     e2e_from_due_s: float | None = None
     slo_met: bool | None = None  # --slo: the turn met every named bound (None: no SLO given)
+    # --trace: the prompt tokens the trace's blocks allowed a prefix cache to hold (unbounded; an LRU pool of
+    # --trace-kv-tokens), and cached_tokens over each (None: not a trace run, or the ideal was 0).
+    ideal_cached_tokens: int | None = None
+    ideal_cached_pool_tokens: int | None = None
+    cache_efficiency: float | None = None
+    cache_efficiency_pool: float | None = None
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
@@ -129,4 +136,8 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         e2e_s=rec.e2e,
         e2e_from_due_s=rec.user_e2e if due else None,
         slo_met=rec.slo_met,
+        ideal_cached_tokens=rec.ideal_cached,
+        ideal_cached_pool_tokens=rec.ideal_cached_pool,
+        cache_efficiency=cache_efficiency(rec),
+        cache_efficiency_pool=cache_efficiency(rec, pool=True),
     )

@@ -74,6 +74,8 @@ class TurnRecord:
     span: ev.EngineSpan | None = None  # the engine's trace span of this request (--otlp), once it arrived
     span_disagreement_s: float | None = None  # the span against the response's metrics: the largest difference
     due_t: float | None = None  # open loop: when the turn was due (RequestSent.due); None: due when sent
+    ideal_cached: int | None = None  # --trace: the prompt tokens its trace allowed a cache to hold (unbounded)
+    ideal_cached_pool: int | None = None  # ... with an LRU pool of --trace-kv-tokens
     # Set by the fold once the turn's figures are final (state.py's settle): whether --warmup left it out of the
     # run's figures, and its --slo verdict (None: no SLO, or a turn of the one-shot baseline).
     in_warmup: bool = False
@@ -261,3 +263,18 @@ def hit_rate(rec: TurnRecord) -> float | None:
     if a is None or b is None or b[0] - a[0] <= 0:
         return None
     return (b[1] - a[1]) / (b[0] - a[0])
+
+
+def ideal_hit_rate(rec: TurnRecord) -> float | None:
+    """--trace: the share of the prompt its trace allowed a cache to hold (the hit rate a perfect cache gives)."""
+    if rec.ideal_cached is None or rec.status != "ok" or not rec.context_tokens:
+        return None
+    return min(1.0, rec.ideal_cached / rec.context_tokens)
+
+
+def cache_efficiency(rec: TurnRecord, pool: bool = False) -> float | None:
+    """--trace: the prompt tokens the server's prefix cache supplied over those the trace allowed (measured /
+    ideal; `pool`: the ideal of an LRU pool of --trace-kv-tokens). None where the ideal is unknown or zero."""
+    ideal = rec.ideal_cached_pool if pool else rec.ideal_cached
+    reused = reused_tokens(rec)
+    return reused / ideal if ideal and reused is not None and rec.status == "ok" else None

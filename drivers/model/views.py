@@ -10,7 +10,7 @@ from typing import Literal
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.ttft_split import WaitPart
-from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, hit_rate
+from rampwatch.drivers.model.turns import TurnRecord, decode_tok_s, hit_rate, ideal_hit_rate
 
 # reasoning: generating, but the answer has not started (a reasoning model's thinking); decoding: answering.
 # "user idle": the user's own pause (--think-time) before the next turn, not the model's.
@@ -118,6 +118,11 @@ class SessionView:
             if a <= hi:
                 out.append((a, b))
         return out
+
+    @property
+    def ideal_hit_rate(self) -> float | None:
+        """--trace: what the trace allowed the last finished turn's hit rate to be (turns.ideal_hit_rate)."""
+        return None if self.last_done is None else ideal_hit_rate(self.last_done)
 
     def current_gap(self, now: float) -> float | None:
         """While generating: seconds since the last text chunk arrived (a stall, when long)."""

@@ -55,6 +55,7 @@ class RunRow(msgspec.Struct):
     late_turns: int | None = None
     slo_conversations_met: int | None = None  # conversations every turn of which met it
     slo_conversations_met_per_min: float | None = None
+    cache_efficiency: float | None = None  # --trace: cached over the prompt tokens the trace allowed (None: no trace)
 
 
 class ComparedTurn(msgspec.Struct):
@@ -139,6 +140,7 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         slo_conversations_met=rep.goodput.conversations_met if rep.goodput else None,
         slo_conversations_met_per_min=rep.goodput.conversations_met_per_min if rep.goodput else None,
         late_turns=rep.open_loop.late_turns if rep.open_loop else None,
+        cache_efficiency=rep.reuse.run.efficiency if rep.reuse else None,
     )
 
 

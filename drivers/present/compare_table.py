@@ -31,6 +31,7 @@ COMPARE_COLUMNS = (
     ("prefill tok/s last", lambda r: fmt_num(r.prefill_tok_s_last_turn, ",.0f")),
     ("decode tok/s", lambda r: fmt_num(r.decode_tok_s_median, ".1f")),
     ("hit last", lambda r: "n/a" if isinstance(r.hit_rate_last_turn, str) else pct(r.hit_rate_last_turn)),
+    ("cache eff", lambda r: pct(r.cache_efficiency)),
     ("KV peak", lambda r: pct(r.kv_peak)),
     ("TTFA longest s", lambda r: fmt_num(r.ttfa_max_s, ".2f")),
     ("reasoning", lambda r: format_tokens(r.reasoning_tokens)),
@@ -42,12 +43,14 @@ COMPARE_COLUMNS = (
 COMPARE_REASONING_HEADS = ("TTFA longest s", "reasoning")  # shown where some run reasoned
 COMPARE_ENGINE_HEADS = ("queued sum s", "engine prefill sum s")  # shown where the engine timed some run's turns
 COMPARE_FRONT_END_HEADS = ("front end sum s",)  # shown where the engine's spans gave some run's own TTFT
+COMPARE_TRACE_HEADS = ("cache eff",)  # shown where some run replayed a trace
 
 
 # Where a terminal is too narrow for every column, these are left out, first to last (the rest are the
 # campaign's comparison: run, turns, context, TTFT sum, longest, needle, failed).
 COMPARE_DROP_ORDER = (
     "front end sum s",
+    "cache eff",
     "queued sum s",
     "engine prefill sum s",
     "reasoning",
@@ -135,6 +138,7 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
         (() if reasoned else COMPARE_REASONING_HEADS)
         + (() if timed else COMPARE_ENGINE_HEADS)
         + (() if fronted else COMPARE_FRONT_END_HEADS)
+        + (() if any(r.cache_efficiency is not None for r in cmp.runs) else COMPARE_TRACE_HEADS)
     )
     columns = [c for c in COMPARE_COLUMNS if c[0] not in hidden]
     heads = [name for name, _ in columns]

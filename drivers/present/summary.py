@@ -102,6 +102,7 @@ def summary_lines(rep: Report) -> list[str]:
             "(a stamp taken while it ran over 5 ms late)"
         )
     lines += open_loop_lines(rep)
+    lines += reuse_lines(rep)
     if run.prompts is not None:
         lines.append(prompts_line(run.prompts, [t.think_s for s in rep.sessions for t in s.turns]))
     lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
@@ -133,6 +134,33 @@ def open_loop_lines(rep: Report) -> list[str]:
             f"{g.conversations_met} of {g.conversations} conversations met it on every turn{conv_min}"
             + (f"; warmup: {g.warmup} left out ({g.warmup_turns} turns)" if g.warmup else "")
         )
+    return lines
+
+
+def reuse_lines(rep: Report) -> list[str]:
+    """--trace: the prefix-cache reuse the server delivered against what the trace allowed, and where it fell short."""
+    r = rep.reuse
+    if r is None:
+        return []
+    run = r.run
+    pool = (
+        f"; {pct(run.efficiency_pool)} of what an LRU pool of {rep.run.trace.kv_tokens:,} tokens could keep"
+        if run.efficiency_pool is not None and rep.run.trace is not None and rep.run.trace.kv_tokens
+        else ""
+    )
+    lines = [
+        f"reuse: cached {run.cached_tokens:,} of the {run.ideal_tokens:,} prompt tokens the trace allowed "
+        f"(cache efficiency {pct(run.efficiency)}){pool}"
+    ]
+    if len(r.sessions) > 1 or r.endpoints:
+        parts = [f"{t.name} {pct(t.efficiency)}" for t in (*r.endpoints, *r.sessions)]
+        lines.append("reuse by " + ("endpoint and session: " if r.endpoints else "session: ") + ", ".join(parts))
+    if r.shortfalls:
+        worst = ", ".join(
+            f"{s.session} turn {s.turn} {pct(s.hit_rate)} hit of {pct(s.ideal_hit_rate)} possible"
+            for s in r.shortfalls[:5]
+        )
+        lines.append(f"reuse fell furthest below ideal on: {worst}")
     return lines
 
 

@@ -59,6 +59,9 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn("answer", "answer_tokens", lambda r: str(r.answer_tokens)),
     TurnColumn("spec", "spec_accepted", lambda r: spec_cell(r)),
     TurnColumn("hit", "hit_rate", lambda r: pct(r.hit_rate)),
+    # --trace: what the trace's blocks allowed a prefix cache to hold, and cached over that.
+    TurnColumn("ideal", "ideal_cached_tokens", lambda r: format_tokens(r.ideal_cached_tokens)),
+    TurnColumn("reuse eff", "cache_efficiency", lambda r: pct(r.cache_efficiency)),
     TurnColumn("KV peak", "kv_peak", lambda r: pct(r.kv_peak)),
     TurnColumn("gap p50", "gap_p50_s", lambda r: fmt_num(r.gap_p50_s, ".3f")),
     TurnColumn("gap p99", "gap_p99_s", lambda r: fmt_num(r.gap_p99_s, ".3f")),
@@ -90,6 +93,7 @@ SPEC_HEADS = ("spec",)  # shown where some turn drafted speculative tokens
 TRANSFER_HEADS = ("transferred", "xfer s")
 LATE_HEADS = ("late ms",)  # shown where some turn had a due time (--arrivals)
 SLO_HEADS = ("SLO",)  # shown where the turns were judged (--slo)
+TRACE_HEADS = ("ideal", "reuse eff")  # shown where the turns came from a trace (--trace)
 # Each optional group of columns, whether a turn calls for it, and the width it adds to the text table.
 OPTIONAL: tuple[tuple[tuple[str, ...], Callable[[TurnRow], bool], int], ...] = (
     (REASONING_HEADS, lambda r: bool(r.reasoning_tokens or r.no_answer), 38),
@@ -100,6 +104,7 @@ OPTIONAL: tuple[tuple[tuple[str, ...], Callable[[TurnRow], bool], int], ...] = (
     (TRANSFER_HEADS[1:], lambda r: r.transfer_s is not None, 14),
     (LATE_HEADS, lambda r: r.due_s is not None, 10),
     (SLO_HEADS, lambda r: r.slo_met is not None, 7),
+    (TRACE_HEADS, lambda r: r.ideal_cached_tokens is not None, 20),
 )
 COLUMNS = tuple(h for h in ALL_COLUMNS if not any(h in heads for heads, _, _ in OPTIONAL))  # none called for
 

@@ -83,7 +83,13 @@ def turn_line(rec: TurnRecord) -> str:
         parts.append("needle ✓" if row.needle else "needle ✗")
     parts.append(f"ctx {row.context_tokens:,}")
     if row.cached_tokens is not None:
-        parts.append(f"cached {row.cached_tokens:,}")
+        ideal = row.ideal_cached_tokens
+        of = (
+            ""
+            if ideal is None
+            else f" of ideal {ideal:,}" + (f" ({row.cache_efficiency:.0%})" if row.cache_efficiency is not None else "")
+        )
+        parts.append(f"cached {row.cached_tokens:,}{of}")
     if row.transferred_tokens is not None:
         parts.append(f"transferred {row.transferred_tokens:,}")
     if row.prefill_leg_s is not None and row.transfer_s is not None:

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.gaps import is_delivery_gap
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.model.turns import TurnRecord, hit_rate
+from rampwatch.drivers.model.turns import TurnRecord, hit_rate, reused_tokens
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560)
 GAP_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
@@ -37,6 +37,8 @@ SERIES = (
     "rampwatch_late_turns",
     "rampwatch_slo_met_turns",
     "rampwatch_slo_met_conversations",
+    "rampwatch_cached_tokens",
+    "rampwatch_ideal_cached_tokens",
 )
 
 
@@ -78,6 +80,8 @@ class ClientMetrics:
         self.asked = counter("rampwatch_needle_asked", "Turns that asked for the needle (finished ok).")
         self.late = counter("rampwatch_late_turns", "Turns past --warmup sent more than 10 ms after they were due.")
         self.slo_met = counter("rampwatch_slo_met_turns", "Turns past --warmup that met every bound of --slo.")
+        self.cached = counter("rampwatch_cached_tokens", "--trace: prompt tokens the prefix cache supplied.")
+        self.ideal_cached = counter("rampwatch_ideal_cached_tokens", "--trace: prompt tokens the trace allowed it.")
         # A gauge, not a counter: a conversation counts while every turn it finished met the SLO, and a later miss
         # takes it back out (ConversationsMet, the report's definition); sum() over sessions is the report's count.
         self.slo_met_conversations = gauge(
@@ -158,6 +162,9 @@ class ClientMetrics:
             self.hit.labels(*labels).set(hit)
         else:
             self._forget(self.hit, labels)
+        if rec.ideal_cached is not None:  # --trace: efficiency = rate(cached) / rate(ideal), as the report's
+            self.cached.labels(*labels).inc(reused_tokens(rec) or 0)
+            self.ideal_cached.labels(*labels).inc(rec.ideal_cached)
 
     @staticmethod
     def _forget(gauge: Gauge, labels: tuple[str, str]) -> None:

@@ -42,6 +42,8 @@ TURN_COLUMNS = (
     "max gap",
     ">100ms",
     "hit",
+    "ideal",
+    "reuse eff",
     "spec",
     "reasoning",
     "answer",
@@ -82,7 +84,8 @@ class SessionScreen(Screen[None]):
         if s is None:
             head.show_content(Text(f"{self.session}: no such session in this run", style="bold red"))
             return
-        head.show_content(session_row(s, now, max(40, self.size.width - 2)))
+        trace = state.header is not None and state.header.trace is not None
+        head.show_content(session_row(s, now, max(40, self.size.width - 2), trace=trace))
         if state.turns_revision != self._turns_shown:  # a turn more, or a finished one settled since
             self._turns_shown = state.turns_revision
             rows = [turn_row(rec) for rec in state.turns if rec.session == self.session]

@@ -49,9 +49,16 @@ COLUMNS = (
     ("stall", 6, ">"),
     ("hit", 4, ">"),
 )
-HEADS = Text(
-    " ".join(f"{n:{a}{w}}" for n, w, a in COLUMNS) + " needle", style="bold", no_wrap=True, overflow="ellipsis"
-)
+# A trace run's hit column reads measured/ideal (62%/97%): what the server's cache gave, and what the trace allowed.
+TRACE_COLUMNS = (*COLUMNS[:-1], ("hit/ideal", 9, ">"))
+
+
+def heads(columns: tuple[tuple[str, int, str], ...]) -> Text:
+    line = " ".join(f"{n:{a}{w}}" for n, w, a in columns) + " needle"
+    return Text(line, style="bold", no_wrap=True, overflow="ellipsis")
+
+
+HEADS, TRACE_HEADS = heads(COLUMNS), heads(TRACE_COLUMNS)
 CURSOR_STYLE = Style(bgcolor="grey30")
 
 
@@ -101,8 +108,11 @@ def needle_marks(needles: list[bool | str | None], room: int) -> Text:
     return Text(f"{mark}{found}/{len(needles)}", style="green" if found == len(needles) else "bold red")
 
 
-def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] | None = None) -> Text:
-    """`place`: where a prefill/decode split has the turn (RunState.turn_place)."""
+def session_row(
+    s: SessionView, now: float, width: int, place: tuple[str, str] | None = None, trace: bool = False
+) -> Text:
+    """`place`: where a prefill/decode split has the turn (RunState.turn_place); `trace`: the hit column says the
+    ideal beside it."""
     label = s.state
     if s.state == "prefilling" and s.current is not None:
         label = f"{place[0] if place else 'prefilling'} {duration(s.current.prefill_elapsed(now))}"
@@ -119,13 +129,14 @@ def session_row(s: SessionView, now: float, width: int, place: tuple[str, str] |
         duration(last.ttft if last is not None else None),
         f"{tok_s:.1f}" if tok_s is not None else "-",
         stall,
-        pct(s.hit_rate),
+        f"{pct(s.hit_rate)}/{pct(s.ideal_hit_rate)}" if trace else pct(s.hit_rate),
     )
+    columns = TRACE_COLUMNS if trace else COLUMNS
     line = Text(no_wrap=True, overflow="ellipsis")
-    for (_, w, align), cell in zip(COLUMNS, cells):
+    for (_, w, align), cell in zip(columns, cells):
         style = STATE_STYLE.get(s.state, "") if cell is label else ("bold red" if cell is stall and stalled else "")
         line.append(f"{cell:{align}{w}} "[: w + 1], style=style)
-    line.append_text(needle_marks(s.needles, width - sum(w + 1 for _, w, _ in COLUMNS)))
+    line.append_text(needle_marks(s.needles, width - sum(w + 1 for _, w, _ in columns)))
     return line
 
 
@@ -180,6 +191,7 @@ class SessionsTable(ScrollView, can_focus=True):
         self.cursor: str | None = None  # the selected session's id: it stays selected when rows move
         self.rows: list[SessionView] = []
         self._state: RunState | None = None
+        self._trace = False  # a trace run: the hit column says the ideal beside it
         self._now = 0.0
         self._top: list[Text] = []  # the fixed lines above the rows: the aggregate and the column heads
         self._text_console = Console(width=1000, color_system="truecolor", legacy_windows=False)
@@ -207,7 +219,9 @@ class SessionsTable(ScrollView, can_focus=True):
         self.rows = sorted(rows, key=key, reverse=descending)  # type: ignore[arg-type]
         if self.rows and (self.cursor is None or all(s.id != self.cursor for s in self.rows)):
             self.cursor = self.rows[0].id
-        self._top = [*aggregate_lines(state, self.size.width), HEADS] if state.sessions else []
+        self._trace = state.header is not None and state.header.trace is not None
+        head = TRACE_HEADS if self._trace else HEADS
+        self._top = [*aggregate_lines(state, self.size.width), head] if state.sessions else []
         self.virtual_size = Size(self.size.width, len(self.rows) + self.fixed_lines)
         title = f"Sessions · by {self.sort_name}" + (
             f" · filter '{self.filter}' ({len(self.rows)}/{len(state.sessions)})" if self.filter else ""
@@ -259,7 +273,8 @@ class SessionsTable(ScrollView, can_focus=True):
 
     def row_text(self, i: int) -> Text:
         s = self.rows[i]
-        return session_row(s, self._now, self.size.width, panels.turn_place(self._state, s) if self._state else None)
+        place = panels.turn_place(self._state, s) if self._state else None
+        return session_row(s, self._now, self.size.width, place, self._trace)
 
     def lines_text(self) -> list[str]:
         """What the panel shows now, as plain lines (for tests)."""
