@@ -14,7 +14,8 @@ import pytest
 
 from rampwatch.drivers.client.chat import ChatStreamParser
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE, Conversation
-from rampwatch.drivers.client.session import MASKED_CODE, SessionRunner, TurnOptions
+from rampwatch.drivers.client.session import MASKED_CODE, SessionRunner
+from rampwatch.drivers.client.streamer import TurnOptions
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.clock import RunClock

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from rampwatch.drivers.client.ramp import Calibration, Conversation
-from rampwatch.drivers.client.session import SessionRunner, TurnOptions
+from rampwatch.drivers.client.session import SessionRunner
+from rampwatch.drivers.client.streamer import TurnOptions
 from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_connection, over_httpx
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.net.wire import Connection

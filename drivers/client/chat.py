@@ -140,6 +140,26 @@ def chat_body(
     return [*parts, b"]}"]
 
 
+def completion_body(
+    model: str, pieces: list[str], max_tokens: int, ignore_eos: bool, extra: dict[str, Any] | None = None
+) -> list[bytes]:
+    """A /v1/completions request body: the prompt exactly as given, no chat template (a trace's token-exact
+    prompt), its pieces encoded one by one as encode_message does."""
+    opts: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+    }
+    if ignore_eos:
+        opts["ignore_eos"] = True
+        opts["min_tokens"] = max_tokens
+    if extra:
+        opts.update(extra)
+    return [_encode(opts)[:-1] + b',"prompt":"', *(_encode(p)[1:-1] for p in pieces), b'"}']
+
+
 def error_text(body: bytes | str, status: int | None = None) -> str:
     """One line from an OpenAI-style error body (or the raw text)."""
     raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else body

@@ -101,6 +101,23 @@ class ServerTokenizer:
             templated = None
         return await self.raw(templated) if isinstance(templated, str) else None
 
+    async def prompt_ids(self, content: str) -> list[int] | None:
+        """The token ids of a one-message conversation's prompt, where the server's /tokenize gives them (vLLM,
+        SGLang, the simulated engine; llama.cpp through /apply-template); None where it gives only a count."""
+        form: dict[str, object] = {"messages": [{"role": "user", "content": content}]}
+        try:
+            status, answer = await self.post("/tokenize", {"model": self.model, **form})
+            if status != 200:
+                status, templated = await self.post("/apply-template", form)
+                prompt = templated.get("prompt") if status == 200 else None  # type: ignore[union-attr]
+                if not isinstance(prompt, str):
+                    return None
+                status, answer = await self.post("/tokenize", {"model": self.model, "content": prompt})
+            ids = answer.get("tokens") if status == 200 else None  # type: ignore[union-attr]
+        except (*FAILED, TypeError):
+            return None
+        return [int(i) for i in ids] if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids) else None
+
     async def _ask(self, form: dict[str, object]) -> int | None:
         try:
             status, answer = await self.post("/tokenize", {"model": self.model, **form})

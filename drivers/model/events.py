@@ -67,7 +67,7 @@ class PromptShape(msgspec.Struct, kw_only=True, omit_defaults=True):
     think_time_s: tuple[float, float] | None = None  # a pause drawn uniformly from this range before each later turn
 
 
-class TraceRun(msgspec.Struct, kw_only=True, omit_defaults=True):
+class TraceRun(msgspec.Struct, kw_only=True):
     """--trace as the run read it: which file and format, its block size, the slice taken, what was skipped."""
 
     path: str
@@ -79,6 +79,8 @@ class TraceRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     sessions: int | None = None
     max_context: int | None = None
     skipped: dict[str, int] = {}  # requests left out, by reason (bad rows with --trace-skip-bad, the slice)
+    api: str = "completions"  # --trace-api: raw prompts to /v1/completions, or one chat message each
+    exact: bool = True  # the prompts' blocks are exact in tokens (the server's /tokenize found one-token atoms)
 
 
 class Header(msgspec.Struct, tag="header", kw_only=True):

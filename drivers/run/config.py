@@ -12,7 +12,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rampwatch.drivers.client.request_options import HeaderTemplate, fixed_headers, merge_headers
-from rampwatch.drivers.client.session import TurnOptions
+from rampwatch.drivers.client.streamer import TurnOptions
 from rampwatch.drivers.model.events import ENDPOINT_ROLES, Endpoint, endpoint_name
 from rampwatch.drivers.net.wire import url_credentials
 from rampwatch.drivers.telemetry.metrics import redact_url
@@ -21,6 +21,22 @@ from rampwatch.drivers.telemetry.prometheus import Match
 
 class BadInput(Exception):
     """Something the user asked for cannot work; one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """--trace and its flags (drivers/run/trace_run.py replays it)."""
+
+    path: str
+    format: str = "auto"
+    block_size: int | None = None
+    start_s: float = 0.0
+    duration_s: float | None = None
+    sessions: int | None = None
+    max_context: int | None = None
+    kv_tokens: int | None = None  # --trace-kv-tokens: the ideal is also computed for an LRU pool this large
+    skip_bad: bool = False
+    api: str = "completions"  # --trace-api: raw prompts (token-exact sharing), or one chat message each
 
 
 @dataclass
@@ -76,6 +92,8 @@ class RunConfig:
     max_live: int | None = None  # --max-live: conversations live at once in an open loop (None: no cap)
     slo: str | None = None  # --slo as given (checked by drivers/model/slo.parse_slo)
     warmup: str | None = None  # --warmup as given (checked by drivers/model/slo.parse_warmup)
+    # --trace: the sessions, their turns, sizes and due times come from this trace (drivers/run/trace_run.py)
+    trace: TraceOptions | None = None
 
     @property
     def base_url(self) -> str:

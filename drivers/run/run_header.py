@@ -21,6 +21,7 @@ def run_header(
     started_at: str,
     sessions: int,
     prompts: ev.PromptShape | None,
+    trace: ev.TraceRun | None = None,
 ) -> ev.Header:
     """`sessions`: those that ramp; `seed` is recorded for an open loop (its arrival times) only."""
     return ev.Header(
@@ -56,4 +57,5 @@ def run_header(
         warmup=cfg.warmup,
         time_scale=cfg.time_scale,
         spans_expected=cfg.otlp is not None,
+        trace=trace,
     )

@@ -8,7 +8,7 @@ import asyncio
 import secrets
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,6 +17,8 @@ import httpx
 from rampwatch.drivers.client.prompts import Corpus, Lead
 from rampwatch.drivers.client.ramp import Calibration, Conversation
 from rampwatch.drivers.client.session import SessionRunner
+from rampwatch.drivers.client.streamer import TurnOptions
+from rampwatch.drivers.client.trace_session import TraceSessionRunner
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
@@ -33,6 +35,7 @@ from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, promp
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.run_header import run_header
 from rampwatch.drivers.run.samplers import Samplers
+from rampwatch.drivers.run.trace_run import TraceReplay
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver
 from rampwatch.drivers.telemetry.prometheus import check_prometheus
@@ -81,6 +84,7 @@ class Run:
         # A sweep's point ends early when this says why (the server saturated); asked once a second.
         self.stop_when: Callable[[RunState], str | None] | None = None
         self.stopped_early: str | None = None
+        self.trace: TraceReplay | None = None  # --trace: the sessions come from it
 
     def _client_for(self) -> httpx.AsyncClient:
         """An httpx client of its own for one session's /health calls during an outage (or the probe's): httpx's
@@ -118,6 +122,11 @@ class Run:
                 info = await probe(client, cfg)
             except BadInput:
                 pass  # watching needs only /metrics; a server without /v1/models is fine
+        elif cfg.trace is not None:
+            self.trace = replay = TraceReplay(cfg.trace)
+            info = await probe_servers(client, cfg, check=False)
+            replay.read(info.max_model_len)
+            await replay.measure(client, cfg.base_url, cfg.headers(), info.model, self.salt)
         else:
             info = await probe_servers(client, cfg)
             self.corpus = corpus = load_corpus(cfg.corpus)
@@ -162,8 +171,9 @@ class Run:
             salt=self.salt,
             seed=self.seed,
             started_at=self.started_at,
-            sessions=self.ramp_sessions,
+            sessions=len(self.trace.schedules) if self.trace is not None else self.ramp_sessions,
             prompts=prompt_shape(self.cfg, self.lead, self.corpus),
+            trace=self.trace.header() if self.trace is not None else None,
         )
 
     def interrupt(self, task: asyncio.Task, sig: int | None) -> None:
@@ -215,7 +225,7 @@ class Run:
                 await asyncio.Event().wait()  # until interrupted
             assert self.info is not None
             opts = cfg.turn_options(self.info.model, self.salt)
-            open_loop = cfg.arrivals_per_s is not None
+            open_loop = cfg.arrivals_per_s is not None or self.trace is not None
             gate = TurnGate(0 if open_loop else self.ramp_sessions, lockstep=cfg.lockstep)
 
             def session(k: int) -> SessionRunner:
@@ -235,7 +245,11 @@ class Run:
                 runners.append(r)
                 return r
 
-            if not open_loop:
+            if self.trace is not None:
+                arrivals: Callable[[], Awaitable[None]] = lambda: self._replay(opts, gate, runners, tasks)  # noqa: E731
+            elif open_loop:
+                arrivals = lambda: self._arrivals(session, gate, tasks)  # noqa: E731
+            else:
                 for k in range(self.ramp_sessions):
                     emit(session(k + 1).plan_event())
             baseline = None
@@ -257,7 +271,7 @@ class Run:
             slots = asyncio.Semaphore(cfg.concurrency or len(runners) or 1)
             tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
             watchdog = asyncio.create_task(self._time_limit(gate, tasks)) if cfg.time_limit is not None else None
-            arriving = asyncio.create_task(self._arrivals(session, gate, tasks)) if open_loop else None
+            arriving = asyncio.create_task(arrivals()) if open_loop else None
             early = asyncio.create_task(self._stop_early(gate, tasks, arriving)) if self.stop_when else None
             try:
                 if arriving is not None:
@@ -352,6 +366,34 @@ class Run:
         begun = clock()
         times = [begun + t for t in arrival_times(cfg.arrivals_per_s, self.ramp_sessions, self.seed)]
         await run_arrivals(times, clock, cfg.time_limit, cfg.max_live, start, tasks)
+
+    async def _replay(self, opts: TurnOptions, gate: TurnGate, runners: list, tasks: list) -> None:
+        """--trace: its sessions made as they start, each on the server it is pinned or spread to."""
+        assert self.trace is not None and self.trace.prompts is not None
+        cfg, prompts = self.cfg, self.trace.prompts
+        made = 0
+
+        def make(sid: str, origin: float) -> TraceSessionRunner:
+            nonlocal made
+            made += 1
+            gate.join()
+            runner = TraceSessionRunner(
+                sid,
+                prompts,
+                self._client_for(),
+                cfg.target_for(sid, made),
+                cfg.headers(),
+                opts,
+                self.hub.emit,
+                self.clock,
+                origin,
+                gate=gate,
+                tls=self.tls,
+            )
+            runners.append(runner)
+            return runner
+
+        await self.trace.dispatch(make, self.hub.emit, self.clock, opts.time_scale, tasks, until=cfg.time_limit)
 
     async def _time_limit(self, gate: TurnGate, tasks: list[asyncio.Task[bool]]) -> None:
         """At --time-limit no new turn starts; after --grace, turns in flight are cancelled."""

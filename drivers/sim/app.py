@@ -26,7 +26,7 @@ from starlette.routing import Route
 from rampwatch.drivers import __version__
 from rampwatch.drivers.sim.auth import RequireKey
 from rampwatch.drivers.sim.clock import SimClock
-from rampwatch.drivers.sim.engine import SimEngine, SimRequest, count_tokens, render_chat
+from rampwatch.drivers.sim.engine import SimEngine, SimRequest, count_tokens, render_chat, token_ids
 from rampwatch.drivers.sim.errors import error_response
 from rampwatch.drivers.sim.faults import SimFaults, SimulatedDrop
 from rampwatch.drivers.sim.gpus import DCGM_PATH, SimGpus
@@ -216,8 +216,10 @@ class SimServer:
             data = body.prompt.encode()
         else:
             return error_response(400, "either 'prompt' or 'messages' is required")
-        n = count_tokens(data, self.profile.chars_per_token)
-        return JSONResponse({"count": n, "max_model_len": self.profile.max_model_len, "tokens": [], "token_strs": None})
+        ids = token_ids(data, self.profile.chars_per_token)
+        return JSONResponse(
+            {"count": len(ids), "max_model_len": self.profile.max_model_len, "tokens": ids, "token_strs": None}
+        )
 
     async def chat(self, request: Request) -> Response:
         return await self._generate(request, chat=True)

@@ -34,6 +34,18 @@ def count_tokens(data: bytes, chars_per_token: int) -> int:
     return -(-len(data) // chars_per_token)
 
 
+def token_ids(data: bytes, chars_per_token: int) -> list[int]:
+    """The tokens count_tokens counts, as ids: each `chars_per_token` bytes read as a number."""
+    return [int.from_bytes(data[i : i + chars_per_token], "little") for i in range(0, len(data), chars_per_token)]
+
+
+def role_line(role: object) -> str:
+    """A message's opening line, padded to whole tokens of 4 bytes (as a real template's role markers are tokens
+    of their own), so the message's text starts on a token boundary."""
+    line = f"<|{role}|>"
+    return line + " " * (-(len(line) + 1) % 4) + "\n"
+
+
 def render_chat(messages: list[dict[str, object]]) -> bytes:
     """The chat template: a role line before each message, then the assistant's turn."""
     parts = []
@@ -41,8 +53,8 @@ def render_chat(messages: list[dict[str, object]]) -> bytes:
         content = m.get("content")
         if isinstance(content, list):  # OpenAI content parts
             content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        parts.append(f"<|{m.get('role', 'user')}|>\n{content or ''}\n")
-    parts.append("<|assistant|>\n")
+        parts.append(f"{role_line(m.get('role', 'user'))}{content or ''}\n")
+    parts.append(role_line("assistant"))
     return "".join(parts).encode()
 
 

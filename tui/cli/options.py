@@ -13,7 +13,15 @@ from rampwatch.drivers.client.request_options import parse_extra_body, parse_hea
 from rampwatch.drivers.model.slo import parse_slo
 from rampwatch.drivers.model.warmup import parse_warmup
 from rampwatch.drivers.run.arrivals import parse_rate, parse_rate_range, parse_rates
-from rampwatch.drivers.run.config import BadInput, RunConfig, is_http_url, load_api_key, load_metrics_token, parse_pin
+from rampwatch.drivers.run.config import (
+    BadInput,
+    RunConfig,
+    TraceOptions,
+    is_http_url,
+    load_api_key,
+    load_metrics_token,
+    parse_pin,
+)
 from rampwatch.drivers.run.prompt_shape import (
     check_corpus_path,
     load_system_prompt,
@@ -46,7 +54,9 @@ def config_from(args: argparse.Namespace, mode: str, argv: list[str]) -> RunConf
         command=recorded_command(argv),
         **watched,
     )
-    return cfg if mode == "watch" else replace(cfg, **ramp_settings(args), **open_loop_settings(args))
+    if mode == "watch":
+        return cfg
+    return replace(cfg, **{**ramp_settings(args), **open_loop_settings(args), **trace_settings(args)})
 
 
 def open_loop_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -121,7 +131,45 @@ def demo_config(args: argparse.Namespace, argv: list[str]) -> RunConfig:
         serve_metrics=listen_setting("--serve-metrics", args.serve_metrics),
         gpu=["auto"],
         time_scale=args.time_scale if args.time_scale not in (None, 1.0) else None,  # modelled time (model/modelled.py)
-        **ramp_settings(args),
+        **{**ramp_settings(args), **trace_settings(args)},
+    )
+
+
+def trace_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """--trace and its flags, checked against what a trace decides itself (its sessions, sizes and times)."""
+    if getattr(args, "trace", None) is None:
+        used = [
+            f
+            for f in ("trace_block_size", "trace_kv_tokens", "trace_duration", "trace_sessions")
+            if getattr(args, f, None) is not None
+        ]
+        if used:
+            raise BadInput(f"--{used[0].replace('_', '-')} shapes a replayed trace: it needs --trace FILE")
+        return {}
+    for flag, clash in (
+        ("--arrivals", getattr(args, "arrivals", None) is not None),
+        ("--one-shot", getattr(args, "one_shot", False)),
+        ("--shared-prefix", bool(getattr(args, "shared_prefix", None))),
+        ("--system-prompt", getattr(args, "system_prompt", None) is not None),
+        ("--corpus", getattr(args, "corpus", None) is not None),
+        ("--think-time", getattr(args, "think_time", None) is not None),
+    ):
+        if clash:
+            raise BadInput(f"--trace replays its sessions as the trace has them: {flag} does not apply")
+    return dict(
+        lockstep=False,
+        trace=TraceOptions(
+            path=str(args.trace),
+            format=args.trace_format,
+            block_size=args.trace_block_size,
+            start_s=args.trace_start,
+            duration_s=args.trace_duration,
+            sessions=args.trace_sessions,
+            max_context=args.trace_max_context,
+            kv_tokens=args.trace_kv_tokens,
+            skip_bad=args.trace_skip_bad,
+            api=args.trace_api,
+        ),
     )
 
 

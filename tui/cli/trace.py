@@ -24,16 +24,21 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def trace_info(args: argparse.Namespace) -> TraceInfo:
-    trace = open_trace(args.path, args.format, args.block_size, args.skip_bad)
-    cut = TraceSlice(start_s=args.start, duration_s=args.duration, sessions=args.sessions, max_context=args.max_context)
+    trace = open_trace(args.path, args.trace_format, args.trace_block_size, args.trace_skip_bad)
+    cut = TraceSlice(
+        start_s=args.trace_start,
+        duration_s=args.trace_duration,
+        sessions=args.trace_sessions,
+        max_context=args.trace_max_context,
+    )
     stats = TraceStats()
-    for request in trace.requests(cut, args.kv_tokens):
+    for request in trace.requests(cut, args.trace_kv_tokens):
         stats.add(request)
     return stats.finish(
         path=str(args.path),
         format=trace.format,
         block_size=trace.block_size,
-        kv_tokens=args.kv_tokens,
+        kv_tokens=args.trace_kv_tokens,
         skipped=trace.skipped,
         stopped_at_duration=trace.slice_counts.ended,
     )

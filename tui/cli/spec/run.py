@@ -7,6 +7,7 @@ import argparse
 from rampwatch.tui.cli.argtypes import positive_int
 from rampwatch.tui.cli.spec.common import add_server_watch_args
 from rampwatch.tui.cli.spec.ramp import add_ramp_args
+from rampwatch.tui.cli.spec.trace import add_trace_replay_args
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -17,6 +18,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         help="server base URL, e.g. http://127.0.0.1:8000; several: sessions are spread over them round-robin",
     )
     add_ramp_args(p)
+    add_trace_replay_args(p)
     add_open_loop_args(p)
     add_pin_arg(p)
     add_server_watch_args(p)

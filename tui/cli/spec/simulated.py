@@ -8,6 +8,7 @@ import argparse
 from rampwatch.tui.cli.argtypes import positive_int, topology
 from rampwatch.tui.cli.spec.common import add_record_args, add_refresh_arg, add_serve_metrics_arg, add_web_arg
 from rampwatch.tui.cli.spec.ramp import add_ramp_args
+from rampwatch.tui.cli.spec.trace import add_trace_replay_args
 
 # The glm-like profile at 10x: a full two-session 1M ramp in about two minutes.
 DEMO_TIME_SCALE = 10.0
@@ -17,6 +18,7 @@ def add_demo_args(p: argparse.ArgumentParser) -> None:
     from rampwatch.drivers.sim.serve import add_sim_args
 
     add_ramp_args(p, sessions_default=2, lockstep_default=True)
+    add_trace_replay_args(p)
     add_sim_args(p, default_profile="glm-like")
     add_topology_arg(p, "--topology")
     # Exactly --output-tokens a turn, so decode (and its interference) stays visible.

@@ -45,7 +45,6 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_trace_info_args(p: argparse.ArgumentParser) -> None:
-    blocks = ", ".join(f"{fmt} {BLOCK_SIZES[fmt]}" for fmt in TRACE_FORMATS)
     p.add_argument(
         "path",
         type=Path,
@@ -53,42 +52,68 @@ def add_trace_info_args(p: argparse.ArgumentParser) -> None:
         help="the trace: Mooncake JSONL, Qwen-Bailian CSV or JSONL, agentic JSON, AIPerf multi_turn JSONL or a "
         "rampwatch recording (gzip or not)",
     )
+    add_trace_source_args(p, "--")
+    p.add_argument("--json", action="store_true", help="the figures as JSON instead of text")
+
+
+def add_trace_replay_args(p: argparse.ArgumentParser) -> None:
+    """--trace and its flags on run and demo: the sessions come from a trace."""
     p.add_argument(
-        "--format",
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="replay this trace's sessions (Mooncake, Qwen-Bailian, agentic, AIPerf multi_turn, a recording): "
+        "each its own session, its turns' prompts built from their hash-id blocks, sent when the trace has them due",
+    )
+    add_trace_source_args(p, "--trace-")
+    p.add_argument(
+        "--trace-api",
+        choices=("completions", "chat"),
+        default="completions",
+        help="how each prompt is sent: completions (default: the prompt as built, so shared blocks are shared "
+        "tokens to the last one) or chat (one user message: the chat template's tokens after it are not shared "
+        "with the next turn)",
+    )
+
+
+def add_trace_source_args(p: argparse.ArgumentParser, prefix: str) -> None:
+    """How a trace is read and cut, as `trace info` (--format, ...) and a replay (--trace-format, ...) name it;
+    either way into args.trace_format, args.trace_block_size, ..."""
+    blocks = ", ".join(f"{fmt} {BLOCK_SIZES[fmt]}" for fmt in TRACE_FORMATS)
+
+    def flag(name: str, **kw: object) -> None:
+        p.add_argument(prefix + name, dest="trace_" + name.replace("-", "_"), **kw)  # type: ignore[arg-type]
+
+    flag(
+        "format",
         choices=("auto", *TRACE_FORMATS),
         default="auto",
         help="the trace's format (default auto: told by its first line)",
     )
-    p.add_argument(
-        "--block-size",
-        type=positive_int,
-        metavar="N",
-        help=f"tokens a hash id stands for (default the format's: {blocks})",
-    )
-    p.add_argument(
-        "--kv-tokens",
+    flag("block-size", type=positive_int, metavar="N", help=f"tokens a hash id stands for (default {blocks})")
+    flag(
+        "kv-tokens",
         type=token_count,
         metavar="TOKENS",
         help="also the ideal hit rate with an LRU pool of this many KV tokens, e.g. 1m",
     )
-    p.add_argument(
-        "--start",
+    flag(
+        "start",
         type=start_time,
         default=0.0,
         metavar="TIME",
         help="leave out requests due before this time from the trace's start, e.g. 1h (default 0)",
     )
-    p.add_argument("--duration", type=duration, metavar="TIME", help="read only this long after --start, e.g. 30m")
-    p.add_argument("--sessions", type=positive_int, metavar="N", help="only the first N sessions to start")
-    p.add_argument(
-        "--max-context",
+    flag("duration", type=duration, metavar="TIME", help="read only this long after the start, e.g. 30m")
+    flag("sessions", type=positive_int, metavar="N", help="only the first N sessions to start")
+    flag(
+        "max-context",
         type=token_count,
         metavar="TOKENS",
         help="leave out, and count, requests with a longer prompt, e.g. 128k",
     )
-    p.add_argument(
-        "--skip-bad",
+    flag(
+        "skip-bad",
         action="store_true",
         help="skip and count the rows that cannot be used instead of stopping at the first",
     )
-    p.add_argument("--json", action="store_true", help="the figures as JSON instead of text")

@@ -1,0 +1,94 @@
+"""One session of a trace (--trace): its turns as the trace gives them, each sent at its due time (or as soon as
+its previous turn ended, if that is later: the client is late then, and says so), its prompt the turn's hash-id
+blocks (trace_prompt.py). Nothing of a reply is re-sent: the trace's next turn already says what its prompt is."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+
+import httpx
+
+from rampwatch.drivers.client.chat import chat_body, completion_body, encode_message
+from rampwatch.drivers.client.session import Gate
+from rampwatch.drivers.client.streamer import TurnOptions, TurnPlan, TurnStreamer
+from rampwatch.drivers.client.trace_prompt import TracePrompts
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.trace import TraceRequest
+
+
+class TraceSessionRunner(TurnStreamer):
+    """A trace session's turns, fed in due order through `turns` (None: the session has no more)."""
+
+    def __init__(
+        self,
+        sid: str,
+        prompts: TracePrompts,
+        client: httpx.AsyncClient,
+        base_url: str,
+        headers: dict[str, str],
+        opts: TurnOptions,
+        emit: Callable[[ev.AnyEvent], None],
+        clock: Callable[[], float],
+        origin: float,
+        gate: Gate | None = None,
+        tls: ssl.SSLContext | None = None,
+    ):
+        """`origin`: the run clock's time at the trace's due 0 (a demo's trace times are modelled: they are
+        divided by its time scale)."""
+        super().__init__(sid, client, base_url, headers, opts, emit, clock, prompts.salt, tls)
+        self.prompts, self.origin, self.gate = prompts, origin, gate
+        self.turns: asyncio.Queue[TraceRequest | None] = asyncio.Queue()
+        self.failed = False
+
+    def due(self, request: TraceRequest) -> float:
+        """When the request is due on the run's clock."""
+        return self.origin + request.due_s / self.opts.time_scale
+
+    def plan_event(self, first: TraceRequest) -> ev.SessionPlanned:
+        """The session as it starts: how many turns it has is not known until the trace says (schedule empty)."""
+        return ev.SessionPlanned(
+            t=self.clock(),
+            session=self.sid,
+            schedule=[],
+            salt=self.salt,
+            endpoint=ev.endpoint_name(self.base_url),
+            arrival=self.due(first),
+        )
+
+    async def run(self) -> bool:
+        """Every turn fed until None, the time limit, or the server gone; True when none failed."""
+        try:
+            while (request := await self.turns.get()) is not None:
+                if self.gate is not None and self.gate.time_up:
+                    break
+                await asyncio.sleep(max(0.0, self.due(request) - self.clock()))
+                if await self.run_turn(request) == "gone":
+                    self.failed = True
+                    return False
+            return not self.failed
+        finally:
+            if self.gate is not None:
+                self.gate.leave()
+            self.conn.close()
+
+    async def run_turn(self, request: TraceRequest) -> str:
+        o = self.opts
+        pieces = self.prompts.content(request.hash_ids, request.input_length)
+        out = max(1, request.output_length)
+        if self.prompts.chat:
+            body, path = chat_body(o.model, [encode_message("user", pieces)], out, o.ignore_eos, o.extra_body), None
+        else:  # the prompt as it is, no template: shared blocks are shared tokens, to the last one
+            body, path = completion_body(o.model, pieces, out, o.ignore_eos, o.extra_body), self.completions_path
+        plan = TurnPlan(
+            target=request.input_length,
+            new_tokens_est=request.input_length - (request.ideal_cached or 0),
+            text="".join(pieces) if o.record_text else None,
+            due=self.due(request),
+            ideal_cached=request.ideal_cached,
+            ideal_cached_pool=request.ideal_cached_pool,
+        )
+        outcome, _ = await self.send(request.turn, body, plan, lambda _res: None, path)
+        self.failed = self.failed or outcome != "ok"
+        return outcome
