@@ -5,13 +5,17 @@ the trace names its blocks; bad input is one line and exit 2, before anything is
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
 
 from rampwatch.drivers.model.trace import collect_sessions
 from rampwatch.drivers.run.trace_read import open_trace
+from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import report_json, rw
+from tests.simhost import ThreadedSim
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 # (file, the simulated engine's profile and block size for it, whether the trace names its blocks itself)
@@ -105,3 +109,107 @@ def test_a_bad_row_stops_the_run_before_anything_is_sent_or_is_skipped_and_count
     rep = replay(bad, record, "fast", 64, "--trace-skip-bad")
     assert sum(rep["run"]["trace"]["skipped"].values()) >= 1
     assert sum(len(s["turns"]) for s in rep["sessions"]) == 10
+
+
+def timing_trace(path: Path) -> Path:
+    """Two sessions of three turns, 1.5 s apart in the trace, each turn growing its session's blocks."""
+    rows = [
+        {"session_id": f"s{s}", "timestamp": s * 300 + k * 1500, "input_length": 300 + 200 * k, "output_length": 20,
+         "hash_ids": list(range(s * 100, s * 100 + (300 + 200 * k + 63) // 64))}
+        for s in range(2) for k in range(3)
+    ]  # fmt: skip
+    rows.sort(key=lambda r: r["timestamp"])
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def sends_and_ends(record: Path) -> dict[tuple[str, int], tuple[float, float, float]]:
+    """(session, turn) -> (due, sent, done) on the recording's clock."""
+    out: dict[tuple[str, int], list[float]] = {}
+    for line in record.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("type") == "RequestSent":
+            out[(e["session"], e["turn"])] = [e["due"], e["t"], math.nan]
+        elif e.get("type") == "TurnDone":
+            out[(e["session"], e["turn"])][2] = e["t"]
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("timing", ["session", "open"])
+def test_trace_timing_and_speed_say_when_each_turn_is_due(tmp_path, timing):
+    """session: a later turn is due the trace's gap (1.5 s), divided by the speed (2) and the demo's time scale
+    (5), after the previous reply ended; open: at its own time in the trace, so 0.15 s after the previous turn
+    was due, reply or not."""
+    record = tmp_path / f"{timing}.jsonl"
+    p = rw(
+        "demo", "--headless", "--profile", "fast", "--block-size", "64", "--time-scale", "5", "--gpus", "0",
+        "--trace", str(timing_trace(tmp_path / "t.jsonl")), "--trace-block-size", "64", "--trace-timing", timing,
+        "--trace-speed", "2", "--record", str(record),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "(the trace at 2x)" in p.stdout
+    turns = sends_and_ends(record)
+    assert len(turns) == 6
+    gap = 1.5 / 2 / 5
+    for (sid, turn), (due, sent, _) in turns.items():
+        assert sent >= due - 0.002, (sid, turn)
+        if turn == 1:
+            continue
+        before_due, _, before_done = turns[(sid, turn - 1)]
+        start = before_done if timing == "session" else before_due
+        assert due - start == pytest.approx(gap, abs=0.01), (sid, turn, due, start)
+    assert report_json(record)["run"]["trace"]["timing"] == timing
+
+
+def test_trace_warm_reuses_the_trace_s_salt_and_a_fresh_run_does_not(tmp_path):
+    """Against one server, a second run of the same trace hits the first run's blocks only with --trace-warm."""
+    trace = timing_trace(tmp_path / "t.jsonl")
+    with ThreadedSim(make_profile("fast", block_size=64)) as server:
+
+        def first_turn_cached(name: str, *flags: str) -> int:
+            record = tmp_path / name
+            p = rw("run", server.url, "--headless", "--trace", str(trace), "--trace-block-size", "64",
+                   "--gpu", "none", "--record", str(record), *flags)  # fmt: skip
+            assert p.returncode == 0, p.stderr[-2000:]
+            rows = {s["id"]: s["turns"] for s in report_json(record)["sessions"]}
+            return rows["s0"][0]["cached_tokens"]
+
+        assert first_turn_cached("cold.jsonl", "--trace-warm") == 0
+        assert first_turn_cached("warm.jsonl", "--trace-warm") == 256  # its 300 tokens' 4 full blocks of 64
+        assert first_turn_cached("fresh.jsonl") == 0
+
+
+def test_corpus_words_make_the_blocks_and_the_sizes_still_hold(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(" ".join(["lantern harbor meadow copper violet summit river falcon"] * 50))
+    record = tmp_path / "corpus.jsonl"
+    p = rw(
+        "demo", "--headless", "--profile", "fast", "--block-size", "64", "--time-scale", "20", "--gpus", "0",
+        "--trace", str(timing_trace(tmp_path / "t.jsonl")), "--trace-block-size", "64", "--corpus", str(corpus),
+        "--record-text", "--record", str(record),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    events = [json.loads(line) for line in record.read_text().splitlines()]
+    sent = [e["text"] for e in events if e.get("type") == "RequestSent" and e.get("text")]
+    words = {"lantern", "harbor", "meadow", "copper", "violet", "summit", "river", "falcon"}
+    # (the first word may be cut where the prompt's BOS took the first block's first token)
+    assert sent and all(set(t.split()[1:]) <= words for t in sent), sent[0][:200]
+    for s in report_json(record)["sessions"]:
+        for row in s["turns"]:
+            assert row["cached_tokens"] == row["ideal_cached_tokens"]
+
+
+def test_sweep_replays_the_trace_at_each_speed(tmp_path):
+    trace = timing_trace(tmp_path / "t.jsonl")
+    sweep = tmp_path / "speeds.sweep.json"
+    with ThreadedSim(make_profile("fast", block_size=64)) as server:
+        p = rw("sweep", server.url, "--trace", str(trace), "--trace-block-size", "64", "--trace-speed", "1,4",
+               "--slo", "ttft=5s", "--gpu", "none", "--record", str(sweep), timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "one point per trace speed" in p.stdout and "4x" in p.stdout
+    listed = json.loads(sweep.read_text())
+    assert listed["trace_speeds"] == [1.0, 4.0] and len(listed["runs"]) == 2
+    speeds = [report_json(tmp_path / run)["run"]["trace"]["speed"] for run in listed["runs"]]
+    assert speeds == [1.0, 4.0]
+    bad = rw("sweep", "http://127.0.0.1:9", "--trace", str(trace), "--find-max", "--slo", "ttft=1s")
+    assert bad.returncode == 2 and "--trace-speed" in bad.stderr

@@ -8,12 +8,15 @@ last block) is the start of its full text. The chat template's own tokens count 
 message in the first block (its text that much shorter), those after it in the last, so two prompts sharing k
 blocks share exactly k blocks' tokens (where the server's /tokenize gives token ids to tell the two apart; else all
 of them count in the first block). A server without /tokenize (or whose tokenizer merges the
-candidates) gets pseudo-words at a measured characters-per-token ratio: close, not exact.
+candidates) gets pseudo-words at a measured characters-per-token ratio: close, not exact. With --corpus the
+candidates are the corpus's most common words instead: blocks read as its vocabulary, shuffled, and stay exact.
 """
 
 from __future__ import annotations
 
 import random
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +35,15 @@ CANDIDATES = tuple(
 )
 CHECK_ATOMS = 512  # a run this long is counted to check that atoms add up
 MIN_ATOMS = 8
+CORPUS_CANDIDATES = 300  # a corpus's most common words tried as atoms (each one /tokenize call)
+
+
+def corpus_candidates(text: str) -> tuple[str, ...]:
+    """A corpus's most common words (letters only, as they stand), each with its leading space; the built-in
+    candidates for a corpus with too few such words (a text in another script)."""
+    counts = Counter(re.findall(r"[A-Za-z]+", text))
+    words = tuple(" " + w for w, _ in counts.most_common(CORPUS_CANDIDATES))
+    return words if len(words) >= MIN_ATOMS else CANDIDATES
 
 
 @dataclass(frozen=True)
@@ -44,12 +56,12 @@ class Atoms:
     tokens_per_word: float = 1.0
 
 
-async def find_atoms(tokenizer: ServerTokenizer | None, salt: str) -> Atoms:
+async def find_atoms(tokenizer: ServerTokenizer | None, salt: str, candidates: tuple[str, ...] = CANDIDATES) -> Atoms:
     """The candidates the server counts as one token each, in the largest group (by length) whose random run of
     CHECK_ATOMS words counts CHECK_ATOMS tokens; else every candidate at its measured tokens per word."""
     if tokenizer is None:
-        return Atoms(words=CANDIDATES, exact=False, tokens_per_word=1.0)
-    ones = [w for w in CANDIDATES if await tokenizer.text(w) == 1]
+        return Atoms(words=candidates, exact=False, tokens_per_word=1.0)
+    ones = [w for w in candidates if await tokenizer.text(w) == 1]
     groups: dict[int, list[str]] = {}
     for w in ones:
         groups.setdefault(len(w), []).append(w)
@@ -57,8 +69,8 @@ async def find_atoms(tokenizer: ServerTokenizer | None, salt: str) -> Atoms:
     for group in sorted(groups.values(), key=len, reverse=True):
         if len(group) >= MIN_ATOMS and await tokenizer.text("".join(rng.choices(group, k=CHECK_ATOMS))) == CHECK_ATOMS:
             return Atoms(words=tuple(group))
-    counted = await tokenizer.text("".join(rng.choices(CANDIDATES, k=CHECK_ATOMS)))
-    return Atoms(words=CANDIDATES, exact=False, tokens_per_word=(counted or CHECK_ATOMS) / CHECK_ATOMS)
+    counted = await tokenizer.text("".join(rng.choices(candidates, k=CHECK_ATOMS)))
+    return Atoms(words=candidates, exact=False, tokens_per_word=(counted or CHECK_ATOMS) / CHECK_ATOMS)
 
 
 @dataclass(frozen=True)

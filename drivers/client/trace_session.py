@@ -1,6 +1,11 @@
-"""One session of a trace (--trace): its turns as the trace gives them, each sent at its due time (or as soon as
-its previous turn ended, if that is later: the client is late then, and says so), its prompt the turn's hash-id
-blocks (trace_prompt.py). Nothing of a reply is re-sent: the trace's next turn already says what its prompt is."""
+"""One session of a trace (--trace): its turns as the trace gives them, its prompt the turn's hash-id blocks
+(trace_prompt.py). Nothing of a reply is re-sent: the trace's next turn already says what its prompt is.
+
+When a turn is due: its first at its time in the trace; a later one (--trace-timing session, the default) the
+trace's gap between the two turns after the previous reply ended, a user who waits for the answer, or (open) at
+its time in the trace. Times and gaps are divided by --trace-speed (and a demo's time scale). A turn sent after
+it was due (its previous reply still streaming under open timing, the client behind, --max-live full) is late
+and says so, as an open-loop arrival does."""
 
 from __future__ import annotations
 
@@ -32,19 +37,26 @@ class TraceSessionRunner(TurnStreamer):
         emit: Callable[[ev.AnyEvent], None],
         clock: Callable[[], float],
         origin: float,
+        speed: float = 1.0,
+        chained: bool = True,
         gate: Gate | None = None,
         tls: ssl.SSLContext | None = None,
     ):
-        """`origin`: the run clock's time at the trace's due 0 (a demo's trace times are modelled: they are
-        divided by its time scale)."""
+        """`origin`: the run clock's time at the trace's due 0; `speed`: --trace-speed; `chained`: --trace-timing
+        session (a later turn due its gap after the previous reply)."""
         super().__init__(sid, client, base_url, headers, opts, emit, clock, prompts.salt, tls)
-        self.prompts, self.origin, self.gate = prompts, origin, gate
+        self.prompts, self.origin, self.gate, self.chained = prompts, origin, gate, chained
+        self.scale = opts.time_scale * speed  # trace seconds per run-clock second
         self.turns: asyncio.Queue[TraceRequest | None] = asyncio.Queue()
         self.failed = False
+        self.previous: tuple[float, float] | None = None  # the last turn's (due in the trace, reply's end)
 
     def due(self, request: TraceRequest) -> float:
         """When the request is due on the run's clock."""
-        return self.origin + request.due_s / self.opts.time_scale
+        if self.chained and self.previous is not None:
+            due_s, ended = self.previous
+            return ended + max(0.0, request.due_s - due_s) / self.scale
+        return self.origin + request.due_s / self.scale
 
     def plan_event(self, first: TraceRequest) -> ev.SessionPlanned:
         """The session as it starts: how many turns it has is not known until the trace says (schedule empty)."""
@@ -67,6 +79,7 @@ class TraceSessionRunner(TurnStreamer):
                 if await self.run_turn(request) == "gone":
                     self.failed = True
                     return False
+                self.previous = (request.due_s, self.clock())
             return not self.failed
         finally:
             if self.gate is not None:

@@ -17,10 +17,11 @@ SATURATION_WINDOW_S = 60.0  # how long the waiting queue must grow before a poin
 
 
 class CapacityPoint(msgspec.Struct, kw_only=True):
-    """An open-loop run seen as one point of the curve; rates are per minute of its steady window (from --warmup's
-    end, else the run's start, to its last event), and the turn figures leave the warmup's turns out."""
+    """An open-loop run (--arrivals, or a replayed --trace) seen as one point of the curve; rates are per minute
+    of its steady window (from --warmup's end, else the run's start, to its last event), and the turn figures leave
+    the warmup's turns out."""
 
-    offered_per_min: float  # the arrival rate asked for
+    offered_per_min: float  # the arrival rate asked for (a trace's: its sessions starting a minute, at its speed)
     arrived: int  # conversations that arrived
     minutes: float  # the steady window's length, from the warmup's end (else the run's start) to its last event
     turns: int  # finished attempts past the warmup (failed ones included)
@@ -38,13 +39,13 @@ class CapacityPoint(msgspec.Struct, kw_only=True):
     mean_conversation_s: float | None  # a finished conversation's length, arrival to its last reply
     kv_fits: int | None  # conversations as long as the longest one that fit in one engine's KV pool
     warmup: str | None = None  # what --warmup left out, in words (None: nothing)
+    trace_speed: float | None = None  # a replayed trace's --trace-speed
 
 
 def capacity_point(state: RunState) -> CapacityPoint | None:
-    """The run's point on the curve; None for a run that was not open loop (--arrivals)."""
-    h = state.header
+    """The run's point on the curve; None for a run that was not open loop (--arrivals, --trace)."""
     arrivals = open_loop(state)
-    if h is None or not h.arrivals_per_s or arrivals is None:
+    if arrivals is None:
         return None
     recs = steady_turns(state)
     per_128k = sorted(
@@ -56,7 +57,7 @@ def capacity_point(state: RunState) -> CapacityPoint | None:
     done = [r for r in recs if r.status != "running"]
     g = goodput(state)
     return CapacityPoint(
-        offered_per_min=h.arrivals_per_s * 60,
+        offered_per_min=arrivals.arrivals_per_min,
         arrived=arrivals.arrived,
         minutes=minutes,
         turns=len(done),
@@ -74,6 +75,7 @@ def capacity_point(state: RunState) -> CapacityPoint | None:
         mean_conversation_s=_mean_conversation_s(state, set(ramp_ids(state))),
         kv_fits=kv_fits_sequences(state.endpoints.values(), state.sessions.values()),
         warmup=arrivals.warmup,
+        trace_speed=arrivals.trace_speed,
     )
 
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import msgspec
 
+from rampwatch.drivers.model.events import Header
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import TurnRecord
 
 
 class OpenLoop(msgspec.Struct):
-    """An open-loop run (--arrivals): how conversations arrived and how late the client sent turns."""
+    """An open-loop run (--arrivals, or a --trace replayed): how conversations arrived and how late the client
+    sent turns."""
 
     arrivals_per_min: float
     seed: int | None
@@ -24,6 +26,7 @@ class OpenLoop(msgspec.Struct):
     ttft_from_due_p50_s: float | None
     ttft_from_send_p50_s: float | None
     warmup: str | None = None  # what --warmup left out of the turn figures, in words (None: nothing)
+    trace_speed: float | None = None  # a replayed trace's --trace-speed (its sessions arrived as it has them)
 
 
 class Goodput(msgspec.Struct):
@@ -67,15 +70,26 @@ def warmup_text(state: RunState) -> str | None:
     return warm.text() if warm is not None else None
 
 
+def offered_per_s(h: Header | None) -> float | None:
+    """The conversations a run offered a second: --arrivals, or a replayed trace's sessions starting a second at
+    its speed (None: a closed loop, or a trace whose sessions all start at once)."""
+    if h is None:
+        return None
+    if h.arrivals_per_s:
+        return h.arrivals_per_s
+    return h.trace.sessions_per_s if h.trace is not None else None
+
+
 def open_loop(state: RunState) -> OpenLoop | None:
     """How conversations arrived (all of them) and how late the turns past --warmup were sent."""
     h = state.header
-    if h is None or not h.arrivals_per_s:
+    rate = offered_per_s(h)
+    if h is None or rate is None:
         return None
     recs = steady_turns(state)
     lags = [r.send_lag for r in recs if r.send_lag is not None]
     return OpenLoop(
-        arrivals_per_min=h.arrivals_per_s * 60,
+        arrivals_per_min=rate * 60,
         seed=h.seed,
         max_live=h.max_live,
         arrived=len(ramp_ids(state)),
@@ -84,6 +98,7 @@ def open_loop(state: RunState) -> OpenLoop | None:
         ttft_from_due_p50_s=median([r.user_ttft for r in recs if r.user_ttft is not None and r.due_t is not None]),
         ttft_from_send_p50_s=median([r.ttft for r in recs if r.ttft is not None and r.due_t is not None]),
         warmup=warmup_text(state),
+        trace_speed=h.trace.speed if h.trace is not None else None,
     )
 
 

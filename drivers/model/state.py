@@ -27,7 +27,7 @@ from rampwatch.drivers.model.modelled import modelled, time_factor
 from rampwatch.drivers.model.slo import GoodputTally, parse_slo
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.ttft_split import wait_parts
-from rampwatch.drivers.model.turns import TurnRecord, prefill_tok_s
+from rampwatch.drivers.model.turns import LATE_S, TurnRecord, prefill_tok_s
 from rampwatch.drivers.model.views import NO_ANSWER, SessionView
 from rampwatch.drivers.model.warmup import SteadyWindow, parse_warmup
 
@@ -141,6 +141,7 @@ class RunState:
             transfer_at_sent=transfer_counters(decode_endpoints(self.endpoints.values())),
             kv_peak=self.server.values.get("kv_usage"),
             due_t=e.due,
+            late_s=LATE_S * self.time_scale,
             ideal_cached=e.ideal_cached,
             ideal_cached_pool=e.ideal_cached_pool,
         )

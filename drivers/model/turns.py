@@ -74,6 +74,7 @@ class TurnRecord:
     span: ev.EngineSpan | None = None  # the engine's trace span of this request (--otlp), once it arrived
     span_disagreement_s: float | None = None  # the span against the response's metrics: the largest difference
     due_t: float | None = None  # open loop: when the turn was due (RequestSent.due); None: due when sent
+    late_s: float = LATE_S  # LATE_S in this record's time (a demo's modelled time runs faster than the client's)
     ideal_cached: int | None = None  # --trace: the prompt tokens its trace allowed a cache to hold (unbounded)
     ideal_cached_pool: int | None = None  # ... with an LRU pool of --trace-kv-tokens
     # Set by the fold once the turn's figures are final (state.py's settle): whether --warmup left it out of the
@@ -126,9 +127,10 @@ class TurnRecord:
 
     @property
     def late(self) -> bool:
-        """The send lagged the due time by more than LATE_S: latency from the send time hides that wait."""
+        """The send lagged the due time by more than LATE_S of the client's time: latency from the send time hides
+        that wait."""
         lag = self.send_lag
-        return lag is not None and lag > LATE_S
+        return lag is not None and lag > self.late_s
 
     @property
     def tpot(self) -> float | None:

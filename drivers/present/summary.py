@@ -122,8 +122,9 @@ def open_loop_lines(rep: Report) -> list[str]:
             if o.ttft_from_due_p50_s is not None and o.ttft_from_send_p50_s is not None
             else ""
         )
+        source = f"the trace at {o.trace_speed:g}x" if o.trace_speed is not None else f"seed {o.seed}"
         lines.append(
-            f"arrivals: {o.arrivals_per_min:g}/min (seed {o.seed}){cap}, {o.arrived} arrived; "
+            f"arrivals: {round(o.arrivals_per_min, 2):g}/min ({source}){cap}, {o.arrived} arrived; "
             f"{o.late_turns} turns{warm} sent over 10 ms late{lag}{ttft}"
         )
     if g is not None:

@@ -62,13 +62,17 @@ def render_capacity(
 ) -> str:
     """An open-loop sweep's curve, one row per rate (ascending); with a knee search (`slo_share` given) each row
     says whether it kept the share, and the lines under the table where the knee lies."""
-    table = Table(title="sweep: one point per arrival rate (open loop)", title_justify="left")
-    heads = ["offered /min", "turns /min", "goodput /min", "SLO met", "TTFT p50 s/128K", "p99 s/128K"]
+    traced = any(p.trace_speed is not None for p in points)
+    title = "one point per trace speed" if traced else "one point per arrival rate (open loop)"
+    table = Table(title=f"sweep: {title}", title_justify="left")
+    heads = ["speed"] if traced else []
+    heads += ["offered /min", "turns /min", "goodput /min", "SLO met", "TTFT p50 s/128K", "p99 s/128K"]
     heads += ["waiting peak", "KV peak", "preemptions", "status"]
     for c in heads + (["verdict"] if slo_share is not None else []):
         table.add_column(c, justify="right")
-    for p in sorted(points, key=lambda p: p.offered_per_min):
-        row = [
+    for p in sorted(points, key=lambda p: (p.trace_speed or 0, p.offered_per_min)):
+        row = [f"{p.trace_speed:g}x" if p.trace_speed is not None else "-"] if traced else []
+        row += [
             f"{p.offered_per_min:.4g}",
             fmt_num(p.turns_per_min, ".2f"),
             fmt_num(p.goodput_turns_per_min, ".2f"),

@@ -37,6 +37,9 @@ class TraceOptions:
     kv_tokens: int | None = None  # --trace-kv-tokens: the ideal is also computed for an LRU pool this large
     skip_bad: bool = False
     api: str = "completions"  # --trace-api: raw prompts (token-exact sharing), or one chat message each
+    timing: str = "session"  # --trace-timing: a turn after its previous reply plus the trace's gap, or at its time
+    speed: float = 1.0  # --trace-speed: the trace's times divided by this
+    warm: bool = False  # --trace-warm: the prompts' salt is the trace's own, so a second run hits the first's cache
 
 
 @dataclass

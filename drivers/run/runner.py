@@ -126,7 +126,8 @@ class Run:
             self.trace = replay = TraceReplay(cfg.trace)
             info = await probe_servers(client, cfg, check=False)
             replay.read(info.max_model_len)
-            await replay.measure(client, cfg.base_url, cfg.headers(), info.model, self.salt)
+            self.corpus = corpus = load_corpus(cfg.corpus)
+            await replay.measure(client, cfg.base_url, cfg.headers(), info.model, self.salt, corpus)
         else:
             info = await probe_servers(client, cfg)
             self.corpus = corpus = load_corpus(cfg.corpus)
@@ -370,7 +371,7 @@ class Run:
     async def _replay(self, opts: TurnOptions, gate: TurnGate, runners: list, tasks: list) -> None:
         """--trace: its sessions made as they start, each on the server it is pinned or spread to."""
         assert self.trace is not None and self.trace.prompts is not None
-        cfg, prompts = self.cfg, self.trace.prompts
+        cfg, prompts, trace = self.cfg, self.trace.prompts, self.trace.opts
         made = 0
 
         def make(sid: str, origin: float) -> TraceSessionRunner:
@@ -387,6 +388,8 @@ class Run:
                 self.hub.emit,
                 self.clock,
                 origin,
+                speed=trace.speed,
+                chained=trace.timing == "session",
                 gate=gate,
                 tls=self.tls,
             )

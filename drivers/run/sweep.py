@@ -1,6 +1,7 @@
 """A sweep: the same ramp at several session counts in lockstep (closed loop), or at several arrival rates
-(open loop, --arrivals; --find-max searches for the knee), one recording per point, and a small JSON file
-that lists them (which `rampwatch compare` reads as its runs, and `export` draws as a capacity curve)."""
+(open loop, --arrivals; --find-max searches for the knee), or a trace at several speeds (--trace), one recording
+per point, and a small JSON file that lists them (which `rampwatch compare` reads as its runs, and `export` draws
+as a capacity curve)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rampwatch.drivers.model.state import RunState
 SWEEP_TYPE = "rampwatch-sweep"
 
 
-SWEEP_SCHEMA = 2  # 2 added the open-loop fields below; a schema-1 file reads as a closed-loop sweep
+SWEEP_SCHEMA = 3  # 2 added the open-loop fields below (a schema-1 file reads as a closed-loop sweep); 3 trace_speeds
 
 
 class SweepFile(msgspec.Struct, kw_only=True):
@@ -29,6 +30,7 @@ class SweepFile(msgspec.Struct, kw_only=True):
     slo_share: float | None = None  # the share of turns that had to meet it
     knee_per_min: float | None = None  # the highest rate that kept the share (None: none did)
     knee_fail_per_min: float | None = None  # the lowest rate above it that did not (None: every rate tried kept it)
+    trace_speeds: list[float] = []  # --trace: the speeds of the points, in the order they ran
 
 
 def write_sweep(path: Path, sweep: SweepFile) -> None:

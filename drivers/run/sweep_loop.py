@@ -4,7 +4,9 @@ after every point (a sweep cut short still lists what ran):
   where the server fails or preempts (more would only measure overload);
 - open loop (--arrivals RATES): conversations arriving at each rate for --time-limit, a point ending early
   once the server saturates, the sweep with it;
-- the knee (--find-max): open-loop points at the rates a KneeSearch picks, each judged by its goodput share.
+- the knee (--find-max): open-loop points at the rates a KneeSearch picks, each judged by its goodput share;
+- a trace (--trace, --trace-speed 0.5,1,2): the trace replayed at each speed, the capacity curve of the user's
+  own traffic, ending early once the server saturates, the sweep with it.
 Kept apart from sweep.py, which `compare` and `export` read without loading the run machinery."""
 
 from __future__ import annotations
@@ -70,6 +72,15 @@ class _Points:
             sweep.runs.append(run.recording_path.name)
             write_sweep(self.sweep_path, sweep)
         return run
+
+    def capacity_run(self, cfg: RunConfig, label: str, window_s: float) -> tuple[Run, CapacityPoint]:
+        """An open-loop point, ending early once the server saturates; its point on the curve kept."""
+        run = self.run(cfg, label, stop_when=lambda state: saturation(state, window_s))
+        assert run.state is not None
+        point = capacity_point(run.state)
+        assert point is not None  # an open-loop run
+        self.result.capacity.append(point)
+        return run, point
 
     def ended(self, run: Run) -> bool:
         """Whether the sweep ends because this point was interrupted or crashed (its exit code is the sweep's)."""
@@ -139,22 +150,13 @@ def run_open_sweep(
     points = _Points(sweep_path, printer_for, final_report, SweepResult(sweep))
     pending = list(plan.rates)
 
-    def saturated(state: RunState) -> str | None:
-        return saturation(state, plan.saturation_window_s)
-
     while (rate := search.next_rate() if search is not None else (pending.pop(0) if pending else None)) is not None:
         print(f"rampwatch sweep: {rate * 60:.4g} arrivals/min", flush=True)
         sessions = plan.sessions or conversations_for(rate, cfg.time_limit)
-        run = points.run(
-            replace(cfg, arrivals_per_s=rate, sessions=sessions),
-            rate_label(rate),
-            stop_when=saturated,
+        run, point = points.capacity_run(
+            replace(cfg, arrivals_per_s=rate, sessions=sessions), rate_label(rate), plan.saturation_window_s
         )
         sweep.arrivals_per_min.append(rate * 60)
-        assert run.state is not None
-        point = capacity_point(run.state)
-        assert point is not None  # an open-loop run
-        points.result.capacity.append(point)
         if points.ended(run):
             return points.result
         if point.turns == 0:
@@ -165,6 +167,38 @@ def run_open_sweep(
             sweep.knee_fail_per_min = search.lowest_fail * 60 if search.lowest_fail is not None else None
         elif run.stopped_early:
             sweep.stopped = f"saturated at {rate * 60:.4g}/min: {run.stopped_early}"
+        if sweep.stopped:
+            print(f"rampwatch sweep: stopped: {sweep.stopped}", flush=True)
+            break
+        if sweep_path is not None:
+            write_sweep(sweep_path, sweep)
+    return points.finish()
+
+
+def run_trace_sweep(
+    cfg: RunConfig,
+    plan: OpenLoopPlan,
+    sweep_path: Path | None,
+    printer_for: Callable[[RunState], LinePrinter],
+    final_report: Callable[[RunState], str],
+) -> SweepResult:
+    """A trace: a point per speed of `plan`, each the whole slice (or --time-limit), each with a fresh salt so no
+    point hits the one before's cache (unless --trace-warm), the sweep ending at the first saturated point."""
+    assert cfg.trace is not None
+    sweep = SweepFile(runs=[])
+    points = _Points(sweep_path, printer_for, final_report, SweepResult(sweep))
+    for speed in plan.speeds:
+        print(f"rampwatch sweep: the trace at {speed:g}x", flush=True)
+        run, point = points.capacity_run(
+            replace(cfg, trace=replace(cfg.trace, speed=speed)), f"{speed:g}x", plan.saturation_window_s
+        )
+        sweep.trace_speeds.append(speed)
+        if points.ended(run):
+            return points.result
+        if point.turns == 0:
+            sweep.stopped = f"no turn finished at {speed:g}x"
+        elif run.stopped_early:
+            sweep.stopped = f"saturated at {speed:g}x: {run.stopped_early}"
         if sweep.stopped:
             print(f"rampwatch sweep: stopped: {sweep.stopped}", flush=True)
             break

@@ -63,3 +63,4 @@ class OpenLoopPlan:
     slo_share: float = 0.95  # --find-max: the share of turns that must meet the SLO
     saturation_window_s: float = 60.0
     sessions: int | None = None  # --sessions: at most this many conversations a point (None: as the rate needs)
+    speeds: list[float] = field(default_factory=list)  # --trace: a point per --trace-speed instead of per rate

@@ -5,12 +5,21 @@ again and handed to their sessions just before they are due, so memory holds the
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
+from rampwatch.drivers.client.prompts import Corpus
 from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_httpx
-from rampwatch.drivers.client.trace_prompt import TracePrompts, find_atoms, measure_template
+from rampwatch.drivers.client.trace_prompt import (
+    CANDIDATES,
+    TracePrompts,
+    corpus_candidates,
+    find_atoms,
+    measure_template,
+)
 from rampwatch.drivers.client.trace_session import TraceSessionRunner
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.trace_slice import TraceSlice
@@ -19,6 +28,16 @@ from rampwatch.drivers.run.trace_read import TraceReading, open_trace
 
 LEAD_S = 1.0  # the trace's due 0 is this long after the replay starts: its first sessions are made by then
 AHEAD_S = 0.5  # a request is handed to its session this long before it is due
+WARM_SALT_BYTES = 1 << 20  # --trace-warm: the salt is a digest of the trace's size and first MiB
+
+
+def warm_salt(path: str) -> str:
+    """The trace's own salt (--trace-warm): the same file gives the same prompts in every run."""
+    with open(path, "rb") as f:
+        head = f.read(WARM_SALT_BYTES)
+    digest = hashlib.blake2b(head, digest_size=6, person=b"rampwatch-warm")
+    digest.update(str(Path(path).stat().st_size).encode())
+    return "warm-" + digest.hexdigest()
 
 
 class TraceReplay:
@@ -31,6 +50,7 @@ class TraceReplay:
         )
         self.reading: TraceReading = open_trace(opts.path, opts.format, opts.block_size, opts.skip_bad)
         self.schedules: dict[str, list[int]] = {}  # each session's prompt sizes, in turn order
+        self.starts: list[float] = []  # each session's first due time in the trace, in order
         self.prompts: TracePrompts | None = None
 
     def read(self, max_model_len: int | None) -> None:
@@ -38,6 +58,8 @@ class TraceReplay:
         request left, or for a request longer than the server takes."""
         schedules: dict[str, list[int]] = {}
         for r in self.reading.requests(self.cut, self.opts.kv_tokens):
+            if r.session not in schedules:
+                self.starts.append(r.due_s)
             schedules.setdefault(r.session, []).append(r.input_length)
         if not schedules:
             raise BadInput(f"{self.opts.path}: no request left to send (skipped: {self.reading.skipped or 'none'})")
@@ -50,11 +72,20 @@ class TraceReplay:
         self.schedules = schedules
 
     async def measure(
-        self, client: httpx.AsyncClient, base_url: str, headers: dict[str, str], model: str, salt: str
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        headers: dict[str, str],
+        model: str,
+        salt: str,
+        corpus: Corpus | None = None,
     ) -> None:
-        """What the prompts are made of on this server: its one-token atoms and its chat template's tokens."""
+        """What the prompts are made of on this server: its one-token atoms (from --corpus's words when given)
+        and its chat template's tokens; their salt the run's, or with --trace-warm the trace's own."""
+        if self.opts.warm:
+            salt = warm_salt(self.opts.path)
         tokenizer = ServerTokenizer(over_httpx(client, base_url, headers), model)
-        atoms = await find_atoms(tokenizer, salt)
+        atoms = await find_atoms(tokenizer, salt, corpus_candidates(corpus.text) if corpus else CANDIDATES)
         chat = self.opts.api == "chat"
         template = await measure_template(tokenizer, atoms, chat)
         self.prompts = TracePrompts(atoms, salt, self.reading.block_size, template, chat)
@@ -73,7 +104,18 @@ class TraceReplay:
             skipped=dict(self.reading.skipped),
             api=o.api,
             exact=self.prompts.atoms.exact if self.prompts is not None else False,
+            timing=o.timing,
+            speed=o.speed,
+            warm=o.warm,
+            sessions_per_s=self.sessions_per_s(),
         )
+
+    def sessions_per_s(self) -> float | None:
+        """Sessions starting a second at --trace-speed, over the slice from its first start to its last (None
+        for a slice with one start)."""
+        if len(self.starts) < 2 or self.starts[-1] <= self.starts[0]:
+            return None
+        return (len(self.starts) - 1) / (self.starts[-1] - self.starts[0]) * self.opts.speed
 
     async def dispatch(
         self,
@@ -91,7 +133,7 @@ class TraceReplay:
         left = {sid: len(sizes) for sid, sizes in self.schedules.items()}
         live: dict[str, TraceSessionRunner] = {}
         for r in self.reading.requests(self.cut, self.opts.kv_tokens):
-            due = origin + r.due_s / time_scale
+            due = origin + r.due_s / (time_scale * self.opts.speed)
             if until is not None and due >= until:
                 break
             await asyncio.sleep(max(0.0, due - AHEAD_S - clock()))

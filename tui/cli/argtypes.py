@@ -49,6 +49,25 @@ def share(text: str) -> float:
     return v
 
 
+def speed(text: str) -> float:
+    """'2' or '0.5x' -> a factor above 0."""
+    try:
+        v = float(text.strip().removesuffix("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a speed: {text!r} (e.g. 2 or 0.5x)") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"a speed is above 0: {text!r}")
+    return v
+
+
+def speeds(text: str) -> list[float]:
+    """'0.5,1,2,4' -> growing speeds, each above 0."""
+    values = [speed(x) for x in text.split(",") if x.strip()]
+    if not values or values != sorted(set(values)):
+        raise argparse.ArgumentTypeError(f"speeds must be growing numbers above 0: {text!r} (e.g. 0.5,1,2,4)")
+    return values
+
+
 def session_counts(text: str) -> list[int]:
     try:
         counts = [int(x) for x in text.split(",") if x.strip()]

@@ -44,7 +44,7 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
 
 def export_capacity(args: argparse.Namespace, sweep: SweepFile) -> int:
     """An open-loop sweep's points, each folded from its recording, drawn as one curve."""
-    if not sweep.arrivals_per_min:
+    if not sweep.arrivals_per_min and not sweep.trace_speeds:
         return fail(
             f"{args.path}: a closed-loop sweep (--sessions) has no capacity curve; "
             "compare it (rampwatch compare SWEEP) or export each of its recordings"
@@ -58,7 +58,7 @@ def export_capacity(args: argparse.Namespace, sweep: SweepFile) -> int:
         state = load_state(path, args.skip_bad_lines)
         point = capacity_point(state)
         if point is None:
-            raise BadInput(f"{path}: not an open-loop run (--arrivals): no capacity point")
+            raise BadInput(f"{path}: not an open-loop run (--arrivals, --trace): no capacity point")
         points.append(point)
         if state.header is not None:
             title = f"rampwatch: capacity of {state.header.model} on {state.header.engine}"
@@ -67,7 +67,8 @@ def export_capacity(args: argparse.Namespace, sweep: SweepFile) -> int:
     if args.html:
         table = render_capacity(points, sweep.slo_share, sweep.knee_per_min, sweep.knee_fail_per_min)
         slo = f" · SLO {sweep.slo} for {sweep.slo_share:.0%} of turns" if sweep.slo and sweep.slo_share else ""
-        info = f"{args.path.name} · {len(points)} point(s) · seed {sweep.seed}{slo}"
+        source = "a trace at several speeds" if sweep.trace_speeds else f"seed {sweep.seed}"
+        info = f"{args.path.name} · {len(points)} point(s) · {source}{slo}"
         code = write_file(args.html, capacity_html(title, info, svg, table))
     if args.svg:
         code = code or write_file(args.svg, svg)

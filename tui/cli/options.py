@@ -96,6 +96,12 @@ def open_loop_plan(args: argparse.Namespace) -> OpenLoopPlan | None:
     """A sweep's open loop (--arrivals RATES, or --find-max over a range), checked; None for a closed-loop sweep
     or another command."""
     find_max = getattr(args, "find_max", False)
+    if hasattr(args, "find_max") and args.trace is not None:
+        if find_max:
+            raise BadInput("--find-max searches arrival rates; a trace sweeps its speeds: --trace-speed 0.5,1,2,4")
+        if args.sessions is not None:
+            raise BadInput("--trace replays the trace's own sessions: --sessions does not apply")
+        return OpenLoopPlan(saturation_window_s=args.saturation_window, speeds=args.trace_speed)
     if not hasattr(args, "find_max") or (args.arrivals is None and not find_max):
         return None
     if args.time_limit is None:
@@ -143,6 +149,7 @@ def trace_settings(args: argparse.Namespace) -> dict[str, Any]:
             for f in ("trace_block_size", "trace_kv_tokens", "trace_duration", "trace_sessions")
             if getattr(args, f, None) is not None
         ]
+        used += [f for f in ("trace_warm",) if getattr(args, f, False)]
         if used:
             raise BadInput(f"--{used[0].replace('_', '-')} shapes a replayed trace: it needs --trace FILE")
         return {}
@@ -151,7 +158,6 @@ def trace_settings(args: argparse.Namespace) -> dict[str, Any]:
         ("--one-shot", getattr(args, "one_shot", False)),
         ("--shared-prefix", bool(getattr(args, "shared_prefix", None))),
         ("--system-prompt", getattr(args, "system_prompt", None) is not None),
-        ("--corpus", getattr(args, "corpus", None) is not None),
         ("--think-time", getattr(args, "think_time", None) is not None),
     ):
         if clash:
@@ -169,6 +175,9 @@ def trace_settings(args: argparse.Namespace) -> dict[str, Any]:
             kv_tokens=args.trace_kv_tokens,
             skip_bad=args.trace_skip_bad,
             api=args.trace_api,
+            timing=args.trace_timing,
+            speed=args.trace_speed if isinstance(args.trace_speed, float) else args.trace_speed[0],
+            warm=args.trace_warm,
         ),
     )
 

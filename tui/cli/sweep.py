@@ -1,6 +1,6 @@
 """`rampwatch sweep`, headless: the same ramp at several session counts in lockstep (closed loop), or
 conversations arriving at several rates (open loop, --arrivals), or the search for the highest rate that keeps
-an SLO (--find-max): a capacity curve."""
+an SLO (--find-max), or a trace at several speeds (--trace, --trace-speed): a capacity curve."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rampwatch.drivers.present.sweep_table import render_capacity, render_curve
 from rampwatch.drivers.run.config import default_record_path
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.recording import Recorder
-from rampwatch.drivers.run.sweep_loop import EXIT_INTERRUPTED, run_open_sweep, run_sweep
+from rampwatch.drivers.run.sweep_loop import EXIT_INTERRUPTED, run_open_sweep, run_sweep, run_trace_sweep
 from rampwatch.tui.cli.errors import fail
 from rampwatch.tui.cli.launch import report_table
 from rampwatch.tui.cli.options import config_from, open_loop_plan
@@ -34,7 +34,9 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
         )
     plan = open_loop_plan(args)  # BadInput (exit 2) for a bad open loop, before anything is written
     if plan is None and args.sessions is None:
-        return fail("sweep needs --sessions N,N,... (closed loop) or --arrivals RATES / --find-max (open loop)")
+        return fail(
+            "sweep needs --sessions N,N,... (closed loop), --arrivals RATES / --find-max (open loop) or --trace FILE"
+        )
     cfg = config_from(args, "run", argv)
     sweep_path = None if args.no_record else (args.record or default_record_path("sweep").with_suffix(".sweep.json"))
     if sweep_path is not None:
@@ -45,6 +47,8 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
             return fail(problem)
     if plan is None:
         result = run_sweep(cfg, args.sessions, sweep_path, HeadlessPrinter, report_table)
+    elif plan.speeds:
+        result = run_trace_sweep(cfg, plan, sweep_path, HeadlessPrinter, point_summary)
     else:
         result = run_open_sweep(cfg, plan, sweep_path, HeadlessPrinter, point_summary)
     if result.exit_code in (*EXIT_INTERRUPTED, EXIT_CRASHED):

@@ -47,6 +47,7 @@ def header_text(state: RunState, now: float, mode: str, recording: str | None) -
                 f"reasoning {h.reasoning}" if h.reasoning != "auto" else "",
                 f"max {h.max_tokens} tok" if h.max_tokens else "",
                 f"arrivals {h.arrivals_per_s * 60:g}/min · {state.late_turns} late" if h.arrivals_per_s else "",
+                f"trace {h.trace.speed:g}x {h.trace.timing} · {state.late_turns} late" if h.trace is not None else "",
             )
             if m
         ]

@@ -169,7 +169,7 @@ def add_prompt_shape_args(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="read the conversations' new text from this file or directory of text or code files (read "
         "recursively, sorted; binary files skipped; each session starts at its own place, wrapping at the end) "
-        "instead of pseudo-words",
+        "instead of pseudo-words; with --trace, each hash-id block is drawn from this text's words",
     )
     p.add_argument(
         "--think-time",

@@ -8,12 +8,14 @@ from rampwatch.tui.cli.argtypes import duration, positive_int, share
 from rampwatch.tui.cli.spec.common import add_server_watch_args
 from rampwatch.tui.cli.spec.ramp import add_ramp_args
 from rampwatch.tui.cli.spec.run import add_open_loop_args
+from rampwatch.tui.cli.spec.trace import add_trace_replay_args
 
 
 def add_sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", metavar="URL", nargs="+", help="server base URL (several: sessions spread round-robin)")
     add_ramp_args(p, sweep=True)
     add_open_loop_args(p, sweep=True)
+    add_trace_replay_args(p, sweep=True)
     add_knee_args(p)
     add_server_watch_args(p, ui=False)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rampwatch.drivers.client.ramp import ScheduleError, parse_tokens
 from rampwatch.drivers.model.trace import BLOCK_SIZES, TRACE_FORMATS
 from rampwatch.drivers.run.config import BadInput, parse_duration
-from rampwatch.tui.cli.argtypes import duration, positive_int
+from rampwatch.tui.cli.argtypes import duration, positive_int, speed, speeds
 from rampwatch.tui.cli.spec.parser import OneLineParser
 
 INFO_HELP = (
@@ -56,8 +56,9 @@ def add_trace_info_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="the figures as JSON instead of text")
 
 
-def add_trace_replay_args(p: argparse.ArgumentParser) -> None:
-    """--trace and its flags on run and demo: the sessions come from a trace."""
+def add_trace_replay_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
+    """--trace and its flags on run, demo and sweep (where --trace-speed takes a list): the sessions come from a
+    trace."""
     p.add_argument(
         "--trace",
         type=Path,
@@ -73,6 +74,27 @@ def add_trace_replay_args(p: argparse.ArgumentParser) -> None:
         help="how each prompt is sent: completions (default: the prompt as built, so shared blocks are shared "
         "tokens to the last one) or chat (one user message: the chat template's tokens after it are not shared "
         "with the next turn)",
+    )
+    p.add_argument(
+        "--trace-timing",
+        choices=("session", "open"),
+        default="session",
+        help="session (default): a session's next turn goes after its previous reply plus the trace's gap between "
+        "the two, a user who waits for the answer; open: every request at its time in the trace, reply or not",
+    )
+    p.add_argument(
+        "--trace-speed",
+        type=speeds if sweep else speed,
+        default=[1.0] if sweep else 1.0,
+        metavar="X,X,..." if sweep else "X",
+        help="the trace's times (and gaps) divided by X, e.g. "
+        + ("0.5,1,2,4: one point per speed, the capacity curve of this traffic" if sweep else "2 (default 1)"),
+    )
+    p.add_argument(
+        "--trace-warm",
+        action="store_true",
+        help="build the prompts from the trace's own salt, not a fresh one, so a run after this one (also "
+        "--trace-warm) finds its blocks in the server's prefix cache",
     )
 
 
