@@ -136,6 +136,40 @@ def mooncake_large(rows: int, seed: int, out: io.TextIOBase) -> None:
             heapq.heappush(live, (due + int(rng.expovariate(1 / 20000)) + 1, session, state))
 
 
+def mooncake_paced(
+    sessions: int, requests_per_s: float, seed: int, out: io.TextIOBase, turns: int = 2, gap_s: float = 2.0
+) -> None:
+    """A replay benchmark's trace: `sessions` sessions of `turns` short turns `gap_s` apart, arriving (Poisson) so
+    the trace asks for `requests_per_s` requests a second; each opens with one of 4 two-block system prompts, its
+    first turn 1-3K tokens, each later one 300 more, 16 tokens out. Written in due order."""
+    rng = random.Random(seed)
+    ids = Ids()
+    prompts = [Stream(ids, 512).prompt(1024) for _ in range(4)]
+    per_s = requests_per_s / turns  # sessions arriving a second
+    live: list[tuple[int, int, dict]] = []
+    arrival_ms, started = 0.0, 0
+    while started < sessions or live:
+        if started < sessions and (not live or arrival_ms <= live[0][0]):
+            started += 1
+            state = {"stream": Stream(ids, 512, rng.choice(prompts)), "left": turns, "size": rng.randint(1024, 3072)}
+            heapq.heappush(live, (int(arrival_ms), started, state))
+            arrival_ms += rng.expovariate(per_s) * 1000
+            continue
+        due, session, state = heapq.heappop(live)
+        row = {
+            "timestamp": due,
+            "session_id": f"s{session}",
+            "input_length": state["size"],
+            "output_length": 16,
+            "hash_ids": state["stream"].prompt(state["size"]),
+        }
+        out.write(dumps(row) + "\n")
+        state["left"] -= 1
+        if state["left"]:
+            state["size"] += 300
+            heapq.heappush(live, (due + int(gap_s * 1000), session, state))
+
+
 def bailian_rows() -> list[dict]:
     """Two chains opening with the same three 16-token blocks; chat 2 has two children: 3 continues its chain,
     4 (later) is a branch sharing chat 2's prefix; chat 5 continues the branch."""

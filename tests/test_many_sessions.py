@@ -131,6 +131,29 @@ async def test_filter_keeps_matching_rows_and_empty_clears():
         assert len(table.rows) == 64
 
 
+async def test_a_trace_s_finished_sessions_are_counted_not_listed():
+    """A trace run (thousands of sessions, most of them finished at any time): the rows are the live sessions,
+    the finished ones a count in the aggregate line and the title; the filter `done` lists them."""
+    events = many_sessions_run()
+    for e in events:
+        if isinstance(e, ev.SessionPlanned) and int(e.session[1:]) % 4 == 3:
+            e.schedule = [1000]  # one turn, done: the sessions left idle after turn 1 finish instead
+    traced = header()
+    traced.trace = ev.TraceRun(path="agents.jsonl", format="agentic", block_size=64)
+    src = ReplaySource(Recording(header=traced, events=events))
+    src.seek(AT)
+    src.paused = True
+    app = RampwatchApp(src, autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await show(app, pilot)
+        table = app.query_one(SessionsTable)
+        assert len(table.rows) == 48 and all(s.state != "done" for s in table.rows)
+        assert "16 done" in " ".join(table.lines_text()) and "16 done, not listed" in table.border_title
+        await pilot.press("slash", *"done", "enter")
+        await show(app, pilot)
+        assert len(table.rows) == 16 and all(s.state == "done" for s in table.rows)
+
+
 async def test_cursor_scrolls_and_enter_opens_the_session_then_escape_returns():
     app, _ = app_at()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -1,7 +1,9 @@
 """The Sessions panel: an aggregate line, the column heads, then one row per
 session, sorted and filtered. It draws only the rows on screen (Textual's
 line API), so 256 sessions cost what 30 do; it scrolls with the keyboard
-and the mouse, and its cursor picks the session `enter` opens."""
+and the mouse, and its cursor picks the session `enter` opens. A trace's
+thousands of sessions come and go: its finished ones are counted in the
+aggregate line, not listed (the filter `done` lists them)."""
 
 from __future__ import annotations
 
@@ -207,7 +209,12 @@ class SessionsTable(ScrollView, can_focus=True):
 
     def show(self, state: RunState, now: float) -> None:
         self._state, self._now = state, now
+        self._trace = state.header is not None and state.header.trace is not None
         rows = list(state.sessions.values())
+        folded = 0
+        if self._trace and not self.filter:  # the live ones; the finished are a count in the aggregate line
+            live = [s for s in rows if s.state != "done"]
+            folded, rows = len(rows) - len(live), live
         if self.filter:
             needle = self.filter.lower()
             rows = [
@@ -219,13 +226,14 @@ class SessionsTable(ScrollView, can_focus=True):
         self.rows = sorted(rows, key=key, reverse=descending)  # type: ignore[arg-type]
         if self.rows and (self.cursor is None or all(s.id != self.cursor for s in self.rows)):
             self.cursor = self.rows[0].id
-        self._trace = state.header is not None and state.header.trace is not None
         head = TRACE_HEADS if self._trace else HEADS
         self._top = [*aggregate_lines(state, self.size.width), head] if state.sessions else []
         self.virtual_size = Size(self.size.width, len(self.rows) + self.fixed_lines)
         title = f"Sessions · by {self.sort_name}" + (
             f" · filter '{self.filter}' ({len(self.rows)}/{len(state.sessions)})" if self.filter else ""
         )
+        if folded:
+            title += f" · {folded} done, not listed (/done lists them)"
         if self.border_title != title:
             self.border_title = title
         self._refresh_changed_lines()
