@@ -14,6 +14,7 @@ candidates are the corpus's most common words instead: blocks read as its vocabu
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections import Counter
@@ -36,6 +37,7 @@ CANDIDATES = tuple(
 CHECK_ATOMS = 512  # a run this long is counted to check that atoms add up
 MIN_ATOMS = 8
 CORPUS_CANDIDATES = 300  # a corpus's most common words tried as atoms (each one /tokenize call)
+BLOCKS_KEPT = 2048  # block texts kept drawn: a trace's shared system prompts and a session's growing prefix repeat
 
 
 def corpus_candidates(text: str) -> tuple[str, ...]:
@@ -105,9 +107,10 @@ class TracePrompts:
 
     def __init__(self, atoms: Atoms, salt: str, block_size: int, template: Template, chat: bool = False):
         self.atoms, self.salt, self.block_size, self.template, self.chat = atoms, salt, block_size, template, chat
+        self.block = functools.lru_cache(maxsize=BLOCKS_KEPT)(self._draw)
 
-    def block(self, hash_id: int, tokens: int) -> str:
-        """The first `tokens` tokens of block `hash_id`'s text."""
+    def _draw(self, hash_id: int, tokens: int) -> str:
+        """The first `tokens` tokens of block `hash_id`'s text (`block`, the same, kept)."""
         words = max(0, round(tokens / self.atoms.tokens_per_word)) if not self.atoms.exact else tokens
         return "".join(random.Random(f"{self.salt}:{hash_id}").choices(self.atoms.words, k=words))
 

@@ -231,8 +231,9 @@ def build_report(state: RunState) -> Report:
     ramp = ramp_ids(state)
     baseline = [sid for sid, s in state.sessions.items() if s.role == "one-shot"]
     sessions: list[SessionReport] = []
+    by_session = state.turns_by_session()
     for sid in ramp:
-        records = [r for r in state.turns if r.session == sid]
+        records = by_session.get(sid, [])
         rows = [turn_row(r) for r in records]
         sessions.append(SessionReport(id=sid, turns=rows, summary=_summary(state, sid, rows, records)))
     ramp_turns = [r for r in state.turns if r.session in ramp]

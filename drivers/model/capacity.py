@@ -88,9 +88,10 @@ def kept_share(point: CapacityPoint, share: float) -> bool:
 def _mean_conversation_s(state: RunState, ramp: set[str]) -> float | None:
     """How long a conversation that finished every turn lasted, from its arrival to its last reply, on average."""
     lengths = []
+    by_session = state.turns_by_session()
     for sid in ramp:
         s = state.sessions.get(sid)
-        recs = [r for r in state.turns if r.session == sid]
+        recs = by_session.get(sid, [])
         if s is None or s.arrival is None or s.state != "done" or not recs or recs[-1].done_t is None:
             continue
         lengths.append(recs[-1].done_t - s.arrival)

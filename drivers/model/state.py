@@ -32,6 +32,7 @@ from rampwatch.drivers.model.views import NO_ANSWER, SessionView
 from rampwatch.drivers.model.warmup import SteadyWindow, parse_warmup
 
 LOG_LEN = 500
+PRUNE_EVERY = 256  # token batches between two prunings of the ended prefills (_prune_prefill_ends)
 T = TypeVar("T")
 
 
@@ -67,6 +68,7 @@ class RunState:
         # Each session's newest prefill span's end (inf while in flight): a token batch looks only at the sessions
         # whose spans reach into it, not at every session (O(sessions) per batch was 5 ms a pass at 64 sessions).
         self._prefill_ends: dict[str, float] = {}
+        self._times_seen = 0  # TokenTimes folded: every PRUNE_EVERY, the ended prefills no batch can reach go
         self.last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
         # A split's transferred KV per turn: a finished turn settles once a decode server's sample covers its
         # first token (or the run ends), so its line never calls transferred KV cached.
@@ -91,6 +93,14 @@ class RunState:
         """Changes whenever `turns` does: one more, or a finished one settled later (its span, its transferred KV,
         a client-busy mark), so a table of finished turns redraws exactly then."""
         return len(self.turns) + self._turns_settled + self.client.marked + self.client.marked_own
+
+    def turns_by_session(self) -> dict[str, list[TurnRecord]]:
+        """The finished turns grouped by session, in order: one pass, for readers that go session by session (a
+        trace has thousands)."""
+        out: dict[str, list[TurnRecord]] = {}
+        for r in self.turns:
+            out.setdefault(r.session, []).append(r)
+        return out
 
     @property
     def time_scale(self) -> float:
@@ -175,6 +185,16 @@ class RunState:
             s.prefill_spans[-1][1] = self._prefill_ends[e.session] = e.t
         self._prefilling.pop(e.session, None)
 
+    def _prune_prefill_ends(self) -> None:
+        """Forget the prefills that ended before any batch still to come can start: before every turn in flight's
+        last token (or its send) and before now. A trace's thousands of finished sessions would otherwise be
+        walked on every batch."""
+        floor = self.t
+        for s in self.sessions.values():
+            if (rec := s.current) is not None:
+                floor = min(floor, rec.last_t if rec.last_t is not None else rec.sent_t)
+        self._prefill_ends = {sid: end for sid, end in self._prefill_ends.items() if end > floor}
+
     def _on_answer(self, e: ev.FirstAnswer) -> None:
         s, rec = self._in_flight(e.session, e.turn)
         if rec is None:
@@ -187,6 +207,9 @@ class RunState:
         if rec is None or not e.times:
             return
         times = e.times
+        self._times_seen += 1
+        if self._times_seen % PRUNE_EVERY == 0:
+            self._prune_prefill_ends()
         # Foreign prefill spans that overlap this batch; usually none, so the
         # per-token check runs only while another session prefills.
         lo, hi = (rec.last_t if rec.last_t is not None else times[0]), times[-1]

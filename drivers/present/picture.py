@@ -14,8 +14,9 @@ from rampwatch.drivers.present.timeline_picture import timeline_svg
 def ttft_chart_svg(state: RunState) -> str:
     """TTFT against context per ramp session; the one-shot baseline as a dashed line."""
     lines, baseline = [], None
+    by_session = state.turns_by_session()
     for s in state.sessions.values():
-        rows = [turn_row(r) for r in state.turns if r.session == s.id and r.status == "ok" and r.ttft is not None]
+        rows = [turn_row(r) for r in by_session.get(s.id, []) if r.status == "ok" and r.ttft is not None]
         if s.role == "one-shot":
             if rows:
                 baseline = ("one-shot", rows[0].ttft_s or 0.0)

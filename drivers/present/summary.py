@@ -22,9 +22,15 @@ def needle_count(found: int, asked: int, no_answer: int) -> str:
     return f"{found}/{asked}" + (f" ({no_answer} no answer)" if no_answer else "")
 
 
+EACH_SESSION_MAX = 64  # more sessions (a trace's thousands) get one line for all: the report has each one's table
+
+
 def summary_lines(rep: Report) -> list[str]:
     lines = []
-    for s in rep.sessions:
+    if len(rep.sessions) > EACH_SESSION_MAX:
+        turns = sum(len(s.turns) for s in rep.sessions)
+        lines.append(f"{len(rep.sessions):,} sessions, {turns:,} turns: each one's table in `rampwatch report`")
+    for s in rep.sessions if len(rep.sessions) <= EACH_SESSION_MAX else ():
         m = s.summary
         reached = f", reached turn {m.reached_turn}/{m.planned_turns}" if m.reached_turn < m.planned_turns else ""
         answered = any(t.ttfa_s is not None for t in s.turns)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.present.report import render
+from rampwatch.drivers.present.report import render, report_title
+from rampwatch.drivers.present.summary import EACH_SESSION_MAX, summary_lines
 from rampwatch.drivers.run.config import BadInput, RunConfig
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.headless import run_headless
@@ -71,8 +72,12 @@ def export_from_ui(cfg: RunConfig, driver: DriverProcess) -> ClientMetrics | Non
 
 
 def report_table(state: RunState) -> str:
-    """The table a headless run prints at its end (and `rampwatch report` prints from its recording)."""
-    return render(build_report(state), "table")
+    """The tables a headless run prints at its end (`rampwatch report` prints them from its recording); a run of
+    more sessions than the summary lists one by one (a trace's thousands) prints its summary alone."""
+    rep = build_report(state)
+    if len(rep.sessions) > EACH_SESSION_MAX:
+        return "\n".join([report_title(rep.run), *summary_lines(rep)]) + "\n"
+    return render(rep, "table")
 
 
 def execute_headless(cfg: RunConfig, record: bool, web: str | None = None, refresh_s: float = REFRESH_S) -> int:
