@@ -201,7 +201,9 @@ def test_sweep_refuses_bad_counts():
 
 def test_sweep_stops_when_the_server_starts_to_preempt(tmp_path):
     sweep = tmp_path / "p.sweep.json"
-    with ThreadedSim(make_profile("tiny", kv_tokens=20_000)) as s:  # two 16K sessions do not fit
+    # Two 16K sessions do not fit, and the second gets in beside the first: its 8K prefix, still cached (a prefix is
+    # evicted tail first), and its first chunk fit in what the first leaves free. In a tighter pool it would wait.
+    with ThreadedSim(make_profile("tiny", kv_tokens=27_000)) as s:
         p = rw(*sweep_args(s.url, sweep, "--scrape-interval", "0.1", output_tokens=64))
     assert p.returncode == 0, p.stderr
     listed = json.loads(sweep.read_text())

@@ -76,9 +76,11 @@ def test_kv_pool_prefix_cache_and_lru():
     assert pool.used == 0 and pool.free == 4
     assert pool.match([b"h0", b"h1", b"h2"]) == a  # found again, now held
     pool.release(a)
-    got = pool.allocate(3)  # two never-used blocks, then the oldest cached one is evicted
-    assert got is not None and pool.match([b"h0"]) == []
+    got = pool.allocate(3)  # two never-used blocks, then the least recently freed: the tail, freed first
+    assert got is not None and pool.match([b"h0", b"h1"]) == [a[0]]  # the head is evicted last
     assert pool.allocate(2) is None  # full
+    pool.release([a[0], *got])  # freed tail first, so what was evicted next is got's last block, then back to h0
+    assert pool.allocate(3) == got[::-1] and pool.match([b"h0"]) == [a[0]]
 
 
 async def _finish(engine: SimEngine, req):
@@ -98,6 +100,16 @@ async def test_growing_conversation_reuses_its_blocks():
     r2 = await _finish(engine, engine.make_request(first + b"y" * 400, 4, ignore_eos=True))
     assert r2.cached_tokens == (1000 // 16) * 16
     assert engine.pool.used == 0
+
+
+@pytest.mark.parametrize("burst", [1, 8])
+async def test_a_request_holds_its_prompt_and_its_reply_but_the_last_token(burst):
+    """As vLLM allocates slots: 100 prompt tokens and 29 generated need the KV of 128 (the last token sampled is
+    never computed), 8 blocks of 16, however many tokens a step emits."""
+    p = PROFILES["tiny"].scaled(step_overhead_s=0.0, decode_token_s=0.0, prefill_token_s=0.0, burst=burst)
+    engine = SimEngine(p)
+    await _finish(engine, engine.make_request(b"x" * 400, 29, ignore_eos=True))
+    assert engine.pool.num_blocks - engine.pool.never_used == 8
 
 
 async def test_preemption_when_the_pool_runs_out():

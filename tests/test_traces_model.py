@@ -12,7 +12,7 @@ from rampwatch.drivers.model.trace import (
     collect_sessions,
     derived_hash_ids,
 )
-from rampwatch.drivers.model.trace_reuse import IdealReuse, LruPrefixCache, annotate_ideal
+from rampwatch.drivers.model.trace_reuse import IdealReuse, LruPrefixCache, annotate_ideal, held_blocks
 from rampwatch.drivers.model.trace_sessions import SessionAssembly, TraceRow, assemble
 from rampwatch.drivers.model.trace_slice import SliceCounts, TraceSlice, slice_requests
 from rampwatch.drivers.model.trace_stats import TraceStats
@@ -66,33 +66,39 @@ def test_ideal_never_exceeds_the_input_rounded_down_to_a_block():
 
 
 def test_lru_pool_falls_below_unbounded_exactly_where_eviction_took_the_prefix():
-    """A pool of 3 blocks of 10 tokens, worked by hand (LRU first ... MRU last):
-    r1 [1,2]   miss;     inserted tail first: [2, 1]
-    r2 [5,6]   miss;     6 then 5: [2, 1, 6] -> 5 evicts 2: [1, 6, 5]
-    r3 [1,2,3] unbounded 1,2 (20); the pool lost 2: 1 alone (10)
-               3, 2, 1 in: [6, 5, 3] -> [5, 3, 2] -> [3, 2, 1]
-    r4 [5,6,7] with 25 tokens (7 partial): unbounded 5,6 (20); the pool lost 5 (0)
-               6, 5 in: [2, 1, 6] -> [1, 6, 5]
-    r5 [1,2,3,4]: unbounded 1,2,3 (30); the pool holds 1 but not 2 (10)"""
+    """A pool of 4 blocks of 10 tokens, worked by hand (its freed blocks, least recently freed first; X a block
+    nothing will find: a partial one, a reply's):
+    r1 [1,2,3]     30 tokens, reply 1: a miss; takes 3 never-used blocks, frees them tail first: [3, 2, 1]
+    r2 [1,2,7]     25 tokens (7 partial), reply 16: hits 1,2 (20); holds 4 blocks by its end (25 + 15 tokens): the
+                   last never-used one, then evicts 3; frees [X, X, 2, 1]
+    r3 [1,2,3,4]   unbounded 1,2,3 (30); r2's reply took 3: 1,2 (20); its 2 new blocks evict the Xs: [4, 3, 2, 1]
+    r4 [9]         10 tokens, reply 11: holds 2 blocks, evicting 4 then 3, the tail first: [2, 1, X, 9]
+    r5 [1,2,3,4,5] unbounded 1,2,3,4 (40); the pool 1,2 (20)"""
     rs = [
-        req("a", [1, 2], 20),
-        req("b", [5, 6], 20),
-        req("a", [1, 2, 3], 30, turn=2),
-        req("b", [5, 6, 7], 25, turn=2),
-        req("a", [1, 2, 3, 4], 40, turn=3),
+        req("a", [1, 2, 3], 30, out=1),
+        req("b", [1, 2, 7], 25, out=16),
+        req("a", [1, 2, 3, 4], 40, turn=2, out=1),
+        req("c", [9], 10, out=11),
+        req("a", [1, 2, 3, 4, 5], 50, turn=3, out=1),
     ]
-    assert ideal(rs, 10, pool=30) == [(0, 0), (0, 0), (20, 10), (20, 0), (30, 10)]
-    assert [p for _, p in ideal(rs, 10, pool=1000)] == [0, 0, 20, 20, 30]  # a pool large enough is unbounded
-    assert ideal(rs, 10) == [(0, None), (0, None), (20, None), (20, None), (30, None)]
+    assert ideal(rs, 10, pool=40) == [(0, 0), (20, 20), (30, 20), (0, 0), (40, 20)]
+    assert [p for _, p in ideal(rs, 10, pool=1000)] == [0, 20, 30, 0, 40]  # a pool large enough is unbounded
+    assert ideal(rs, 10) == [(0, None), (20, None), (30, None), (0, None), (40, None)]
+
+
+def test_a_request_holds_its_prompt_and_its_reply_but_the_last_token():
+    assert held_blocks(req("a", [1, 2, 7], 25, out=16), 10) == 4  # 40 tokens
+    assert held_blocks(req("a", [1, 2, 3], 30, out=1), 10) == 3  # the prompt alone
+    assert held_blocks(req("a", [1, 2, 3], 30, out=2), 10) == 4  # and the first reply token
 
 
 def test_lru_evicts_a_prefix_tail_before_its_head():
-    """[1,2,3] leaves 1 most recent, so a newcomer evicts 3, and the prefix 1,2 still hits (in prefix order,
-    1 would go first and the whole prefix would be lost)."""
+    """[1,2,3] is freed tail first, leaving 1 the most recently freed, so a newcomer evicts 3, and the prefix 1,2
+    still hits (in prefix order, 1 would go first and the whole prefix would be lost)."""
     cache = LruPrefixCache(3)
-    assert cache.send([1, 2, 3], 3) == 0
-    assert cache.send([9], 1) == 0
-    assert cache.send([1, 2, 3], 3) == 2
+    assert cache.send([1, 2, 3], 3, 3) == 0
+    assert cache.send([9], 1, 1) == 0
+    assert cache.send([1, 2, 3], 3, 3) == 2
 
 
 def test_a_request_longer_than_the_pool_keeps_its_head():

@@ -129,10 +129,15 @@ class SimRequest:
         """Whether generated token k (0-based) is thinking rather than answer."""
         return k < self.reasoning
 
+    def tokens_left(self) -> int:
+        """Tokens still to come: up to max_tokens, or to the end of a reply that ends by itself."""
+        left = self.max_tokens - self.generated
+        if self.ends_itself and not self.ignore_eos:
+            left = min(left, self.reasoning + len(self.words) - self.generated)
+        return max(0, left)
+
     def wants_more(self) -> bool:
-        if self.generated >= self.max_tokens:
-            return False
-        return self.ignore_eos or not (self.ends_itself and self.generated >= self.reasoning + len(self.words))
+        return self.tokens_left() > 0
 
 
 @dataclass
@@ -259,7 +264,9 @@ class SimEngine:
             if remaining <= 0:
                 if budget < 1:
                     continue
-                need = req.prompt_tokens + req.generated + 1
+                # Slots for the KV this step computes, as vLLM allocates them: the last token sampled and those
+                # emitted after it in the step (burst), never the step's last one, whose KV no step computes.
+                need = req.prompt_tokens + req.generated + min(self.profile.burst, req.tokens_left()) - 1
                 while not self._blocks_for(req, need):
                     victim = self.running[-1]
                     self._preempt(victim)

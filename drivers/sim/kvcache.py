@@ -1,8 +1,10 @@
 """The simulated KV pool: fixed blocks with a block-hashed prefix cache.
 
 Like vLLM's: full prompt blocks are hashed with their whole prefix, so a
-growing conversation finds its earlier blocks again; blocks no request
-holds stay cached but count as free, and are evicted least recently used.
+growing conversation finds its earlier blocks again. A block no request holds
+is free: blocks never used are handed out first, then freed ones, least
+recently freed first, a hashed one losing its place in the cache as it goes.
+A request's blocks are freed tail first, so its prefix's head is evicted last.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ class KVPool:
         self.refs: dict[int, int] = {}  # block id -> holders
         self.cached: dict[bytes, int] = {}  # prefix hash -> block id
         self.hash_of: dict[int, bytes] = {}
-        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, unheld, oldest first
+        # Freed blocks, least recently freed first: vLLM's free queue, where a freed block with no hash (a partial
+        # block, the reply's) waits its turn like a cached one, so that taking it spares no older cached block.
+        self.freed: OrderedDict[int, None] = OrderedDict()
         self._next_id = 0
 
     @property
@@ -26,7 +30,7 @@ class KVPool:
 
     @property
     def free(self) -> int:
-        return self.never_used + len(self.evictable)
+        return self.never_used + len(self.freed)
 
     def usage(self) -> float:
         return self.used / self.num_blocks
@@ -44,8 +48,8 @@ class KVPool:
         return blocks
 
     def _hold(self, b: int) -> None:
-        if b in self.evictable:
-            del self.evictable[b]
+        if b in self.freed:
+            del self.freed[b]
         self.refs[b] = self.refs.get(b, 0) + 1
 
     def allocate(self, n: int) -> list[int] | None:
@@ -59,7 +63,7 @@ class KVPool:
                 b = self._next_id
                 self._next_id += 1
             else:
-                b, _ = self.evictable.popitem(last=False)
+                b, _ = self.freed.popitem(last=False)
                 h = self.hash_of.pop(b, None)
                 if h is not None and self.cached.get(h) == b:
                     del self.cached[h]
@@ -74,13 +78,12 @@ class KVPool:
             self.hash_of[block] = h
 
     def release(self, blocks: list[int]) -> None:
-        for b in blocks:
+        """A request's blocks, in prefix order, let go: freed tail first (as vLLM frees them), so the head of a
+        prefix, which more requests share, is the last of them to be evicted."""
+        for b in reversed(blocks):
             n = self.refs[b] - 1
             if n:
                 self.refs[b] = n
                 continue
             del self.refs[b]
-            if b in self.hash_of:
-                self.evictable[b] = None  # keep the content for a later prefix hit
-            else:
-                self.never_used += 1  # nothing worth keeping; recycle the id lazily
+            self.freed[b] = None
