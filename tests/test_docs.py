@@ -20,7 +20,7 @@ GUIDES = [README] + [p for p in PAGES if p.name != "cli.md"]
 README_MAX_LINES = 220
 COMMANDS = ("run", "watch", "replay", "report", "demo", "sim", "compare", "sweep", "export", "trace")
 # Commands with subcommands of their own, whose flags --help shows one word further down.
-SUBCOMMANDS = ("trace info",)
+SUBCOMMANDS = ("trace info", "trace export")
 # The two commands on a fresh machine; .ci/run and the people who copy them rely on these exact lines.
 FRESH_MACHINE_COMMANDS = (
     "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/rampwatch demo",

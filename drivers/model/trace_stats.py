@@ -12,6 +12,7 @@ array, and per session only while it is open.
 
 from __future__ import annotations
 
+import math
 from array import array
 
 import msgspec
@@ -53,6 +54,21 @@ class TraceInfo(msgspec.Struct, kw_only=True):
     stopped_at_duration: bool = False  # the slice's duration ended the reading
 
 
+# The picture's bins (seconds): the first of these that puts the trace's time in at most MAX_BINS of them.
+BIN_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+MAX_BINS = 60  # as the text's line of marks: at most 60
+
+
+class TraceCurves(msgspec.Struct, kw_only=True):
+    """A trace over its time (`trace info --svg`), in equal bins from its first request: the requests per minute
+    in each bin, and the most live context at any due instant in it (the peak live context's count; None in a
+    bin where nothing is due)."""
+
+    bin_s: float
+    requests_per_minute: list[float]
+    live_tokens: list[int | None]
+
+
 class _Open:
     """A session between its first request and its last: what the fold still needs of it."""
 
@@ -75,6 +91,7 @@ class TraceStats:
         self._instants = array("d")
         self._live_tokens = array("q", [0])
         self._live_sessions = array("q", [0])
+        self._arrivals = array("q", [0])  # requests due at each instant
         self._first_due: float | None = None
         self._last_due = 0.0
         self.sessions = self.forked = self.requests = 0
@@ -90,6 +107,7 @@ class TraceStats:
             self.ideal_cached_pool = (self.ideal_cached_pool or 0) + r.ideal_cached_pool
         self._count_minute(r.due_s)
         i = self._instant(r.due_s)
+        self._arrivals[i] += 1
         s = self._open.get(r.session)
         if s is None:
             s = self._open[r.session] = _Open()
@@ -120,6 +138,7 @@ class TraceStats:
             self._instants.append(due_s)
             self._live_tokens.append(0)
             self._live_sessions.append(0)
+            self._arrivals.append(0)
         return len(self._instants) - 1
 
     def _span(self, start: int, end: int, tokens: int, sessions: int) -> None:
@@ -167,6 +186,22 @@ class TraceStats:
         for name, value in known.items():
             setattr(info, name, value)
         return info
+
+    def curves(self, max_bins: int = MAX_BINS) -> TraceCurves:
+        """The requests per minute and the live context, each bin of the trace's time."""
+        first = self._first_due or 0.0
+        span = self._last_due - first
+        bin_s = float(next((b for b in BIN_STEPS_S if span / b < max_bins), math.ceil(span / max_bins)))
+        bins = int(span // bin_s) + 1
+        arrivals = [0] * bins
+        live: list[int | None] = [None] * bins
+        tokens = 0
+        for i, t in enumerate(self._instants):
+            b = min(bins - 1, int((t - first) // bin_s))
+            tokens += self._live_tokens[i]
+            arrivals[b] += self._arrivals[i]
+            live[b] = max(live[b] or 0, tokens)
+        return TraceCurves(bin_s=bin_s, requests_per_minute=[n * 60 / bin_s for n in arrivals], live_tokens=live)
 
     def _peak(self) -> tuple[int, float | None, int]:
         """The most live context at any instant, when (the first such instant), and how many sessions held it."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rampwatch.drivers.model.events import TraceRun
 from rampwatch.drivers.model.trace import BLOCK_SIZES, TRACE_FORMATS, BadRows, TraceProblem, TraceRequest
 from rampwatch.drivers.model.trace_reuse import annotate_ideal
 from rampwatch.drivers.model.trace_sessions import TraceRow, assemble
@@ -23,12 +24,12 @@ from rampwatch.drivers.model.trace_slice import SliceCounts, TraceSlice, slice_r
 from rampwatch.drivers.run.config import BadInput
 from rampwatch.drivers.run.trace_conversations import agentic_rows, aiperf_rows
 from rampwatch.drivers.run.trace_file import first_line, json_object
-from rampwatch.drivers.run.trace_recording import recording_rows
+from rampwatch.drivers.run.trace_recording import recording_block_size, recording_rows
 from rampwatch.drivers.run.trace_rows import bailian_rows, mooncake_rows
 
 RowReader = Callable[[Path, BadRows, int], Iterator[TraceRow]]
 
-READERS: dict[str, RowReader] = {
+READERS: dict[str, RowReader] = {  # a recording's reader is also given the trace it replayed (requests())
     "mooncake": mooncake_rows,
     "bailian": bailian_rows,
     "agentic": agentic_rows,
@@ -75,11 +76,15 @@ class TraceReading:
     block_size: int
     bad: BadRows
     slice_counts: SliceCounts = field(default_factory=SliceCounts)
+    notes: list[str] = field(default_factory=list)  # what the user should know of how it was read (once each)
 
     def requests(self, cut: TraceSlice | None = None, pool_tokens: int | None = None) -> Iterator[TraceRequest]:
         """The requests in due order, in their sessions, cut to `cut`, each with its ideal cached tokens
         (unbounded, and with an LRU pool of `pool_tokens`)."""
-        rows = READERS[self.format](self.path, self.bad, self.block_size)
+        if self.format == "rampwatch":
+            rows = recording_rows(self.path, self.bad, self.block_size, self._replayed)
+        else:
+            rows = READERS[self.format](self.path, self.bad, self.block_size)
         requests = assemble(rows, self.block_size, self.bad)
         if cut is not None:
             requests = slice_requests(requests, cut, self.slice_counts)
@@ -89,6 +94,24 @@ class TraceReading:
             raise BadInput(f"{self.path}: {problem}") from None
         except (OSError, EOFError, zlib.error) as e:
             raise BadInput(f"cannot read {self.path}: {getattr(e, 'strerror', None) or e}") from None
+
+    def _replayed(self, run: TraceRun) -> Iterator[TraceRequest] | None:
+        """The requests of the trace a recorded run replayed, cut as the run cut them; None (and a note) when
+        that trace is not at the path the recording names (relative to where the run was started)."""
+        path = Path(run.path)
+        cut = TraceSlice(
+            start_s=run.start_s, duration_s=run.duration_s, sessions=run.sessions, max_context=run.max_context
+        )
+        try:  # the run read it whole before sending, skipping bad rows only where it was told to
+            return open_trace(path, run.format, run.block_size, skip_bad=True).requests(cut)
+        except BadInput:
+            note = (
+                f"{self.path} replayed {run.path}, which is not there: its turns' hash ids are derived (each session "
+                "shares only its own prefix); run from where the replay was run to keep the prefixes they shared"
+            )
+            if note not in self.notes:
+                self.notes.append(note)
+            return None
 
     @property
     def skipped(self) -> dict[str, int]:
@@ -114,4 +137,6 @@ def open_trace(
         raise BadInput(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
     if block_size is not None and block_size < 1:
         raise BadInput(f"a block is at least one token: --block-size {block_size}")
-    return TraceReading(path, found, block_size or BLOCK_SIZES[found], BadRows(skip_bad))
+    if block_size is None:
+        block_size = recording_block_size(path) if found == "rampwatch" else BLOCK_SIZES[found]
+    return TraceReading(path, found, block_size, BadRows(skip_bad))

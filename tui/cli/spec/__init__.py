@@ -33,7 +33,7 @@ COMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = [
     ("report", "per-turn tables of a recording", add_report_args),
     (
         "trace",
-        "a workload trace read on its own: `trace info FILE`, its sessions, sizes and ideal reuse",
+        "a workload trace on its own: `trace info FILE` (sessions, sizes, ideal reuse), `trace export` (for AIPerf)",
         add_trace_args,
     ),
 ]

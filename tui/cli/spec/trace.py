@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rampwatch.drivers.client.ramp import ScheduleError, parse_tokens
 from rampwatch.drivers.model.trace import BLOCK_SIZES, TRACE_FORMATS
+from rampwatch.drivers.model.trace_export import EXPORT_FORMATS
 from rampwatch.drivers.run.config import BadInput, parse_duration
 from rampwatch.tui.cli.argtypes import duration, positive_int, speed, speeds
 from rampwatch.tui.cli.spec.parser import OneLineParser
@@ -15,6 +16,10 @@ from rampwatch.tui.cli.spec.parser import OneLineParser
 INFO_HELP = (
     "a trace's sessions and turns, requests per minute, context sizes, growth per turn, ideal hit rate and peak "
     "live context, streamed from the file"
+)
+EXPORT_HELP = (
+    "write a trace (a recorded run above all) as a trace AIPerf replays: Mooncake JSONL with session ids and "
+    "512-token hash ids chained from its prompts' blocks, or AIPerf multi_turn"
 )
 
 
@@ -39,9 +44,10 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
         required=True,
         metavar="SUBCOMMAND",
         parser_class=OneLineParser,
-        help="what to do with the trace: info",
+        help="what to do with the trace: info, export",
     )
     sub.add_parser("info", help=INFO_HELP, description=INFO_HELP, populate=add_trace_info_args)
+    sub.add_parser("export", help=EXPORT_HELP, description=EXPORT_HELP, populate=add_trace_export_args)
 
 
 def add_trace_info_args(p: argparse.ArgumentParser) -> None:
@@ -54,6 +60,33 @@ def add_trace_info_args(p: argparse.ArgumentParser) -> None:
     )
     add_trace_source_args(p, "--")
     p.add_argument("--json", action="store_true", help="the figures as JSON instead of text")
+    p.add_argument(
+        "--svg",
+        type=Path,
+        metavar="OUT",
+        help="also draw the trace as an SVG: requests per minute and the live context over its time",
+    )
+    p.add_argument("--html", type=Path, metavar="OUT", help="also write that picture and the figures as one HTML page")
+
+
+def add_trace_export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "path",
+        type=Path,
+        metavar="SOURCE",
+        help="the trace to write out: a rampwatch recording above all, or any trace `trace info` reads",
+    )
+    p.add_argument(
+        "--to",
+        dest="export_format",
+        choices=EXPORT_FORMATS,
+        required=True,
+        help="mooncake: one row a request with 512-token hash ids (AIPerf's mooncake_trace); aiperf: AIPerf "
+        "multi_turn, one line a session, each turn its new message",
+    )
+    p.add_argument("--output", "-o", type=Path, required=True, metavar="OUT", help="the file to write")
+    p.add_argument("--force", action="store_true", help="replace OUT if it is already there")
+    add_trace_source_args(p, "--", pool=False)
 
 
 def add_trace_replay_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -98,9 +131,9 @@ def add_trace_replay_args(p: argparse.ArgumentParser, sweep: bool = False) -> No
     )
 
 
-def add_trace_source_args(p: argparse.ArgumentParser, prefix: str) -> None:
+def add_trace_source_args(p: argparse.ArgumentParser, prefix: str, pool: bool = True) -> None:
     """How a trace is read and cut, as `trace info` (--format, ...) and a replay (--trace-format, ...) name it;
-    either way into args.trace_format, args.trace_block_size, ..."""
+    either way into args.trace_format, args.trace_block_size, ...; `pool`: with the KV pool for the ideal reuse."""
     blocks = ", ".join(f"{fmt} {BLOCK_SIZES[fmt]}" for fmt in TRACE_FORMATS)
 
     def flag(name: str, **kw: object) -> None:
@@ -112,13 +145,19 @@ def add_trace_source_args(p: argparse.ArgumentParser, prefix: str) -> None:
         default="auto",
         help="the trace's format (default auto: told by its first line)",
     )
-    flag("block-size", type=positive_int, metavar="N", help=f"tokens a hash id stands for (default {blocks})")
     flag(
-        "kv-tokens",
-        type=token_count,
-        metavar="TOKENS",
-        help="also the ideal hit rate with an LRU pool of this many KV tokens, e.g. 1m",
+        "block-size",
+        type=positive_int,
+        metavar="N",
+        help=f"tokens a hash id stands for (default {blocks}; a recording of a --trace run: that trace's)",
     )
+    if pool:
+        flag(
+            "kv-tokens",
+            type=token_count,
+            metavar="TOKENS",
+            help="also the ideal hit rate with an LRU pool of this many KV tokens, e.g. 1m",
+        )
     flag(
         "start",
         type=start_time,
