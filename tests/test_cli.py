@@ -82,6 +82,7 @@ OPEN_LOOP_KEYS = {
     "ttft_from_due_p50_s",
     "ttft_from_send_p50_s",
     "warmup",
+    "trace_speed",
 }
 GOODPUT_KEYS = {
     "slo",

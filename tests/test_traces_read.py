@@ -144,7 +144,8 @@ def test_a_slice_and_a_pool_through_the_reading():
     rs = list(trace.requests(TraceSlice(max_context=3000, sessions=3), pool_tokens=2048))
     assert trace.skipped == {"over-max-context": 2, "past-sessions": 2}
     assert [r.session for r in rs] == ["s1", "s2", "s3", "s1", "s2", "s3"]
-    assert [r.ideal_cached_pool for r in rs] == [0, 1024, 1024, 1536, 1024, 1024]
+    # 4 blocks of 512: s2's and s3's turn 1 (their own blocks, replies included) take s1's third block before its turn 2
+    assert [r.ideal_cached_pool for r in rs] == [0, 1024, 1024, 1024, 1024, 1024]
 
 
 def write(path: Path, lines: list[str]) -> Path:
