@@ -29,7 +29,7 @@ def replay(trace: Path, record: Path, *more: str) -> dict:
 
 
 def export(source: Path, fmt: str, out: Path, *more: str) -> str:
-    p = rw("trace", "export", str(source), "--to", fmt, "--output", str(out), *more)
+    p = rw("trace", "export", str(source), "--format", fmt, "--output", str(out), *more)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     return p.stderr
 
@@ -119,7 +119,7 @@ def test_a_recording_reads_as_the_trace_it_replayed_and_says_when_that_is_gone(t
     head = json.loads(header)
     head["trace"]["path"] = str(tmp_path / "gone.jsonl")
     moved.write_text(json.dumps(head) + "\n" + "".join(rest))
-    assert main(["trace", "export", str(moved), "--to", "mooncake", "-o", str(tmp_path / "m.jsonl")]) == 0
+    assert main(["trace", "export", str(moved), "--format", "mooncake", "-o", str(tmp_path / "m.jsonl")]) == 0
     err = capsys.readouterr().err
     assert "gone.jsonl, which is not there: its turns' hash ids are derived" in err
     rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
@@ -134,7 +134,7 @@ def test_a_ramp_exports_as_its_sessions_and_turns(tmp_path, capsys):
     ran = turns(report_json(record))
     for fmt in ("mooncake", "aiperf"):
         out = tmp_path / f"ramp.{fmt}.jsonl"
-        assert main(["trace", "export", str(record), "--to", fmt, "-o", str(out)]) == 0
+        assert main(["trace", "export", str(record), "--format", fmt, "-o", str(out)]) == 0
         capsys.readouterr()
         assert main(["trace", "info", str(out), "--json"]) == 0
         info = json.loads(capsys.readouterr().out)
@@ -195,10 +195,10 @@ def test_aiperf_turns_are_each_turn_s_new_message_and_a_shrunk_context_starts_an
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["/no/such/trace.jsonl", "--to", "mooncake"], "no such trace: /no/such/trace.jsonl"),
-        ([str(TRACES / "mooncake.jsonl"), "--to", "sharegpt"], "invalid choice: 'sharegpt'"),
-        ([str(TRACES / "mooncake.jsonl")], "--to"),
-        ([str(TRACES / "mooncake.jsonl"), "--to", "aiperf", "--format", "bailian"], "mooncake.jsonl"),
+        (["/no/such/trace.jsonl", "--format", "mooncake"], "no such trace: /no/such/trace.jsonl"),
+        ([str(TRACES / "mooncake.jsonl"), "--format", "sharegpt"], "invalid choice: 'sharegpt'"),
+        ([str(TRACES / "mooncake.jsonl")], "--format"),
+        ([str(TRACES / "mooncake.jsonl"), "--format", "aiperf", "--from", "bailian"], "mooncake.jsonl"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
@@ -213,15 +213,15 @@ def test_an_existing_output_is_replaced_only_with_force(tmp_path, capsys):
     out = tmp_path / "out.jsonl"
     out.write_text("mine\n")
     trace = str(TRACES / "aiperf.jsonl")
-    assert main(["trace", "export", trace, "--to", "mooncake", "-o", str(out)]) == 2
+    assert main(["trace", "export", trace, "--format", "mooncake", "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"rampwatch: {out} already exists (choose another --output, or --force to replace it)"
     assert out.read_text() == "mine\n"
-    assert main(["trace", "export", trace, "--to", "mooncake", "-o", str(out), "--force"]) == 0
+    assert main(["trace", "export", trace, "--format", "mooncake", "-o", str(out), "--force"]) == 0
     assert json.loads(out.read_text().splitlines()[0])["session_id"] == "chat-a"
-    assert main(["trace", "export", trace, "--to", "mooncake", "-o", str(tmp_path / "no" / "such.jsonl")]) == 2
+    assert main(["trace", "export", trace, "--format", "mooncake", "-o", str(tmp_path / "no" / "such.jsonl")]) == 2
     assert capsys.readouterr().err.strip().endswith("No such file or directory")
-    assert main(["trace", "export", trace, "--to", "aiperf", "-o", str(tmp_path), "--force"]) == 2
+    assert main(["trace", "export", trace, "--format", "aiperf", "-o", str(tmp_path), "--force"]) == 2
     assert "is a folder" in capsys.readouterr().err
 
 

@@ -77,7 +77,7 @@ def add_trace_export_args(p: argparse.ArgumentParser) -> None:
         help="the trace to write out: a rampwatch recording above all, or any trace `trace info` reads",
     )
     p.add_argument(
-        "--to",
+        "--format",
         dest="export_format",
         choices=EXPORT_FORMATS,
         required=True,
@@ -86,7 +86,7 @@ def add_trace_export_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--output", "-o", type=Path, required=True, metavar="OUT", help="the file to write")
     p.add_argument("--force", action="store_true", help="replace OUT if it is already there")
-    add_trace_source_args(p, "--", pool=False)
+    add_trace_source_args(p, "--", pool=False, format_flag="--from")
 
 
 def add_trace_replay_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -131,16 +131,20 @@ def add_trace_replay_args(p: argparse.ArgumentParser, sweep: bool = False) -> No
     )
 
 
-def add_trace_source_args(p: argparse.ArgumentParser, prefix: str, pool: bool = True) -> None:
+def add_trace_source_args(
+    p: argparse.ArgumentParser, prefix: str, pool: bool = True, format_flag: str | None = None
+) -> None:
     """How a trace is read and cut, as `trace info` (--format, ...) and a replay (--trace-format, ...) name it;
-    either way into args.trace_format, args.trace_block_size, ...; `pool`: with the KV pool for the ideal reuse."""
+    either way into args.trace_format, args.trace_block_size, ...; `pool`: with the KV pool for the ideal reuse;
+    `format_flag`: the source format's flag where --format names something else (`trace export --from`)."""
     blocks = ", ".join(f"{fmt} {BLOCK_SIZES[fmt]}" for fmt in TRACE_FORMATS)
 
     def flag(name: str, **kw: object) -> None:
         p.add_argument(prefix + name, dest="trace_" + name.replace("-", "_"), **kw)  # type: ignore[arg-type]
 
-    flag(
-        "format",
+    p.add_argument(
+        format_flag or prefix + "format",
+        dest="trace_format",
         choices=("auto", *TRACE_FORMATS),
         default="auto",
         help="the trace's format (default auto: told by its first line)",
