@@ -53,10 +53,10 @@ def test_a_partial_last_block_is_never_cached_nor_counted():
     rs = [
         req("a", [1, 2, 3], 25),  # block 3 holds 5 tokens: partial, not kept
         req("a", [1, 2, 3], 30, turn=2),  # 3 is full now, but was never sent full
-        req("b", [1, 2, 3], 30),
+        req("b", [1, 2, 3], 30),  # found whole: all but its last token, which an engine always computes
         req("c", [1, 2, 3], 29),  # 2 full blocks; its partial third is not counted though 3 is held
     ]
-    assert [u for u, _ in ideal(rs, 10)] == [0, 20, 30, 20]
+    assert [u for u, _ in ideal(rs, 10)] == [0, 20, 29, 20]
 
 
 def test_ideal_never_exceeds_the_input_rounded_down_to_a_block():
@@ -108,12 +108,12 @@ def test_a_request_longer_than_the_pool_keeps_its_head():
 
 def test_a_pool_smaller_than_a_block_holds_nothing():
     rs = [req("a", [1, 2], 20), req("b", [1, 2], 20)]
-    assert ideal(rs, 10, pool=9) == [(0, 0), (20, 0)]
+    assert ideal(rs, 10, pool=9) == [(0, 0), (19, 0)]  # b found whole: all but its last token
 
 
 def test_annotate_ideal_sets_both_figures_on_each_request():
     rs = list(annotate_ideal([req("a", [1], 10), req("b", [1], 10)], 10, pool_tokens=10))
-    assert [(r.ideal_cached, r.ideal_cached_pool) for r in rs] == [(0, 0), (10, 10)]
+    assert [(r.ideal_cached, r.ideal_cached_pool) for r in rs] == [(0, 0), (9, 9)]  # b whole, less its last token
 
 
 def test_derived_ids_share_a_sessions_prefix_and_nothing_else():
@@ -380,5 +380,5 @@ def test_ideal_hit_rates_are_cached_over_prompt_tokens():
     for r in annotate_ideal([req("a", [1, 2], 20), req("b", [1, 2], 20), req("c", [9], 10)], 10, pool_tokens=10):
         stats.add(r)
     info = stats.finish(kv_tokens=10)
-    assert (info.ideal_cached, info.prompt_tokens, info.ideal_hit_rate) == (20, 50, 0.4)
+    assert (info.ideal_cached, info.prompt_tokens, info.ideal_hit_rate) == (19, 50, 0.38)  # b whole, less a token
     assert info.ideal_cached_pool == 10 and info.ideal_hit_rate_pool == 0.2 and info.forked_sessions == 0

@@ -19,7 +19,9 @@ it (all sessions, in due order; ties in file order), times the block size:
 
 Only full blocks count. A prompt whose length is not a multiple of the block size ends in a partial block: it
 is never counted as cached and never enters the cache (a block-hashed prefix cache keys full blocks only), so a
-request's ideal is a whole number of blocks, at most its input_length rounded down to a block.
+request's ideal is a whole number of blocks, at most its input_length rounded down to a block. And never the
+whole prompt: an engine computes at least its last token (the first output token's logits come from it), so a
+prompt found whole is ideally cached to its input_length less one (vLLM reports a block less: its 16 tokens).
 """
 
 from __future__ import annotations
@@ -109,11 +111,12 @@ class IdealReuse:
     def observe(self, request: TraceRequest) -> tuple[int, int | None]:
         """(unbounded, with the pool or None) cached tokens of `request`, which is then sent."""
         full = full_blocks(request, self.block_size)
-        unbounded = self.unbounded.send(request.hash_ids, full) * self.block_size
+        most = request.input_length - 1  # the last prompt token is always computed
+        unbounded = min(most, self.unbounded.send(request.hash_ids, full) * self.block_size)
         if self.pool is None:
             return unbounded, None
         pooled = self.pool.send(request.hash_ids, full, held_blocks(request, self.block_size))
-        return unbounded, pooled * self.block_size
+        return unbounded, min(most, pooled * self.block_size)
 
 
 def annotate_ideal(

@@ -3,6 +3,7 @@ long as the run is kept out of the garbage collector's passes, so neither holds 
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import gc
 import sys
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+FREEZE_EVERY_S = 5.0  # how often the run's survivors are frozen (keep_survivors_frozen)
 
 
 def return_big_buffers_to_the_os() -> None:
@@ -38,3 +40,14 @@ def set_up_heap_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+async def keep_survivors_frozen(period_s: float = FREEZE_EVERY_S) -> None:
+    """Every `period_s`: collect the young generations (their cycles freed) and freeze what survived. A full
+    collection walks every object the collector tracks, and a trace's 10,000 sessions grew that walk to a 370 ms
+    hold of the loop; frozen, the run's finished turns and sessions are left out, and a full collection walks
+    only what came since the last freeze. set_up_heap_frozen's unfreeze gives them back at the run's end."""
+    while True:
+        await asyncio.sleep(period_s)
+        gc.collect(1)
+        gc.freeze()

@@ -28,7 +28,7 @@ from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, chec
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.loop_lag import LoopLagMonitor
-from rampwatch.drivers.run.memory import return_big_buffers_to_the_os, set_up_heap_frozen
+from rampwatch.drivers.run.memory import keep_survivors_frozen, return_big_buffers_to_the_os, set_up_heap_frozen
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.probe import CALIBRATION_CHARS, ServerInfo, calibrate, probe, probe_servers
 from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, prompt_shape, shared_lead
@@ -215,6 +215,7 @@ class Run:
         if cfg.insecure:
             emit(ev.Notice(t=clock(), level="warn", message="TLS certificates are NOT verified (--insecure)"))
         background.append(asyncio.create_task(self._flush_loop()))
+        background.append(asyncio.create_task(keep_survivors_frozen()))
         lag = LoopLagMonitor(emit, clock)
         if cfg.mode != "watch":
             background.append(asyncio.create_task(lag.run()))
