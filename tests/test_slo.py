@@ -255,3 +255,19 @@ def test_the_live_share_evicts_turns_older_than_the_window():
     assert tally.window_share(300.5) == pytest.approx(1.0)  # the miss at 0 s is now older than the window
     assert tally.window_share(500.5) is None
     assert (tally.met, tally.judged) == (2, 3)
+
+
+def test_a_warmup_of_n_arrivals_takes_the_first_n_to_arrive_whatever_their_ids():
+    """A trace's sessions keep their own ids (row12, agent1/sub3, Bailian chat ids): --warmup 2 leaves out the
+    first two sessions to arrive, not those named s1 and s2."""
+    events: list[ev.AnyEvent] = []
+    for k, sid in enumerate(("agent7", "s1", "row3")):
+        events += [
+            ev.SessionPlanned(t=k, session=sid, schedule=[100], salt=sid, arrival=float(k)),
+            ev.RequestSent(t=k, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1, due=k),
+            ev.FirstToken(t=k + 0.2, session=sid, turn=1),
+            ev.TurnDone(t=k + 0.4, session=sid, turn=1, status="ok", completion_tokens=2, chunks=2),
+        ]
+    base = ev.Header(rampwatch_version="t", command=["rampwatch"], mode="run", server="http://s", model="m")
+    state = refold(base, events, warmup="2", slo="ttft=1s")
+    assert {r.session: r.in_warmup for r in state.turns} == {"agent7": True, "s1": True, "row3": False}

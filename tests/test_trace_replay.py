@@ -213,3 +213,35 @@ def test_sweep_replays_the_trace_at_each_speed(tmp_path):
     assert speeds == [1.0, 4.0]
     bad = rw("sweep", "http://127.0.0.1:9", "--trace", str(trace), "--find-max", "--slo", "ttft=1s")
     assert bad.returncode == 2 and "--trace-speed" in bad.stderr
+
+
+def one_session(path: Path, gap_ms: int, turns: int) -> Path:
+    """A Mooncake trace of one session, its turns `gap_ms` apart, each a block of its own."""
+    rows = [
+        {"session_id": "a", "timestamp": gap_ms * k, "input_length": 200 + 100 * k, "output_length": 8,
+         "hash_ids": [k + 1]}
+        for k in range(turns)
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_trace_whose_sessions_start_at_once_still_sweeps(tmp_path):
+    """No rate to offer (one start): each point still runs and says its sessions arrived all at once."""
+    trace = one_session(tmp_path / "one.jsonl", gap_ms=400, turns=3)
+    with ThreadedSim(make_profile("fast")) as server:
+        p = rw("sweep", server.url, "--trace", str(trace), "--trace-speed", "1,2", "--gpu", "none", "--no-record")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "arrivals: all at once (the trace at 2x)" in p.stdout
+
+
+def test_the_time_limit_ends_a_session_whose_next_turn_is_due_after_it(tmp_path):
+    """A 60 s gap and --time-limit 10s (from the run's start, its setup included): the second turn is never sent,
+    and the run ends by the limit, not after the gap."""
+    trace = one_session(tmp_path / "gap.jsonl", gap_ms=60_000, turns=2)
+    record = tmp_path / "limit.jsonl"
+    with ThreadedSim(make_profile("fast")) as server:
+        p = rw("run", server.url, "--headless", "--trace", str(trace), "--time-limit", "10s", "--grace", "0",
+               "--gpu", "none", "--record", str(record), timeout=30)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert [t["turn"] for s in report_json(record)["sessions"] for t in s["turns"]] == [1]

@@ -4,8 +4,8 @@
 When a turn is due: its first at its time in the trace; a later one (--trace-timing session, the default) the
 trace's gap between the two turns after the previous reply ended, a user who waits for the answer, or (open) at
 its time in the trace. Times and gaps are divided by --trace-speed (and a demo's time scale). A turn sent after
-it was due (its previous reply still streaming under open timing, the client behind, --max-live full) is late
-and says so, as an open-loop arrival does."""
+it was due (its previous reply still streaming under open timing, or the client behind) is late and says so,
+as an open-loop arrival does."""
 
 from __future__ import annotations
 
@@ -73,9 +73,9 @@ class TraceSessionRunner(TurnStreamer):
         """Every turn fed until None, the time limit, or the server gone; True when none failed."""
         try:
             while (request := await self.turns.get()) is not None:
-                if self.gate is not None and self.gate.time_up:
-                    break
                 await asyncio.sleep(max(0.0, self.due(request) - self.clock()))
+                if self.gate is not None and self.gate.time_up:  # the limit came while it waited for the turn
+                    break
                 if await self.run_turn(request) == "gone":
                     self.failed = True
                     return False

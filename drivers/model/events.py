@@ -81,7 +81,9 @@ class TraceRun(msgspec.Struct, kw_only=True):
     skipped: dict[str, int] = {}  # requests left out, by reason (bad rows with --trace-skip-bad, the slice)
     api: str = "completions"  # --trace-api: raw prompts to /v1/completions, or one chat message each
     exact: bool = True  # the prompts' blocks are exact in tokens (the server's /tokenize found one-token atoms)
-    timing: str = "open"  # --trace-timing: session (a turn after its previous reply plus the gap) or open
+    # --trace-timing: session (a turn after its previous reply plus the gap) or open; a recording made before the
+    # flag sent every turn at its time (or after its previous reply, if later): open
+    timing: str = "open"
     speed: float = 1.0  # --trace-speed: the trace's times were divided by this
     warm: bool = False  # --trace-warm: the prompts' salt was the trace's own, the same in every such run
     sessions_per_s: float | None = None  # sessions starting a second, at this speed: the rate offered

@@ -83,9 +83,9 @@ def offered_per_s(h: Header | None) -> float | None:
 def open_loop(state: RunState) -> OpenLoop | None:
     """How conversations arrived (all of them) and how late the turns past --warmup were sent."""
     h = state.header
-    rate = offered_per_s(h)
-    if h is None or rate is None:
+    if h is None or (not h.arrivals_per_s and h.trace is None):
         return None
+    rate = offered_per_s(h) or 0.0  # a trace whose sessions all start at once offers no rate
     recs = steady_turns(state)
     lags = [r.send_lag for r in recs if r.send_lag is not None]
     return OpenLoop(

@@ -57,8 +57,10 @@ def _tally(name: str, recs: list[TurnRecord]) -> ReuseTally:
 
 
 def reuse(state: RunState) -> Reuse | None:
-    """The run's reuse against its trace's ideal; None for a run that replayed no trace."""
-    recs = [r for r in state.turns if r.status == "ok" and r.ideal_cached is not None]
+    """The run's reuse against its trace's ideal; None for a run that replayed no trace, or whose server never
+    said what it had cached."""
+    # A turn whose server reported no cached tokens says nothing of its reuse: left out, never counted as 0.
+    recs = [r for r in state.turns if r.status == "ok" and r.ideal_cached is not None and r.cached_tokens is not None]
     if not recs:
         return None
     by_session: dict[str, list[TurnRecord]] = {}

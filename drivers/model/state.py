@@ -68,6 +68,7 @@ class RunState:
         # Each session's newest prefill span's end (inf while in flight): a token batch looks only at the sessions
         # whose spans reach into it, not at every session (O(sessions) per batch was 5 ms a pass at 64 sessions).
         self._prefill_ends: dict[str, float] = {}
+        self._planned_ramp = 0  # ramp sessions planned so far: the next one's `order`
         self._times_seen = 0  # TokenTimes folded: every PRUNE_EVERY, the ended prefills no batch can reach go
         self.last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
         # A split's transferred KV per turn: a finished turn settles once a decode server's sample covers its
@@ -125,8 +126,14 @@ class RunState:
             handler(self, e)
 
     def _on_planned(self, e: ev.SessionPlanned) -> None:
+        self._planned_ramp += e.role == "ramp"
         self.sessions[e.session] = SessionView(
-            id=e.session, schedule=list(e.schedule), role=e.role, endpoint=e.endpoint, arrival=e.arrival
+            id=e.session,
+            schedule=list(e.schedule),
+            role=e.role,
+            order=self._planned_ramp if e.role == "ramp" else 0,
+            endpoint=e.endpoint,
+            arrival=e.arrival,
         )
 
     def _session(self, sid: str) -> SessionView:
@@ -284,9 +291,9 @@ class RunState:
     def _settle(self, rec: TurnRecord, t: float) -> None:
         """A finished turn's figures are final: mark it for --warmup, judge it by --slo (ramp sessions only),
         log its line and hand it to the readers of `settled`."""
-        rec.in_warmup = self.steady.add(rec)
-        self.late_turns += rec.late and not rec.in_warmup
         view = self.sessions.get(rec.session)
+        rec.in_warmup = self.steady.add(rec, view.order if view is not None else 0)
+        self.late_turns += rec.late and not rec.in_warmup
         if view is not None and view.role == "ramp":
             self.goodput.judge(rec, t)
         self.settled.append(rec)

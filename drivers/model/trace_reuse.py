@@ -93,6 +93,7 @@ class LruPrefixCache:
         for _ in range(held - kept):
             freed[object()] = None
         for h in reversed(hash_ids[:kept]):
+            freed.pop(h, None)  # an older copy (below) goes: the freed order is this request's
             freed[h] = None
         # Hash ids name their whole prefix, so a block after a miss is held nowhere else; where a trace's ids do
         # not, the older copy is moved here, and the block it was in is empty again.

@@ -59,6 +59,7 @@ class SessionView:
     id: str
     schedule: list[int]
     role: ev.SessionRole = "ramp"
+    order: int = 0  # 1-based among the ramp sessions in the order they were planned (arrived); 0: not one
     state: SessionState = "queued"
     turn: int = 0
     current: TurnRecord | None = None

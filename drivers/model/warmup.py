@@ -20,13 +20,13 @@ class Warmup(msgspec.Struct, frozen=True):
     seconds: float | None = None
     conversations: int | None = None
 
-    def excludes(self, rec: TurnRecord) -> bool:
+    def excludes(self, rec: TurnRecord, order: int) -> bool:
         """Whether a turn falls in the warmup: due (else sent) before its end, or of one of the first N
-        conversations (sN with N at most the count, numbered in arrival order)."""
+        conversations (`order`: its session's place in arrival order, 1-based; 0 for one that is not a ramp's,
+        the one-shot baseline)."""
         if self.seconds is not None:
             return rec.start_t < self.seconds
-        n = rec.session[1:]
-        return self.conversations is not None and n.isdigit() and int(n) <= self.conversations
+        return self.conversations is not None and 0 < order <= self.conversations
 
     def text(self) -> str:
         if self.seconds is not None:
@@ -54,12 +54,12 @@ class SteadyWindow:
         # None: no turn past an N-arrivals warmup finished yet, so the window has not started.
         self.start: float | None = 0.0 if warmup is None else warmup.seconds
 
-    def add(self, rec: TurnRecord) -> bool:
-        """Fold a finished turn; whether it falls in the warmup."""
+    def add(self, rec: TurnRecord, order: int) -> bool:
+        """Fold a finished turn of the `order`th session to arrive; whether it falls in the warmup."""
         warm = self.warmup
         if warm is None:
             return False
-        if warm.excludes(rec):
+        if warm.excludes(rec, order):
             return True
         if warm.conversations is not None:
             self.start = rec.start_t if self.start is None else min(self.start, rec.start_t)

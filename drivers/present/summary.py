@@ -11,6 +11,7 @@ import msgspec
 from rampwatch.drivers.model.analysis import Report, SessionSummary, SpanFigures
 from rampwatch.drivers.model.events import PromptShape
 from rampwatch.drivers.model.gaps import GapStats
+from rampwatch.drivers.model.reuse import ReuseTally
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
@@ -129,8 +130,9 @@ def open_loop_lines(rep: Report) -> list[str]:
             else ""
         )
         source = f"the trace at {o.trace_speed:g}x" if o.trace_speed is not None else f"seed {o.seed}"
+        rate = f"{round(o.arrivals_per_min, 2):g}/min" if o.arrivals_per_min else "all at once"
         lines.append(
-            f"arrivals: {round(o.arrivals_per_min, 2):g}/min ({source}){cap}, {o.arrived} arrived; "
+            f"arrivals: {rate} ({source}){cap}, {o.arrived} arrived; "
             f"{o.late_turns} turns{warm} sent over 10 ms late{lag}{ttft}"
         )
     if g is not None:
@@ -142,6 +144,10 @@ def open_loop_lines(rep: Report) -> list[str]:
             + (f"; warmup: {g.warmup} left out ({g.warmup_turns} turns)" if g.warmup else "")
         )
     return lines
+
+
+def _efficiency(tally: ReuseTally) -> float:
+    return tally.efficiency if tally.efficiency is not None else 2.0  # unknown last
 
 
 def reuse_lines(rep: Report) -> list[str]:
@@ -160,7 +166,11 @@ def reuse_lines(rep: Report) -> list[str]:
         f"(cache efficiency {pct(run.efficiency)}){pool}"
     ]
     if len(r.sessions) > 1 or r.endpoints:
-        parts = [f"{t.name} {pct(t.efficiency)}" for t in (*r.endpoints, *r.sessions)]
+        # A trace's thousands of sessions: the endpoints and the sessions least efficient, not every one.
+        sessions = r.sessions if len(r.sessions) <= EACH_SESSION_MAX else sorted(r.sessions, key=_efficiency)[:5]
+        parts = [f"{t.name} {pct(t.efficiency)}" for t in (*r.endpoints, *sessions)]
+        if len(sessions) < len(r.sessions):
+            parts.append(f"(the 5 least of {len(r.sessions):,} sessions)")
         lines.append("reuse by " + ("endpoint and session: " if r.endpoints else "session: ") + ", ".join(parts))
     if r.shortfalls:
         worst = ", ".join(

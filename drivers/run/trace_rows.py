@@ -146,12 +146,17 @@ def _bailian_row(
 
 
 _CSV_NEEDS = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length", "hash_ids")
+# A cell may hold a long prompt's hash ids (a 1M-token prompt is 62,500 16-token ids, ~500 KB); csv's default
+# limit is 128 KB.
+CSV_CELL_MAX = 1 << 26
 
 
 def _bailian_csv_rows(path: Path, bad: BadRows) -> Iterator[TraceRow]:
+    csv.field_size_limit(max(csv.field_size_limit(), CSV_CELL_MAX))
     with open_binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as text:
         reader = csv.reader(text)
-        header = next((cells for cells in reader if any(c.strip() for c in cells)), None)
+        lines = _csv_lines(reader, bad)
+        header = next((cells for cells in lines if any(c.strip() for c in cells)), None)
         if header is None:
             return
         columns = {name.strip(): i for i, name in enumerate(header)}
@@ -163,7 +168,7 @@ def _bailian_csv_rows(path: Path, bad: BadRows) -> Iterator[TraceRow]:
                 f"not a Qwen-Bailian CSV header: no {', '.join(missing)} column",
                 "the header names chat_id,parent_chat_id,timestamp,input_length,output_length,type,turn,hash_ids",
             )
-        for cells in reader:
+        for cells in lines:
             if not any(c.strip() for c in cells):
                 continue
             try:
@@ -172,6 +177,19 @@ def _bailian_csv_rows(path: Path, bad: BadRows) -> Iterator[TraceRow]:
                 bad.reject(problem)
                 continue
             yield row
+
+
+def _csv_lines(reader: Any, bad: BadRows) -> Iterator[list[str]]:
+    """The reader's rows; a line csv cannot read (a cell over CSV_CELL_MAX, a NUL) is a bad row."""
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            bad.reject(TraceProblem("field", reader.line_num, f"not a CSV row ({e})"))
+            continue
+        yield cells
 
 
 def _bailian_csv_row(cells: list[str], columns: dict[str, int], number: int) -> TraceRow:

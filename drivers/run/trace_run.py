@@ -57,17 +57,19 @@ class TraceReplay:
         """Read the whole trace once: BadInput for a bad row (without --trace-skip-bad), for a trace with no
         request left, or for a request longer than the server takes."""
         schedules: dict[str, list[int]] = {}
+        longest = 0  # prompt and output: what the server must hold for the request
         for r in self.reading.requests(self.cut, self.opts.kv_tokens):
             if r.session not in schedules:
                 self.starts.append(r.due_s)
             schedules.setdefault(r.session, []).append(r.input_length)
+            longest = max(longest, r.input_length + max(1, r.output_length))
         if not schedules:
             raise BadInput(f"{self.opts.path}: no request left to send (skipped: {self.reading.skipped or 'none'})")
-        longest = max(n for sizes in schedules.values() for n in sizes)
-        if max_model_len and longest >= max_model_len:
+        if max_model_len and longest > max_model_len:
             raise BadInput(
-                f"{self.opts.path}: a request of {longest:,} tokens, over the server's max_model_len "
-                f"{max_model_len:,}; pass --trace-max-context {max_model_len * 9 // 10} to leave such requests out"
+                f"{self.opts.path}: a request of {longest:,} tokens with its output, over the server's "
+                f"max_model_len {max_model_len:,}; pass --trace-max-context {max_model_len * 9 // 10} to leave such "
+                "requests out"
             )
         self.schedules = schedules
 

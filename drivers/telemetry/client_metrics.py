@@ -162,8 +162,9 @@ class ClientMetrics:
             self.hit.labels(*labels).set(hit)
         else:
             self._forget(self.hit, labels)
-        if rec.ideal_cached is not None:  # --trace: efficiency = rate(cached) / rate(ideal), as the report's
-            self.cached.labels(*labels).inc(reused_tokens(rec) or 0)
+        reused = reused_tokens(rec)
+        if rec.ideal_cached is not None and reused is not None:  # --trace: efficiency = rate(cached) / rate(ideal)
+            self.cached.labels(*labels).inc(reused)
             self.ideal_cached.labels(*labels).inc(rec.ideal_cached)
 
     @staticmethod

@@ -141,15 +141,29 @@ def demo_config(args: argparse.Namespace, argv: list[str]) -> RunConfig:
     )
 
 
+# The --trace-* flags (as argparse names them) and their defaults: any other value needs --trace.
+TRACE_FLAG_DEFAULTS: dict[str, object] = {
+    "trace_format": "auto",
+    "trace_block_size": None,
+    "trace_kv_tokens": None,
+    "trace_start": 0.0,
+    "trace_duration": None,
+    "trace_sessions": None,
+    "trace_max_context": None,
+    "trace_skip_bad": False,
+    "trace_api": "completions",
+    "trace_timing": "session",
+    "trace_speed": 1.0,
+    "trace_warm": False,
+}
+
+
 def trace_settings(args: argparse.Namespace) -> dict[str, Any]:
     """--trace and its flags, checked against what a trace decides itself (its sessions, sizes and times)."""
     if getattr(args, "trace", None) is None:
         used = [
-            f
-            for f in ("trace_block_size", "trace_kv_tokens", "trace_duration", "trace_sessions")
-            if getattr(args, f, None) is not None
+            flag for flag, value in TRACE_FLAG_DEFAULTS.items() if getattr(args, flag, value) not in (value, [value])
         ]
-        used += [f for f in ("trace_warm",) if getattr(args, f, False)]
         if used:
             raise BadInput(f"--{used[0].replace('_', '-')} shapes a replayed trace: it needs --trace FILE")
         return {}
@@ -159,6 +173,9 @@ def trace_settings(args: argparse.Namespace) -> dict[str, Any]:
         ("--shared-prefix", bool(getattr(args, "shared_prefix", None))),
         ("--system-prompt", getattr(args, "system_prompt", None) is not None),
         ("--think-time", getattr(args, "think_time", None) is not None),
+        ("--schedule", getattr(args, "schedule", "seed") != "seed"),
+        ("--scale-to", getattr(args, "scale_to", None) is not None),
+        ("--stagger", bool(getattr(args, "stagger", 0.0))),
     ):
         if clash:
             raise BadInput(f"--trace replays its sessions as the trace has them: {flag} does not apply")
