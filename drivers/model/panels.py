@@ -79,9 +79,11 @@ def foreign_prefill_cells(state: RunState, session: str, start: float, step: flo
     for sid, o in state.sessions.items():
         if sid == session:
             continue
-        for a, b in o.prefill_spans:
+        for a, b in reversed(o.prefill_spans):  # a session's spans follow one another: newest first
             b = now if b is None else b
-            if b <= start or a >= end:
+            if b <= start:
+                break  # this and every older span ended before the window (a trace's finished sessions)
+            if a >= end:
                 continue
             first = max(0, int((a - start) // step))
             last = min(n - 1, math.ceil((b - start) / step) - 1)  # a span ending on a cell edge stops before it

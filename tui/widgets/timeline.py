@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Group
 from rich.text import Text
 
@@ -123,13 +125,15 @@ class TimelinePanel(Panel):
     @staticmethod
     def _by_interest(sessions: list[SessionView], now: float) -> list[SessionView]:
         """Who gets a lane when not all fit: those prefilling (longest wait
-        first), then those decoding slowest, then the rest."""
+        first), then those decoding slowest, then the rest, latest to finish
+        a turn first (a trace's thousands of finished sessions last)."""
 
         def key(s: SessionView) -> tuple[int, float]:
             if s.state == "prefilling" and s.current is not None:
                 return (0, s.current.sent_t)
             if s.state in GENERATING:
                 return (1, s.decode_rate_now() or 0.0)
-            return (2, 0.0)
+            last = s.last_done.done_t if s.last_done is not None and s.last_done.done_t is not None else -math.inf
+            return (3 if s.state == "done" else 2, -last)
 
         return sorted(sessions, key=key)
