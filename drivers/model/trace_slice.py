@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 import msgspec
 
 from rampwatch.drivers.model.trace import TraceRequest
+
+
+class SliceSettings(Protocol):
+    """Whatever names a slice's four settings as the slice does: a run's TraceOptions, a recording's TraceRun."""
+
+    start_s: float
+    duration_s: float | None
+    sessions: int | None
+    max_context: int | None
 
 
 class TraceSlice(msgspec.Struct, frozen=True, kw_only=True):
@@ -17,6 +27,15 @@ class TraceSlice(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: float | None = None  # requests due this long after the start or later are left out
     sessions: int | None = None  # only the first N sessions to start (in the slice) are kept
     max_context: int | None = None  # requests with a longer prompt are left out
+
+    @classmethod
+    def of(cls, settings: SliceSettings) -> TraceSlice:
+        return cls(
+            start_s=settings.start_s,
+            duration_s=settings.duration_s,
+            sessions=settings.sessions,
+            max_context=settings.max_context,
+        )
 
     @property
     def cuts(self) -> bool:

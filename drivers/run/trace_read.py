@@ -99,9 +99,7 @@ class TraceReading:
         """The requests of the trace a recorded run replayed, cut as the run cut them; None (and a note) when
         that trace is not at the path the recording names (relative to where the run was started)."""
         path = Path(run.path)
-        cut = TraceSlice(
-            start_s=run.start_s, duration_s=run.duration_s, sessions=run.sessions, max_context=run.max_context
-        )
+        cut = TraceSlice.of(run)
         try:  # the run read it whole before sending, skipping bad rows only where it was told to
             return open_trace(path, run.format, run.block_size, skip_bad=True).requests(cut)
         except BadInput:

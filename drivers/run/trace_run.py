@@ -45,9 +45,7 @@ class TraceReplay:
 
     def __init__(self, opts: TraceOptions):
         self.opts = opts
-        self.cut = TraceSlice(
-            start_s=opts.start_s, duration_s=opts.duration_s, sessions=opts.sessions, max_context=opts.max_context
-        )
+        self.cut = TraceSlice.of(opts)
         self.reading: TraceReading = open_trace(opts.path, opts.format, opts.block_size, opts.skip_bad)
         self.schedules: dict[str, list[int]] = {}  # each session's prompt sizes, in turn order
         self.starts: list[float] = []  # each session's first due time in the trace, in order
