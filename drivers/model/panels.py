@@ -47,6 +47,8 @@ def timeline_aggregate(state: RunState, first_bucket: int, n: int) -> tuple[list
     """Per bucket, across the sessions that decoded in it: decode tok/s p50 and min."""
     columns: list[list[float]] = [[] for _ in range(n)]
     for s in state.sessions.values():
+        if s.timeline_first + len(s.timeline) <= first_bucket:
+            continue  # nothing decoded in the window (a trace's finished sessions)
         for i, v in enumerate(s.timeline_values(first_bucket, n)):
             if v > 0:
                 columns[i].append(v)
@@ -71,24 +73,41 @@ def prefill_progress(state: RunState, now: float) -> list[PrefillProgress]:
     return out
 
 
-def foreign_prefill_cells(state: RunState, session: str, start: float, step: float, n: int, now: float) -> list[bool]:
-    """For n time cells of `step` seconds from `start`: whether another session had a prefill in flight during
-    each one (for the chart's shading)."""
-    cells = [False] * n
-    end = start + n * step
+def prefills_in_window(state: RunState, start: float, end: float, now: float) -> list[tuple[str, float, float]]:
+    """Every (session, from, to) prefill that overlaps [start, end), one still in flight ending `now`: one walk
+    of the sessions for a whole chart (a trace's thousands, nearly all long past)."""
+    out = []
     for sid, o in state.sessions.items():
-        if sid == session:
-            continue
         for a, b in reversed(o.prefill_spans):  # a session's spans follow one another: newest first
             b = now if b is None else b
             if b <= start:
-                break  # this and every older span ended before the window (a trace's finished sessions)
-            if a >= end:
-                continue
-            first = max(0, int((a - start) // step))
-            last = min(n - 1, math.ceil((b - start) / step) - 1)  # a span ending on a cell edge stops before it
-            for i in range(first, last + 1):
-                cells[i] = True
+                break  # this and every older span ended before the window
+            if a < end:
+                out.append((sid, a, b))
+    return out
+
+
+def foreign_prefill_cells(
+    state: RunState,
+    session: str,
+    start: float,
+    step: float,
+    n: int,
+    now: float,
+    spans: list[tuple[str, float, float]] | None = None,
+) -> list[bool]:
+    """For n time cells of `step` seconds from `start`: whether another session had a prefill in flight during
+    each one (for the chart's shading); `spans`: prefills_in_window's, when a chart of many lanes has them."""
+    cells = [False] * n
+    if spans is None:
+        spans = prefills_in_window(state, start, start + n * step, now)
+    for sid, a, b in spans:
+        if sid == session:
+            continue
+        first = max(0, int((a - start) // step))
+        last = min(n - 1, math.ceil((b - start) / step) - 1)  # a span ending on a cell edge stops before it
+        for i in range(first, last + 1):
+            cells[i] = True
     return cells
 
 

@@ -101,9 +101,10 @@ class TimelinePanel(Panel):
         lanes = self._by_interest(sessions, now)[: max(0, space - 2)] if aggregate else sessions
         rows = 1 if self.compact or aggregate else max(1, min(10, space // max(1, len(lanes))))
         out = []
+        spans = panels.prefills_in_window(state, start, start + width * step, now)
         for s in lanes:
             values = s.timeline_values(first, width)
-            marks = panels.foreign_prefill_cells(state, s.id, start, step, width, now)
+            marks = panels.foreign_prefill_cells(state, s.id, start, step, width, now, spans)
             top = max(values) or 1.0
             fills = wait_fills(s, start, step, width) if s.waits else None
             for k, line in enumerate(sparkline(values, top, marks, rows=rows, fills=fills)):
@@ -111,7 +112,7 @@ class TimelinePanel(Panel):
                 out.append(Text(label, style="bold" if k == 0 else "dim") + line)
         if aggregate:
             p50, low = panels.timeline_aggregate(state, first, width)
-            marks = panels.foreign_prefill_cells(state, "", start, step, width, now)  # any session prefilling
+            marks = panels.foreign_prefill_cells(state, "", start, step, width, now, spans)  # any session prefilling
             top = max(p50) or 1.0
             out.append(Text(f"{'p50':<5}{top:>6.0f}▕ ", style="bold") + sparkline(p50, top, marks)[0])
             if space >= 2:
