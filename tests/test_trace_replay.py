@@ -245,3 +245,22 @@ def test_the_time_limit_ends_a_session_whose_next_turn_is_due_after_it(tmp_path)
                "--gpu", "none", "--record", str(record), timeout=30)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     assert [t["turn"] for s in report_json(record)["sessions"] for t in s["turns"]] == [1]
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_a_turn_given_as_text_is_sent_as_written_with_its_conversation(tmp_path, api):
+    """AIPerf multi_turn `text` turns (chat-b of the test trace): each turn's message exactly as the trace has it,
+    after the session's earlier messages and the replies they got, so the context grows by each reply."""
+    record = tmp_path / f"text-{api}.jsonl"
+    p = rw(
+        "demo", "--headless", "--profile", "fast", "--time-scale", "20", "--gpus", "0", "--trace-api", api,
+        "--trace", str(TRACES / "aiperf.jsonl"), "--record-text", "--record", str(record),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    events = [json.loads(line) for line in record.read_text().splitlines()]
+    sent = [e["text"] for e in events if e.get("type") == "RequestSent" and e.get("session") == "chat-b"]
+    written = [t["text"] for t in json.loads((TRACES / "aiperf.jsonl").read_text().splitlines()[1])["turns"]]
+    assert sent == written
+    turns = {s["id"]: s["turns"] for s in report_json(record)["sessions"]}["chat-b"]
+    first, second = turns
+    assert second["context_tokens"] > first["context_tokens"] + first["output_tokens"], (first, second)

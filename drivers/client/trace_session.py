@@ -1,5 +1,7 @@
 """One session of a trace (--trace): its turns as the trace gives them, its prompt the turn's hash-id blocks
-(trace_prompt.py). Nothing of a reply is re-sent: the trace's next turn already says what its prompt is.
+(trace_prompt.py). Nothing of a reply is re-sent: the trace's next turn already says what its prompt is. A turn
+the trace gives as text (AIPerf's `text`, `text_input`) is sent as written instead: the session's messages so far,
+the replies it got among them, and this one.
 
 When a turn is due: its first at its time in the trace; a later one (--trace-timing session, the default) the
 trace's gap between the two turns after the previous reply ended, a user who waits for the answer, or (open) at
@@ -50,6 +52,7 @@ class TraceSessionRunner(TurnStreamer):
         self.turns: asyncio.Queue[TraceRequest | None] = asyncio.Queue()
         self.failed = False
         self.previous: tuple[float, float] | None = None  # the last turn's (due in the trace, reply's end)
+        self.said: list[tuple[str, str]] = []  # a text trace's conversation so far: (role, text)
 
     def due(self, request: TraceRequest) -> float:
         """When the request is due on the run's clock."""
@@ -88,8 +91,10 @@ class TraceSessionRunner(TurnStreamer):
 
     async def run_turn(self, request: TraceRequest) -> str:
         o = self.opts
-        pieces = self.prompts.content(request.hash_ids, request.input_length)
         out = max(1, request.output_length)
+        if request.text is not None:
+            return await self._run_written(request, out)
+        pieces = self.prompts.content(request.hash_ids, request.input_length)
         if self.prompts.chat:
             body, path = chat_body(o.model, [encode_message("user", pieces)], out, o.ignore_eos, o.extra_body), None
         else:  # the prompt as it is, no template: shared blocks are shared tokens, to the last one
@@ -102,6 +107,33 @@ class TraceSessionRunner(TurnStreamer):
             ideal_cached=request.ideal_cached,
             ideal_cached_pool=request.ideal_cached_pool,
         )
-        outcome, _ = await self.send(request.turn, body, plan, lambda _res: None, path)
+        return await self._send(request, body, plan, path)
+
+    async def _run_written(self, request: TraceRequest, out: int) -> str:
+        """A turn the trace gives as text: the conversation so far and this message, as a chat or one raw prompt."""
+        o = self.opts
+        assert request.text is not None
+        self.said.append(("user", request.text))
+        if self.prompts.chat:
+            body = chat_body(o.model, [encode_message(role, [text]) for role, text in self.said], out, o.ignore_eos,
+                             o.extra_body)  # fmt: skip
+            path = None
+        else:
+            texts = [text + "\n\n" for _, text in self.said[:-1]] + [request.text]  # one raw prompt, turn by turn
+            body, path = completion_body(o.model, texts, out, o.ignore_eos, o.extra_body), self.completions_path
+        plan = TurnPlan(
+            target=request.input_length,
+            new_tokens_est=request.input_length - (request.ideal_cached or 0),
+            text=request.text if o.record_text else None,
+            due=self.due(request),
+            ideal_cached=request.ideal_cached,
+            ideal_cached_pool=request.ideal_cached_pool,
+        )
+        return await self._send(request, body, plan, path)
+
+    async def _send(self, request: TraceRequest, body: list[bytes], plan: TurnPlan, path: str | None) -> str:
+        outcome, res = await self.send(request.turn, body, plan, lambda _res: None, path)
+        if request.text is not None and res is not None:
+            self.said.append(("assistant", res.text))
         self.failed = self.failed or outcome != "ok"
         return outcome
