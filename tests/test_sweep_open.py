@@ -121,7 +121,7 @@ def test_a_sweep_over_rates_runs_each_and_prints_the_curve(tmp_path):
         out = rw(*sweep_args(sim.url, *flags))
     assert out.returncode == 0, out.stderr[-2000:]
     sweep = json.loads(path.read_text())
-    assert sweep["schema"] == 2 and sweep["arrivals_per_min"] == [120.0, 240.0] and len(sweep["runs"]) == 2
+    assert sweep["schema"] == 3 and sweep["arrivals_per_min"] == [120.0, 240.0] and len(sweep["runs"]) == 2
     seeds = set()
     for name, rate in zip(sweep["runs"], (120.0, 240.0), strict=True):
         header = read_recording(tmp_path / name).header
