@@ -41,6 +41,19 @@ def _svg_without_empty_cells(svg: str, _normalize=pytest_textual_snapshot.normal
 pytest_textual_snapshot.normalize_svg = _svg_without_empty_cells
 
 
+# Fixtures that start a real inference server (or the model it serves): a test that uses one runs alone (serial).
+REAL_SERVERS = frozenset({"tiny_model", "vllm_server", "vllm_replica", "vllm_pd", "llamacpp_server"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark serial every test against a real server: it shares the session's servers (started once, in one process)
+    and loads both cores. docs/testing.md says which others are serial and why."""
+    for item in items:
+        if item.get_closest_marker("vllm") or REAL_SERVERS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.serial)
+
+
 def missing(what: str, why: str) -> NoReturn:
     """Something a test needs is not installed: skip, saying why, or under CI
     (RAMPWATCH_REQUIRE_<WHAT>=1, set by .ci/run) fail."""

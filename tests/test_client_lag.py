@@ -27,6 +27,8 @@ from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.profiles import make_profile
 from tests.simhost import ThreadedSim
 
+pytestmark = pytest.mark.serial  # late wakes of the loop are what it measures: alone, so no other test adds them
+
 BLOCK_S = 0.05
 
 

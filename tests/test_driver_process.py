@@ -153,6 +153,7 @@ async def test_a_dead_uis_signal_then_its_closed_pipe_still_leave_a_finished_rec
     assert isinstance(end, ev.RunEnded) and (end.status, end.exit_code) == ("interrupted", 143), end
 
 
+@pytest.mark.serial  # asserts the stop took under 2 s
 async def test_a_stop_while_the_run_writes_its_end_cuts_the_wait_short_and_keeps_the_end(tmp_path):
     """--otlp against an engine that exports no spans: the finished run waits for its last turns' spans. A quit
     then (the UI's Stop, a Ctrl-C) ends that wait at once and the recording still ends with the run's own end."""

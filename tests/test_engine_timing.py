@@ -168,6 +168,7 @@ def test_without_engine_figures_one_line_names_the_flag(sim, tmp_path):
 REST_MEDIAN_MAX_S = 0.010
 
 
+@pytest.mark.serial  # holds the client's rest of the TTFT to 10 ms
 def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
     """`rampwatch demo` (two sessions in lockstep, the simulated engine in its own process timing each request): on
     every turn one session waits in the engine's queue about as long as the other's prefill, the three parts add up

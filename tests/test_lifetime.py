@@ -30,6 +30,8 @@ from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import answers, assert_port_free, free_port, free_ports, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
+pytestmark = pytest.mark.serial  # how soon every process has ended (GONE_S) is what it checks
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
 UP_S = 40.0  # a loaded machine may take this long to start a command and its children

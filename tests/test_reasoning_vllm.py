@@ -12,6 +12,8 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import read_recording
 from tests.conftest import HERE, VLLM_VENV, _vllm_python, missing, run_against_real_server, vllm
 
+pytestmark = pytest.mark.vllm
+
 SCHEDULE = "2k,4k,6k"
 TARGETS = [2048, 4096, 6144]
 

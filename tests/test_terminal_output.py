@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from rich.console import Group
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -108,6 +109,7 @@ def test_a_partial_update_is_written_from_its_first_changed_cell():
     assert written == "\x1b[1;17H7." and "s1" not in written
 
 
+@pytest.mark.serial  # a real terminal drawn in real time: alone, so no other test slows its frames
 async def test_the_screen_after_cropped_updates_is_what_the_app_drew(tmp_path):
     """In a real terminal (tmux): a replay drawn by many cropped updates, then sent to its end, shows exactly the
     screen the app's own compositor holds for that moment (no cell shifted, none stale)."""
