@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import NoReturn
@@ -181,7 +182,7 @@ def running(proc: subprocess.Popen, url: str, name: str, log: Path, timeout: flo
                 pytest.fail(f"{name} exited with {proc.returncode}; log: {log}\n" + log.read_text()[-3000:])
             if time.monotonic() > deadline:
                 pytest.fail(f"{name} did not start in {timeout:.0f} s; log: {log}")
-            time.sleep(0.5)
+            time.sleep(0.1)
         yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -313,6 +314,71 @@ def rw_started(*args: str, env: dict | None = None) -> subprocess.Popen:
         cwd=ROOT,
         env={**os.environ, **(env or {})},
     )
+
+
+class Lines:
+    """A child's text output, read line by line in a thread of its own (so the pipe never fills); `wait_for`
+    returns as soon as a line matches, not a poll interval later."""
+
+    def __init__(self, stream):  # noqa: ANN001  (a text pipe)
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._ended = False
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:  # noqa: ANN001
+        for line in stream:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
+
+    @property
+    def ended(self) -> bool:
+        with self._cond:
+            return self._ended
+
+    def wait_for(self, pattern: str, timeout: float) -> str | None:
+        """The first line matching `pattern` (a regex); None if the output ends or `timeout` s pass first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                found = next((line for line in self.lines if re.search(pattern, line)), None)
+                if found is not None or self._ended or time.monotonic() > deadline:
+                    return found
+                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
+SIM_READY = r"^  try: rampwatch run "  # `rampwatch sim` prints it once every port listens
+
+
+@contextlib.contextmanager
+def sim_process(*args: str, ports: int = 1, timeout: float = 60.0):
+    """`rampwatch sim ARGS` on `ports` consecutive free loopback ports, as a user starts it; yields (its process, its
+    first URL) once it says it listens, and stops it afterwards. Another process may take a port after it is
+    picked (another suite beside this one): sim then exits 2, cannot listen, and starts again on new ports."""
+    for _ in range(3):
+        first = free_ports(ports)
+        proc = rw_started("sim", "--port", str(first), *args)
+        out = Lines(proc.stdout)
+        if out.wait_for(SIM_READY, timeout) is not None:
+            break
+        if not out.ended:  # still running, and silent
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"rampwatch sim did not say it listens in {timeout:.0f} s: {''.join(out.lines)}")
+        proc.wait(timeout=20)
+        err = proc.stderr.read()
+        assert proc.returncode == 2 and "listen" in err, f"rampwatch sim did not start ({proc.returncode}): {err}"
+    else:
+        raise AssertionError(f"rampwatch sim found no {ports} free ports in three tries")
+    try:
+        yield proc, f"http://127.0.0.1:{first}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 def small_run(url: str, *extra: str, schedule: str = "2k,4k", output_tokens: int = 8) -> list[str]:

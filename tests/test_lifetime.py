@@ -27,7 +27,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
-from tests.conftest import answers, assert_port_free, free_port, free_ports, rampwatch_cmd
+from tests.conftest import Lines, answers, assert_port_free, free_port, free_ports, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
 pytestmark = pytest.mark.serial  # how soon every process has ended (GONE_S) is what it checks
@@ -314,6 +314,7 @@ CHILD = textwrap.dedent("""
     if sys.argv[1:] == ["no-prctl"]:
         lifetime._kernel_signals_parent_death = lambda sig: False
     lifetime.die_with_parent()
+    print("asked", flush=True)
     time.sleep(60)
 """)
 
@@ -323,8 +324,9 @@ def test_a_child_dies_with_its_killed_parent(how):
     """prctl(PR_SET_PDEATHSIG) on Linux; elsewhere a thread that sees the parent change."""
     parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD, how], stdout=subprocess.PIPE, text=True)
     try:
-        child = psutil.Process(int(parent.stdout.readline()))
-        time.sleep(1.0)  # the child has imported and asked by now
+        out = Lines(parent.stdout)  # the parent's, and the child's (it inherits it)
+        child = psutil.Process(int(out.wait_for(r"^\d+$", UP_S)))
+        assert out.wait_for("^asked$", UP_S), "the child never asked to die with its parent"
         assert _running(child)
         parent.kill()
         parent.wait()
