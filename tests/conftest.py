@@ -24,6 +24,7 @@ from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.faults import SimFaults
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.simhost import ThreadedSim
 
 HERE = Path(__file__).resolve().parent
@@ -40,6 +41,11 @@ def _svg_without_empty_cells(svg: str, _normalize=pytest_textual_snapshot.normal
 
 # The plugin normalizes both the stored snapshot and the screen taken with this one function.
 pytest_textual_snapshot.normalize_svg = _svg_without_empty_cells
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # an xdist worker dies with the pytest that started it, its servers too
+        procs.die_with_parent()
 
 
 # Fixtures that start a real inference server (or the model it serves): a test that uses one runs alone (serial).
@@ -110,9 +116,7 @@ def tiny_model(tmp_path_factory) -> tuple[Path, Path]:
     if py is None:
         missing("VLLM", f"no vLLM virtualenv at {VLLM_VENV}: run .ci/setup_vllm.sh")
     model = tmp_path_factory.mktemp("tiny-llama")
-    subprocess.run(
-        [str(py), str(HERE / "make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=300
-    )
+    procs.run([str(py), str(HERE / "make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=300)
     return py, model
 
 
@@ -131,7 +135,7 @@ def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str, env: dict[str, 
         **(env or {}),
     }
     with open(path, "w") as log:
-        proc = subprocess.Popen(
+        proc = procs.Popen(
             [
                 str(py),
                 "-m",
@@ -255,10 +259,10 @@ def llamacpp_server(tmp_path_factory):
         )
     folder = tmp_path_factory.mktemp("llamacpp")
     model = folder / "tiny.gguf"
-    subprocess.run([sys.executable, str(HERE / "make_tiny_gguf.py"), str(model)], check=True, timeout=120)
+    procs.run([sys.executable, str(HERE / "make_tiny_gguf.py"), str(model)], check=True, timeout=120)
     port = free_port()
     with open(folder / "server.log", "w") as log:
-        proc = subprocess.Popen(
+        proc = procs.Popen(
             [
                 str(binary),
                 "-m",
@@ -293,7 +297,7 @@ def rampwatch_cmd() -> list[str]:
 def rw(*args: str, env: dict | None = None, timeout: float | None = 120) -> subprocess.CompletedProcess:
     """`rampwatch ARGS` as a user runs it, in the repository's root: its output captured as text,
     `env` added to this process's environment."""
-    return subprocess.run(
+    return procs.run(
         [*rampwatch_cmd(), *args],
         capture_output=True,
         text=True,
@@ -306,7 +310,7 @@ def rw(*args: str, env: dict | None = None, timeout: float | None = 120) -> subp
 def rw_started(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`rampwatch ARGS` started in the repository's root, its output piped as text, `env` added to this
     process's environment; the caller waits for it."""
-    return subprocess.Popen(
+    return procs.Popen(
         [*rampwatch_cmd(), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -389,7 +393,7 @@ def small_run(url: str, *extra: str, schedule: str = "2k,4k", output_tokens: int
 
 def report_json(record: Path) -> dict:
     """`rampwatch report RECORD --format json`, parsed."""
-    out = subprocess.run(
+    out = procs.run(
         [*rampwatch_cmd(), "report", str(record), "--format", "json"], capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout)
@@ -398,7 +402,7 @@ def report_json(record: Path) -> dict:
 def run_against_real_server(*args: str, record: Path) -> dict:
     """`rampwatch run ARGS` headless, without GPUs, recorded to RECORD, against real servers (slow: up
     to 15 minutes); a failure shows the end of its output. Returns the run's report as JSON."""
-    p = subprocess.run(
+    p = procs.run(
         [*rampwatch_cmd(), "run", *args, "--gpu", "none", "--headless", "--record", str(record)],
         capture_output=True,
         text=True,

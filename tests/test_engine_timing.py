@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from rampwatch.drivers.client.request_ids import id_headers, request_id, span_id
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import CLOCK_TOLERANCE_S, TurnRecord, split_text, ttft_split, turn_line, turn_row
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.conftest import report_json, rw, small_run
 from tests.simhost import CaptureRelay, ThreadedSim
 from tests.test_request_options import chat_requests
@@ -263,5 +263,5 @@ def test_the_sims_first_stream_waits_for_no_import():
         "        print('anyio._backends._asyncio' in sys.modules)\n"
         "asyncio.run(main())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "True", out.stdout + out.stderr

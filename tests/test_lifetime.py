@@ -27,6 +27,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.conftest import Lines, answers, assert_port_free, free_port, free_ports, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
@@ -55,7 +56,7 @@ class Launched:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}  # a hang shows where (end_with)
         # In a session of its own, whichever way its output goes; env is read at the start (the pty's settings count).
         launch = functools.partial(
-            subprocess.Popen, argv, env=env, cwd=ROOT, start_new_session=True, preexec_fn=default_hangup
+            procs.Popen, argv, env=env, cwd=ROOT, start_new_session=True, preexec_fn=default_hangup
         )
         if terminal:
             try:
@@ -322,7 +323,7 @@ CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("how", ["prctl", "no-prctl"])
 def test_a_child_dies_with_its_killed_parent(how):
     """prctl(PR_SET_PDEATHSIG) on Linux; elsewhere a thread that sees the parent change."""
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD, how], stdout=subprocess.PIPE, text=True)
+    parent = procs.Popen([sys.executable, "-c", PARENT, CHILD, how], stdout=subprocess.PIPE, text=True)
     try:
         out = Lines(parent.stdout)  # the parent's, and the child's (it inherits it)
         child = psutil.Process(int(out.wait_for(r"^\d+$", UP_S)))

@@ -4,12 +4,11 @@ opens a think block, which enable_thinking=false closes), so everything it gener
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import read_recording
+from tests import procs
 from tests.conftest import HERE, VLLM_VENV, _vllm_python, missing, run_against_real_server, vllm
 
 pytestmark = pytest.mark.vllm
@@ -25,7 +24,7 @@ def vllm_reasoning(tmp_path_factory):
     if py is None:
         missing("VLLM", f"no vLLM virtualenv at {VLLM_VENV}: run .ci/setup_vllm.sh")
     model = tmp_path_factory.mktemp("tiny-think")
-    subprocess.run(
+    procs.run(
         [str(py), str(HERE / "make_tiny_model.py"), str(model), "--think"], check=True, capture_output=True, timeout=300
     )
     with vllm((py, model), tmp_path_factory.mktemp("vllm-think-log"), "--reasoning-parser", "deepseek_r1") as url:
