@@ -124,9 +124,16 @@ def tiny_model(tmp_path_factory) -> tuple[Path, Path]:
 def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str, env: dict[str, str] | None = None):
     """A real vLLM CPU server on a free loopback port serving the tiny model as 'tiny'; yields its URL.
     `env`: added to the server's environment."""
+    with vllms(tiny_model, logs, extra, env=env) as (url,):
+        yield url
+
+
+@contextlib.contextmanager
+def vllms(tiny_model: tuple[Path, Path], logs: Path, *servers: tuple[str, ...], env: dict[str, str] | None = None):
+    """Real vLLM CPU servers as vllm() starts one, with the extra flags of each of `servers`, all started at once:
+    their start-ups overlap (here two took 56 s together, 85 one after the other). Yields their URLs once all
+    answer; stops them all afterwards."""
     py, model = tiny_model
-    port = free_port()
-    path = logs / f"server-{port}.log"
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -134,37 +141,45 @@ def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str, env: dict[str, 
         "TOKENIZERS_PARALLELISM": "false",
         **(env or {}),
     }
-    with open(path, "w") as log:
-        proc = procs.Popen(
-            [
-                str(py),
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                str(model),
-                "--served-model-name",
-                "tiny",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--max-model-len",
-                "40000",
-                "--dtype",
-                "bfloat16",
-                "--enable-prefix-caching",
-                "--enable-prompt-tokens-details",
-                "--max-num-batched-tokens",
-                "512",
-                *extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        with running(proc, f"http://127.0.0.1:{port}", "vLLM server", path, 600) as url:
-            yield url
+    with contextlib.ExitStack() as stack:
+        started = []
+        for extra in servers:
+            port = free_port()
+            path = logs / f"server-{port}.log"
+            log = stack.enter_context(open(path, "w"))
+            proc = procs.Popen(
+                [
+                    str(py),
+                    "-m",
+                    "vllm.entrypoints.openai.api_server",
+                    "--model",
+                    str(model),
+                    "--served-model-name",
+                    "tiny",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--max-model-len",
+                    "40000",
+                    "--dtype",
+                    "bfloat16",
+                    "--enable-prefix-caching",
+                    "--enable-prompt-tokens-details",
+                    "--max-num-batched-tokens",
+                    "512",
+                    *extra,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+            stack.callback(stop_group, proc)
+            started.append((proc, f"http://127.0.0.1:{port}", path))
+        for proc, url, path in started:
+            wait_up(proc, url, "vLLM server", path, 600)
+        yield [url for _, url, _ in started]
 
 
 def answers(url: str, timeout: float = 1.0) -> bool:
@@ -175,25 +190,39 @@ def answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def wait_up(proc: subprocess.Popen, url: str, name: str, log: Path, timeout: float) -> None:
+    """Until the server `proc` answers GET /health at `url`, asked every 0.1 s; fails the test, with its log's
+    tail, if it exits or is not up in `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not answers(url + "/health", timeout=2):
+        if proc.poll() is not None:
+            pytest.fail(f"{name} exited with {proc.returncode}; log: {log}\n" + log.read_text()[-3000:])
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name} did not start in {timeout:.0f} s; log: {log}")
+        time.sleep(0.1)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group `proc` leads (a server started in a session of its own), SIGKILL 30 s later."""
+    with contextlib.suppress(ProcessLookupError):  # nothing of it left
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
 @contextlib.contextmanager
 def running(proc: subprocess.Popen, url: str, name: str, log: Path, timeout: float):
-    """Wait until the server `proc` answers GET /health at `url` (failing the test, with its log's tail,
-    if it exits or is not up in `timeout` s); yield `url`; stop its process group afterwards."""
-    deadline = time.monotonic() + timeout
+    """Wait until the server `proc` answers GET /health at `url` (wait_up); yield `url`; stop its process group
+    afterwards."""
     try:
-        while not answers(url + "/health", timeout=2):
-            if proc.poll() is not None:
-                pytest.fail(f"{name} exited with {proc.returncode}; log: {log}\n" + log.read_text()[-3000:])
-            if time.monotonic() > deadline:
-                pytest.fail(f"{name} did not start in {timeout:.0f} s; log: {log}")
-            time.sleep(0.1)
+        wait_up(proc, url, name, log, timeout)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
 
 
 @pytest.fixture(scope="session")
@@ -236,10 +265,7 @@ def vllm_pd(tiny_model, tmp_path_factory):
             json.dumps(conf),
         )
 
-    with (
-        vllm(tiny_model, logs, *role("kv_producer")) as prefill,
-        vllm(tiny_model, logs, *role("kv_consumer")) as decode,
-    ):
+    with vllms(tiny_model, logs, role("kv_producer"), role("kv_consumer")) as (prefill, decode):
         yield prefill, decode
 
 
