@@ -240,6 +240,7 @@ def test_one_session_seed_ramp_matches_the_model():
     assert kv_at_1m == pytest.approx(1_000_000 / PROFILES["glm-like"].kv_tokens, rel=0.1)
 
 
+@pytest.mark.serial  # a TTFT ratio and the client's overhead on the wall clock
 def test_two_sessions_interfere():
     # 50x: slow enough that a decode step alone is well above the process's own overhead.
     with ThreadedSim(make_profile("glm-like", time_scale=50.0)) as s:
