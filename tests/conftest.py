@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import NoReturn
@@ -23,6 +24,7 @@ from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.faults import SimFaults
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.simhost import ThreadedSim
 
 HERE = Path(__file__).resolve().parent
@@ -39,6 +41,24 @@ def _svg_without_empty_cells(svg: str, _normalize=pytest_textual_snapshot.normal
 
 # The plugin normalizes both the stored snapshot and the screen taken with this one function.
 pytest_textual_snapshot.normalize_svg = _svg_without_empty_cells
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # an xdist worker dies with the pytest that started it, its servers too
+        procs.die_with_parent()
+
+
+# Fixtures that start a real inference server (or the model it serves): a test that uses one runs alone (serial).
+REAL_SERVERS = frozenset({"tiny_model", "vllm_server", "vllm_replica", "vllm_pd", "llamacpp_server"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark serial every test against a real server: it shares the session's servers (started once, in one process)
+    and loads both cores. docs/testing.md says which others are serial and why."""
+    for item in items:
+        if item.get_closest_marker("vllm") or REAL_SERVERS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.serial)
 
 
 def missing(what: str, why: str) -> NoReturn:
@@ -96,9 +116,7 @@ def tiny_model(tmp_path_factory) -> tuple[Path, Path]:
     if py is None:
         missing("VLLM", f"no vLLM virtualenv at {VLLM_VENV}: run .ci/setup_vllm.sh")
     model = tmp_path_factory.mktemp("tiny-llama")
-    subprocess.run(
-        [str(py), str(HERE / "make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=300
-    )
+    procs.run([str(py), str(HERE / "make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=300)
     return py, model
 
 
@@ -106,9 +124,16 @@ def tiny_model(tmp_path_factory) -> tuple[Path, Path]:
 def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str, env: dict[str, str] | None = None):
     """A real vLLM CPU server on a free loopback port serving the tiny model as 'tiny'; yields its URL.
     `env`: added to the server's environment."""
+    with vllms(tiny_model, logs, extra, env=env) as (url,):
+        yield url
+
+
+@contextlib.contextmanager
+def vllms(tiny_model: tuple[Path, Path], logs: Path, *servers: tuple[str, ...], env: dict[str, str] | None = None):
+    """Real vLLM CPU servers as vllm() starts one, with the extra flags of each of `servers`, all started at once:
+    their start-ups overlap (here two took 56 s together, 85 one after the other). Yields their URLs once all
+    answer; stops them all afterwards."""
     py, model = tiny_model
-    port = free_port()
-    path = logs / f"server-{port}.log"
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -116,37 +141,45 @@ def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str, env: dict[str, 
         "TOKENIZERS_PARALLELISM": "false",
         **(env or {}),
     }
-    with open(path, "w") as log:
-        proc = subprocess.Popen(
-            [
-                str(py),
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                str(model),
-                "--served-model-name",
-                "tiny",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--max-model-len",
-                "40000",
-                "--dtype",
-                "bfloat16",
-                "--enable-prefix-caching",
-                "--enable-prompt-tokens-details",
-                "--max-num-batched-tokens",
-                "512",
-                *extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        with running(proc, f"http://127.0.0.1:{port}", "vLLM server", path, 600) as url:
-            yield url
+    with contextlib.ExitStack() as stack:
+        started = []
+        for extra in servers:
+            port = free_port()
+            path = logs / f"server-{port}.log"
+            log = stack.enter_context(open(path, "w"))
+            proc = procs.Popen(
+                [
+                    str(py),
+                    "-m",
+                    "vllm.entrypoints.openai.api_server",
+                    "--model",
+                    str(model),
+                    "--served-model-name",
+                    "tiny",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--max-model-len",
+                    "40000",
+                    "--dtype",
+                    "bfloat16",
+                    "--enable-prefix-caching",
+                    "--enable-prompt-tokens-details",
+                    "--max-num-batched-tokens",
+                    "512",
+                    *extra,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+            stack.callback(stop_group, proc)
+            started.append((proc, f"http://127.0.0.1:{port}", path))
+        for proc, url, path in started:
+            wait_up(proc, url, "vLLM server", path, 600)
+        yield [url for _, url, _ in started]
 
 
 def answers(url: str, timeout: float = 1.0) -> bool:
@@ -157,25 +190,39 @@ def answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def wait_up(proc: subprocess.Popen, url: str, name: str, log: Path, timeout: float) -> None:
+    """Until the server `proc` answers GET /health at `url`, asked every 0.1 s; fails the test, with its log's
+    tail, if it exits or is not up in `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not answers(url + "/health", timeout=2):
+        if proc.poll() is not None:
+            pytest.fail(f"{name} exited with {proc.returncode}; log: {log}\n" + log.read_text()[-3000:])
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name} did not start in {timeout:.0f} s; log: {log}")
+        time.sleep(0.1)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group `proc` leads (a server started in a session of its own), SIGKILL 30 s later."""
+    with contextlib.suppress(ProcessLookupError):  # nothing of it left
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
 @contextlib.contextmanager
 def running(proc: subprocess.Popen, url: str, name: str, log: Path, timeout: float):
-    """Wait until the server `proc` answers GET /health at `url` (failing the test, with its log's tail,
-    if it exits or is not up in `timeout` s); yield `url`; stop its process group afterwards."""
-    deadline = time.monotonic() + timeout
+    """Wait until the server `proc` answers GET /health at `url` (wait_up); yield `url`; stop its process group
+    afterwards."""
     try:
-        while not answers(url + "/health", timeout=2):
-            if proc.poll() is not None:
-                pytest.fail(f"{name} exited with {proc.returncode}; log: {log}\n" + log.read_text()[-3000:])
-            if time.monotonic() > deadline:
-                pytest.fail(f"{name} did not start in {timeout:.0f} s; log: {log}")
-            time.sleep(0.5)
+        wait_up(proc, url, name, log, timeout)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
 
 
 @pytest.fixture(scope="session")
@@ -218,10 +265,7 @@ def vllm_pd(tiny_model, tmp_path_factory):
             json.dumps(conf),
         )
 
-    with (
-        vllm(tiny_model, logs, *role("kv_producer")) as prefill,
-        vllm(tiny_model, logs, *role("kv_consumer")) as decode,
-    ):
+    with vllms(tiny_model, logs, role("kv_producer"), role("kv_consumer")) as (prefill, decode):
         yield prefill, decode
 
 
@@ -241,10 +285,10 @@ def llamacpp_server(tmp_path_factory):
         )
     folder = tmp_path_factory.mktemp("llamacpp")
     model = folder / "tiny.gguf"
-    subprocess.run([sys.executable, str(HERE / "make_tiny_gguf.py"), str(model)], check=True, timeout=120)
+    procs.run([sys.executable, str(HERE / "make_tiny_gguf.py"), str(model)], check=True, timeout=120)
     port = free_port()
     with open(folder / "server.log", "w") as log:
-        proc = subprocess.Popen(
+        proc = procs.Popen(
             [
                 str(binary),
                 "-m",
@@ -279,7 +323,7 @@ def rampwatch_cmd() -> list[str]:
 def rw(*args: str, env: dict | None = None, timeout: float | None = 120) -> subprocess.CompletedProcess:
     """`rampwatch ARGS` as a user runs it, in the repository's root: its output captured as text,
     `env` added to this process's environment."""
-    return subprocess.run(
+    return procs.run(
         [*rampwatch_cmd(), *args],
         capture_output=True,
         text=True,
@@ -292,7 +336,7 @@ def rw(*args: str, env: dict | None = None, timeout: float | None = 120) -> subp
 def rw_started(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`rampwatch ARGS` started in the repository's root, its output piped as text, `env` added to this
     process's environment; the caller waits for it."""
-    return subprocess.Popen(
+    return procs.Popen(
         [*rampwatch_cmd(), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -300,6 +344,71 @@ def rw_started(*args: str, env: dict | None = None) -> subprocess.Popen:
         cwd=ROOT,
         env={**os.environ, **(env or {})},
     )
+
+
+class Lines:
+    """A child's text output, read line by line in a thread of its own (so the pipe never fills); `wait_for`
+    returns as soon as a line matches, not a poll interval later."""
+
+    def __init__(self, stream):  # noqa: ANN001  (a text pipe)
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._ended = False
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:  # noqa: ANN001
+        for line in stream:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
+
+    @property
+    def ended(self) -> bool:
+        with self._cond:
+            return self._ended
+
+    def wait_for(self, pattern: str, timeout: float) -> str | None:
+        """The first line matching `pattern` (a regex); None if the output ends or `timeout` s pass first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                found = next((line for line in self.lines if re.search(pattern, line)), None)
+                if found is not None or self._ended or time.monotonic() > deadline:
+                    return found
+                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
+SIM_READY = r"^  try: rampwatch run "  # `rampwatch sim` prints it once every port listens
+
+
+@contextlib.contextmanager
+def sim_process(*args: str, ports: int = 1, timeout: float = 60.0):
+    """`rampwatch sim ARGS` on `ports` consecutive free loopback ports, as a user starts it; yields (its process, its
+    first URL) once it says it listens, and stops it afterwards. Another process may take a port after it is
+    picked (another suite beside this one): sim then exits 2, cannot listen, and starts again on new ports."""
+    for _ in range(3):
+        first = free_ports(ports)
+        proc = rw_started("sim", "--port", str(first), *args)
+        out = Lines(proc.stdout)
+        if out.wait_for(SIM_READY, timeout) is not None:
+            break
+        if not out.ended:  # still running, and silent
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"rampwatch sim did not say it listens in {timeout:.0f} s: {''.join(out.lines)}")
+        proc.wait(timeout=20)
+        err = proc.stderr.read()
+        assert proc.returncode == 2 and "listen" in err, f"rampwatch sim did not start ({proc.returncode}): {err}"
+    else:
+        raise AssertionError(f"rampwatch sim found no {ports} free ports in three tries")
+    try:
+        yield proc, f"http://127.0.0.1:{first}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 def small_run(url: str, *extra: str, schedule: str = "2k,4k", output_tokens: int = 8) -> list[str]:
@@ -310,7 +419,7 @@ def small_run(url: str, *extra: str, schedule: str = "2k,4k", output_tokens: int
 
 def report_json(record: Path) -> dict:
     """`rampwatch report RECORD --format json`, parsed."""
-    out = subprocess.run(
+    out = procs.run(
         [*rampwatch_cmd(), "report", str(record), "--format", "json"], capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout)
@@ -319,7 +428,7 @@ def report_json(record: Path) -> dict:
 def run_against_real_server(*args: str, record: Path) -> dict:
     """`rampwatch run ARGS` headless, without GPUs, recorded to RECORD, against real servers (slow: up
     to 15 minutes); a failure shows the end of its output. Returns the run's report as JSON."""
-    p = subprocess.run(
+    p = procs.run(
         [*rampwatch_cmd(), "run", *args, "--gpu", "none", "--headless", "--record", str(record)],
         capture_output=True,
         text=True,

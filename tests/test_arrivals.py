@@ -114,6 +114,7 @@ def test_max_live_holds_and_a_waiting_arrival_is_late_by_its_wait(tmp_path):
         assert first["ttft_from_due_s"] == pytest.approx(first["ttft_s"] + first["send_lag_s"])
 
 
+@pytest.mark.serial  # a 2 s stall timed to 0.3 s
 def test_a_stalled_client_marks_the_late_turns_and_slo_and_goodput_follow_the_recording(monkeypatch):
     """The driver's loop is held for 2 s from just before s1 arrives (its first prompt already built, as every
     conversation's is ahead of its arrival): the turns due meanwhile are sent late by what was left

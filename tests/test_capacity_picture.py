@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from rampwatch.drivers.model.capacity import capacity_point, kept_share
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.cli.files import load_state
+from tests import procs
 from tests.conftest import rw
 from tests.simhost import ThreadedSim
 from tests.test_export import ROOT, headless_chromium
@@ -71,7 +71,7 @@ def test_the_legend_keys_stand_apart_in_a_real_browser(knee_sweep, tmp_path):
     keys = len(re.findall(r'<g class="key">', text))
     probe = tmp_path / "probe.html"
     probe.write_text(PROBE.format(svg=text))
-    dom = subprocess.run(
+    dom = procs.run(
         [*headless_chromium(tmp_path), "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120
     ).stdout
     assert keys >= 6 and f"keys={keys} overlaps=0" in dom, dom[-300:]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.conftest import rampwatch_cmd, rw
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -407,7 +408,7 @@ def test_sim_command_binds_loopback_and_serves(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
+    proc = procs.Popen(
         [*rampwatch_cmd(), "sim", "--port", str(port), "--profile", "tiny"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -451,7 +452,7 @@ def test_demo_serves_its_sessions_metrics(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
+    proc = procs.Popen(
         [
             *rampwatch_cmd(),
             "demo",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from rampwatch.drivers.run.scrub import scrub_argv, scrub_message
 from rampwatch.tui.cli.options import config_from, demo_config
 from rampwatch.tui.cli.reference import REGENERATE, reference, subcommands
 from rampwatch.tui.cli.spec import build_parser
+from tests import procs
 from tests.conftest import rampwatch_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def test_reading_commands_load_no_ui_web_server_or_simulator(command, tmp_path):
         " 'textual_serve') or m.startswith('rampwatch.drivers.sim'))\n"
         "print(json.dumps([code, heavy]), file=sys.stderr)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    p = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     exit_code, heavy = json.loads(p.stderr.strip().splitlines()[-1])
     assert exit_code == 0, p.stderr
     assert heavy == []
@@ -63,7 +63,7 @@ def test_the_ui_never_imports_the_command_line():
         "    importlib.import_module(m)\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rampwatch.tui.cli'))))\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    p = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.strip().splitlines()[-1]) == []
 
@@ -72,7 +72,7 @@ def test_the_ui_never_imports_the_command_line():
     "args", [["--api-key-fiel", KEY], [f"--api-key-fiel={KEY}"], ["--sessions", KEY], ["--tokn", KEY, "--api-key-file"]]
 )
 def test_a_mistyped_flag_never_prints_the_key(args):
-    p = subprocess.run(
+    p = procs.run(
         [*rampwatch_cmd(), "run", "http://127.0.0.1:9", *args],
         capture_output=True,
         text=True,
@@ -114,7 +114,7 @@ def test_config_leaves_the_parsed_arguments_as_they_were():
 
 
 def test_bad_serve_metrics_for_demo_is_one_line():
-    p = subprocess.run(
+    p = procs.run(
         [*rampwatch_cmd(), "demo", "--headless", "--serve-metrics", "nohost:notaport"],
         capture_output=True,
         text=True,

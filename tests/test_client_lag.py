@@ -25,7 +25,10 @@ from rampwatch.drivers.run.event_loop import LateWake
 from rampwatch.drivers.run.loop_lag import BUSY_S, TICK_S, LoopLagMonitor
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.simhost import ThreadedSim
+
+pytestmark = pytest.mark.serial  # late wakes of the loop are what it measures: alone, so no other test adds them
 
 BLOCK_S = 0.05
 
@@ -351,7 +354,7 @@ def test_the_driver_loop_tells_the_os_holding_it_from_its_own_work():
 
     def stop_thrice(loop: asyncio.AbstractEventLoop) -> None:
         cmd = [sys.executable, "-c", script, str(os.getpid())]
-        child.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+        child.append(procs.Popen(cmd, stdout=subprocess.PIPE, text=True))
 
     windows = _lag_windows_of(stop_thrice, lambda: child[0].poll() is not None)
     stops = [tuple(map(float, line.split())) for line in child[0].communicate(timeout=10)[0].splitlines()]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.conftest import rampwatch_cmd
 from tests.conftest import rw as rw_in_root
 from tests.simhost import ThreadedSim
@@ -132,7 +132,7 @@ def test_compare_fits_a_terminal_and_says_what_it_left_out(columns):
     """In a real terminal (a pty of that width) no line is wider than the terminal, no run's label wraps onto a
     second line, and what was left out to fit is said."""
     cmd = " ".join([*rampwatch_cmd(), "compare", *THREE])
-    p = subprocess.run(
+    p = procs.run(
         ["script", "-qc", cmd, "/dev/null"],
         capture_output=True,
         text=True,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.conftest import rampwatch_cmd, rw
 from tests.simhost import TextServer, ThreadedSim
 from tests.test_paths import DCGM
@@ -31,7 +32,7 @@ def metrics_host() -> Iterator[TextServer]:
 
 def run_with(host: str, *extra: str, metrics_userinfo: str = "") -> subprocess.CompletedProcess:
     with ThreadedSim(make_profile("tiny"), api_key=API_KEY) as sim:
-        return subprocess.run(
+        return procs.run(
             [
                 *rampwatch_cmd(),
                 "run",

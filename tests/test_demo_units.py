@@ -50,6 +50,7 @@ def test_one_factor_turns_recorded_times_into_modelled_ones():
     assert folded(10.0).t == pytest.approx(35.0) and folded(10.0).raw_t == pytest.approx(3.5)
 
 
+@pytest.mark.serial  # the engine's steps on the wall clock, 20x: a TTFT of at most 100 s
 def test_demo_reads_in_the_seeds_units(tmp_path):
     """glm-like 20x faster than real time: the turn adding 131K tokens at 262K of context reads as the seed
     measured it (79-88 s), the recording keeps the wall clock, and the speed-up is said once."""

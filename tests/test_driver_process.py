@@ -34,6 +34,7 @@ from rampwatch.tui.cli.launch import export_from_ui
 from rampwatch.tui.sources import LiveSource
 from rampwatch.tui.widgets.events import EventsPanel
 from rampwatch.tui.widgets.header import HeaderBar
+from tests import procs
 from tests.conftest import drive, free_port, rampwatch_cmd, rw, small_run
 from tests.simhost import CaptureRelay, ThreadedSim
 
@@ -153,6 +154,7 @@ async def test_a_dead_uis_signal_then_its_closed_pipe_still_leave_a_finished_rec
     assert isinstance(end, ev.RunEnded) and (end.status, end.exit_code) == ("interrupted", 143), end
 
 
+@pytest.mark.serial  # asserts the stop took under 2 s
 async def test_a_stop_while_the_run_writes_its_end_cuts_the_wait_short_and_keeps_the_end(tmp_path):
     """--otlp against an engine that exports no spans: the finished run waits for its last turns' spans. A quit
     then (the UI's Stop, a Ctrl-C) ends that wait at once and the recording still ends with the run's own end."""
@@ -249,7 +251,7 @@ def test_bad_input_is_found_before_the_ui_opens(tmp_path, sim):
     with pytest.raises(BadInput, match="'no-such-model' is not served"):
         driver.start()
     assert driver.proc.returncode == 2
-    p = subprocess.run(
+    p = procs.run(
         [*rampwatch_cmd(), "run", "http://127.0.0.1:9", "--gpu", "none", "--no-record"],
         capture_output=True,
         text=True,
@@ -305,7 +307,7 @@ def test_headless_crash_exits_3_with_one_line(tmp_path, sim):
 
 
 def test_the_wheel_installs_only_the_rampwatch_namespace(tmp_path):
-    p = subprocess.run(
+    p = procs.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
         capture_output=True,
         text=True,

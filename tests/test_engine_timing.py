@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from rampwatch.drivers.model.turn_row import turn_row
 from rampwatch.drivers.model.turns import TurnRecord
 from rampwatch.drivers.present.turn_text import split_text, turn_line
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.conftest import report_json, rw, small_run
 from tests.simhost import CaptureRelay, ThreadedSim
 from tests.test_request_options import chat_requests
@@ -194,6 +194,7 @@ def test_without_engine_figures_one_line_names_the_flag(sim, tmp_path):
 REST_MEDIAN_MAX_S = 0.010
 
 
+@pytest.mark.serial  # holds the client's rest of the TTFT to 10 ms
 def test_demo_lockstep_one_session_queued_behind_the_others_prefill(tmp_path):
     """`rampwatch demo` (two sessions in lockstep, the simulated engine in its own process timing each request): on
     every turn one session waits in the engine's queue about as long as the other's prefill, the three parts add up
@@ -292,5 +293,5 @@ def test_the_sims_first_stream_waits_for_no_import():
         "        print('anyio._backends._asyncio' in sys.modules)\n"
         "asyncio.run(main())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "True", out.stdout + out.stderr

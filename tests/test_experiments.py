@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -26,6 +25,7 @@ from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.clock import VirtualClock
 from rampwatch.drivers.sim.engine import SimEngine, SimRequest
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.conftest import drive, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
@@ -209,7 +209,7 @@ def test_report_formats_carry_the_new_figures(sim, tmp_path):
         record=tmp_path / "all.jsonl",
     )
     out = {
-        fmt: subprocess.run(
+        fmt: procs.run(
             [*rampwatch_cmd(), "report", str(tmp_path / "all.jsonl"), "--format", fmt],
             capture_output=True,
             text=True,
@@ -355,12 +355,12 @@ async def test_the_virtual_clock_moves_by_the_modelled_step_times_only():
     ],
 )
 def test_bad_experiment_flags_get_one_line(args, message):
-    p = subprocess.run([*rampwatch_cmd(), "run", "http://127.0.0.1:9", *args], capture_output=True, text=True, cwd=ROOT)
+    p = procs.run([*rampwatch_cmd(), "run", "http://127.0.0.1:9", *args], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1
 
 
 def test_one_shot_longer_than_the_server_takes_is_bad_input(sim):
-    p = subprocess.run(
+    p = procs.run(
         [
             *rampwatch_cmd(),
             "run",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 from rampwatch.drivers.model.analysis import build_report
@@ -13,6 +12,7 @@ from rampwatch.drivers.model.history import MOST
 from rampwatch.drivers.present import picture
 from rampwatch.drivers.present.summary import summary_lines
 from rampwatch.drivers.run.recording import read_recording
+from tests import procs
 from tests.conftest import missing, rampwatch_cmd, rw
 from tests.folding import fold_state
 from tests.test_state_analysis import turn_ok
@@ -44,9 +44,9 @@ def headless_chromium(tmp: Path) -> list[str]:
 def browse(page: Path, tmp: Path) -> tuple[str, str, Path]:
     """(the DOM after load, the browser's log, a screenshot) of `page` in headless Chromium."""
     base = [*headless_chromium(tmp), "--enable-logging=stderr", "--v=0"]
-    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = procs.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     shot = tmp / "shot.png"
-    subprocess.run(
+    procs.run(
         [*base, "--window-size=1450,1000", f"--screenshot={shot}", page.as_uri()],
         capture_output=True,
         text=True,
@@ -56,7 +56,7 @@ def browse(page: Path, tmp: Path) -> tuple[str, str, Path]:
 
 
 def test_export_is_small_and_self_contained(tmp_path):
-    p = subprocess.run(
+    p = procs.run(
         [*rampwatch_cmd(), "export", str(GLM), "--html", str(tmp_path / "r.html"), "--svg", str(tmp_path / "r.svg")],
         capture_output=True,
         text=True,
@@ -96,7 +96,7 @@ def test_export_svg_renders_in_a_real_browser(tmp_path):
 
 def test_compare_html_renders_in_a_real_browser(tmp_path):
     page = tmp_path / "cmp.html"
-    p = subprocess.run(
+    p = procs.run(
         [*rampwatch_cmd(), "compare", str(GLM), str(VLLM), "--label", "glm", "--label", "vllm", "--html", str(page)],
         cwd=ROOT,
         capture_output=True,
@@ -111,7 +111,7 @@ def test_compare_html_renders_in_a_real_browser(tmp_path):
 
 
 def test_export_needs_an_output():
-    p = subprocess.run([*rampwatch_cmd(), "export", str(GLM)], capture_output=True, text=True, cwd=ROOT)
+    p = procs.run([*rampwatch_cmd(), "export", str(GLM)], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "--html" in p.stderr
 
 

@@ -27,8 +27,11 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
-from tests.conftest import answers, assert_port_free, free_port, free_ports, rampwatch_cmd
+from tests import procs
+from tests.conftest import Lines, answers, assert_port_free, free_port, free_ports, rampwatch_cmd
 from tests.simhost import ThreadedSim
+
+pytestmark = pytest.mark.serial  # how soon every process has ended (GONE_S) is what it checks
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "recordings" / "glm-like-2x1m.sample.jsonl"
@@ -53,7 +56,7 @@ class Launched:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}  # a hang shows where (end_with)
         # In a session of its own, whichever way its output goes; env is read at the start (the pty's settings count).
         launch = functools.partial(
-            subprocess.Popen, argv, env=env, cwd=ROOT, start_new_session=True, preexec_fn=default_hangup
+            procs.Popen, argv, env=env, cwd=ROOT, start_new_session=True, preexec_fn=default_hangup
         )
         if terminal:
             try:
@@ -312,6 +315,7 @@ CHILD = textwrap.dedent("""
     if sys.argv[1:] == ["no-prctl"]:
         lifetime._kernel_signals_parent_death = lambda sig: False
     lifetime.die_with_parent()
+    print("asked", flush=True)
     time.sleep(60)
 """)
 
@@ -319,10 +323,11 @@ CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("how", ["prctl", "no-prctl"])
 def test_a_child_dies_with_its_killed_parent(how):
     """prctl(PR_SET_PDEATHSIG) on Linux; elsewhere a thread that sees the parent change."""
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD, how], stdout=subprocess.PIPE, text=True)
+    parent = procs.Popen([sys.executable, "-c", PARENT, CHILD, how], stdout=subprocess.PIPE, text=True)
     try:
-        child = psutil.Process(int(parent.stdout.readline()))
-        time.sleep(1.0)  # the child has imported and asked by now
+        out = Lines(parent.stdout)  # the parent's, and the child's (it inherits it)
+        child = psutil.Process(int(out.wait_for(r"^\d+$", UP_S)))
+        assert out.wait_for("^asked$", UP_S), "the child never asked to die with its parent"
         assert _running(child)
         parent.kill()
         parent.wait()

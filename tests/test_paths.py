@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from rampwatch.drivers.run.recording import Recording, read_recording
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.tui.sources import ReplaySource
+from tests import procs
 from tests.conftest import drive, free_port, rw, rw_started, small_run
 from tests.faults import run_scenario
 from tests.simhost import TextServer, ThreadedSim
@@ -177,7 +177,7 @@ def self_signed(tmp_path_factory) -> tuple[str, str]:
         pytest.skip("no openssl to make a self-signed certificate (apt-get install openssl)")
     d = tmp_path_factory.mktemp("tls")
     cert, key = str(d / "cert.pem"), str(d / "key.pem")
-    subprocess.run(
+    procs.run(
         [
             "openssl",
             "req",

@@ -3,60 +3,24 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
-
-import httpx
 import pytest
 
 from rampwatch.drivers.present.turn_text import log_text
-from tests.conftest import free_ports, report_json, rw, rw_started
-
-
-def wait_up(url: str, proc, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, "rampwatch sim --pd did not come up"
-        time.sleep(0.1)
-
-
-def start_split() -> tuple[subprocess.Popen, int]:
-    """`rampwatch sim --pd` on three consecutive free ports (the proxy's, then the prefill and decode servers').
-    Another process may take one of the two after it is picked (another suite beside this one): sim then exits 2,
-    cannot listen, and the split starts again on new ports."""
-    for _ in range(3):
-        port = free_ports(3)
-        sim = rw_started("sim", "--pd", "--port", str(port), "--profile", "tiny", "--time-scale", "1")
-        try:
-            wait_up(f"http://127.0.0.1:{port}", sim)
-            return sim, port
-        except AssertionError:
-            if sim.wait(timeout=20) != 2:
-                raise
-            said = sim.stderr.read()
-            assert "listen" in said, said  # bad input of another kind is a failure, not a port race
-    raise AssertionError("rampwatch sim --pd found no three free ports in three tries")
+from tests.conftest import report_json, rw, sim_process
 
 
 def test_a_simulated_split_reports_transferred_kv_apart_from_prefix_cache_reuse(tmp_path):
     """Turn 1 has nothing to reuse: all its KV came from the prefill server. Later turns reuse the earlier
     context from the decode server's own prefix cache and receive only the rest."""
-    sim, port = start_split()
-    try:
+    # `rampwatch sim --pd` on three consecutive ports: the proxy's, then the prefill and decode servers'.
+    with sim_process("--pd", "--profile", "tiny", "--time-scale", "1", ports=3) as (_, url):
+        port = int(url.rsplit(":", 1)[1])
         rec = tmp_path / "pd.jsonl"
         flags = f"--metrics-url prefill:prefill=http://127.0.0.1:{port + 1}/metrics"
         flags += f" --metrics-url decode:decode=http://127.0.0.1:{port + 2}/metrics --scrape-interval 0.05"
         flags += " --sessions 2 --lockstep --scale-to 16k --output-tokens 128 --ignore-eos --gpu none --headless"
         p = rw("run", f"http://127.0.0.1:{port}", *flags.split(), "--record", str(rec), timeout=300)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    finally:
-        sim.terminate()
-        sim.wait(timeout=20)
     rep = report_json(rec)
     for s in rep["sessions"]:
         turns = s["turns"]

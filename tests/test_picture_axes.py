@@ -4,12 +4,12 @@ legend whose keys each have their own label, laid out apart — checked in headl
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from rampwatch.drivers.present.svg import clock_ticks, nice_step, nice_ticks
+from tests import procs
 from tests.conftest import rampwatch_cmd
 from tests.test_export import GLM, ROOT, chromium
 
@@ -39,7 +39,7 @@ def test_run_time_ticks_fall_on_round_times(end):
 
 def exported_svg(tmp_path: Path) -> tuple[Path, str]:
     svg = tmp_path / "run.svg"
-    p = subprocess.run(
+    p = procs.run(
         [*rampwatch_cmd(), "export", str(GLM), "--svg", str(svg)], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert p.returncode == 0, p.stderr
@@ -75,7 +75,7 @@ def test_legend_keys_stand_apart_in_a_real_browser(tmp_path):
     _, text = exported_svg(tmp_path)
     page = tmp_path / "probe.html"
     page.write_text(PROBE.format(svg=text))
-    dom = subprocess.run(
+    dom = procs.run(
         [
             exe,
             "--headless",

@@ -32,6 +32,7 @@ from rampwatch.drivers.telemetry.metrics import ENGINE_POOL, SAMPLE_LINE, normal
 from rampwatch.drivers.telemetry.prometheus import ENGINE_SERIES, Match, PrometheusReader, parse_match
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
+from tests import procs
 from tests.conftest import DATA, free_port, missing, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
@@ -76,7 +77,7 @@ def prometheus_binary() -> str:
 def prometheus(tmp_path):
     """Start a real Prometheus on loopback scraping the targets a test gives; yields (url, start)."""
     exe = prometheus_binary()
-    procs = []
+    started = []
 
     def start(jobs: dict[str, tuple[str, list[str]]]) -> str:
         port = free_port()
@@ -90,8 +91,8 @@ def prometheus(tmp_path):
             ]
         (tmp_path / "prometheus.yml").write_text("\n".join(lines) + "\n")
         log = open(tmp_path / "prometheus.log", "w")
-        procs.append(
-            subprocess.Popen(
+        started.append(
+            procs.Popen(
                 [
                     exe,
                     f"--config.file={tmp_path / 'prometheus.yml'}",
@@ -108,7 +109,7 @@ def prometheus(tmp_path):
         return url
 
     yield start
-    for p in procs:
+    for p in started:
         os.killpg(p.pid, signal.SIGTERM)
         p.wait(timeout=30)
 
@@ -344,7 +345,7 @@ def test_prefill_in_flight_grows_while_a_prefill_waits():
 
 def test_the_grafana_dashboard_queries_only_series_that_exist(tmp_path):
     out = tmp_path / "dashboard.json"
-    p = subprocess.run([*rampwatch_cmd(), "export", "--grafana-dashboard", str(out)], capture_output=True, text=True)
+    p = procs.run([*rampwatch_cmd(), "export", "--grafana-dashboard", str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     dash = json.loads(out.read_text())
     vllm = set(re.findall(r"^(vllm:[a-zA-Z0-9_:]+)", (DATA / "vllm-0.32.0-cpu-metrics.txt").read_text(), re.M))
@@ -416,7 +417,7 @@ def test_prometheus_reads_the_fleet_and_rampwatchs_own_figures(prometheus, tmp_p
                 'Hostname="node-a"',
             ]
             watches = [
-                subprocess.Popen(
+                procs.Popen(
                     [
                         *rampwatch_cmd(),
                         "watch",
@@ -478,7 +479,7 @@ def test_a_real_vllm_read_through_prometheus_shows_what_its_own_metrics_show(pro
     prom = prometheus({"vllm": ("/metrics", [host_port(vllm_server)])})
     wait_for(lambda: any(r["value"][1] == "1" for r in query(prom, 'up{job="vllm"}')), 60, "vLLM target not up")
     rec = tmp_path / "through.jsonl"
-    p = subprocess.run(
+    p = procs.run(
         [
             *rampwatch_cmd(),
             "run",
@@ -526,7 +527,7 @@ def test_a_real_vllm_read_through_prometheus_shows_what_its_own_metrics_show(pro
     assert samples and all(e.source == host_port(vllm_server) and e.role == "both" for e in samples)
     # The run's last read waited for Prometheus's next scrape: the totals cover the last turn.
     rep = json.loads(
-        subprocess.run(
+        procs.run(
             [*rampwatch_cmd(), "report", str(rec), "--format", "json"], capture_output=True, text=True, check=True
         ).stdout
     )
@@ -535,7 +536,7 @@ def test_a_real_vllm_read_through_prometheus_shows_what_its_own_metrics_show(pro
 
 def test_a_matcher_prometheus_cannot_parse_is_refused_before_the_run(prometheus):
     prom = prometheus({})
-    p = subprocess.run(
+    p = procs.run(
         [
             *rampwatch_cmd(),
             "watch",

@@ -132,6 +132,7 @@ def test_a_corpus_wraps_around_at_its_end(tmp_path):
     assert reader.text(12) == "beta alpha b" and reader.text(3) == "eta"
 
 
+@pytest.mark.serial  # the next turn sent within 0.5 s of its pause's end
 def test_think_time_pauses_between_a_reply_and_the_next_turn(sim, tmp_path):
     rec = recorded_run(sim.url, tmp_path / "think.jsonl", "--think-time", "2s..4s", schedule="1k,2k,3k")
     done, planned = turns_done(rec), sent(rec)

@@ -5,7 +5,6 @@ the 'no answer' needle and the reasoning session state, against the simulated en
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import httpx
@@ -25,7 +24,7 @@ from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.app import SimServer
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.tui.widgets.sessions import needle_marks, session_row
-from tests.conftest import focus_table, free_port, report_json, rw, rw_started, small_run
+from tests.conftest import focus_table, report_json, rw, sim_process, small_run
 from tests.simhost import CaptureRelay, ThreadedServer
 from tests.test_request_options import chat_requests
 
@@ -37,24 +36,8 @@ TARGETS = [2048, 4096, 8192]
 @pytest.fixture(scope="module")
 def reasoning_sim():
     """`rampwatch sim --reasoning-tokens 200` on a free port, as a user starts it."""
-    port = free_port()
-    proc = rw_started("sim", "--port", str(port), "--profile", "tiny", "--reasoning-tokens", str(THINK))
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, proc.communicate()[1]
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "rampwatch sim did not start"
-            time.sleep(0.2)
+    with sim_process("--profile", "tiny", "--reasoning-tokens", str(THINK)) as (_, url):
         yield url
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=10)
 
 
 def reasoned_run(url: str, folder: Path, name: str, *extra: str) -> tuple[Path, dict]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 
 import httpx
 
@@ -19,6 +18,7 @@ from rampwatch.drivers.telemetry.metrics import normalize
 from rampwatch.tui.app import RampwatchApp
 from rampwatch.tui.sources import ReplaySource
 from rampwatch.tui.widgets.server import ServerPanel
+from tests import procs
 from tests.conftest import DATA, drive, rampwatch_cmd
 from tests.simhost import ThreadedSim
 
@@ -88,7 +88,7 @@ def test_enable_cache_report_puts_cached_tokens_in_usage():
 
 
 def test_sim_flavor_sglang_on_the_command_line(tmp_path):
-    p = subprocess.run(
+    p = procs.run(
         [
             *rampwatch_cmd(),
             "demo",
@@ -111,7 +111,7 @@ def test_sim_flavor_sglang_on_the_command_line(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "(sglang)" in p.stdout
     rep = json.loads(
-        subprocess.run(
+        procs.run(
             [*rampwatch_cmd(), "report", str(tmp_path / "d.jsonl"), "--format", "json"],
             capture_output=True,
             text=True,

@@ -4,7 +4,6 @@ calibrated phenomena checked end to end through rampwatch's own driver."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 
 import httpx
@@ -17,6 +16,7 @@ from rampwatch.drivers.sim.engine import SimEngine, reply_words
 from rampwatch.drivers.sim.kvcache import KVPool
 from rampwatch.drivers.sim.profiles import PROFILES, make_profile
 from rampwatch.drivers.telemetry.metrics import normalize
+from tests import procs
 from tests.conftest import drive
 from tests.simhost import ThreadedSim
 
@@ -29,11 +29,11 @@ def test_naming_and_configuring_the_simulator_does_not_import_the_asgi_stack():
         + "".join(f"import rampwatch.drivers.sim.{m}\n" for m in cheap)
         + "print(sorted(m for m in ('uvicorn', 'starlette', 'prometheus_client', 'httpx') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     # ... and the module that serves does pull it in, so the check above can tell the two apart.
-    served = subprocess.run(
+    served = procs.run(
         [sys.executable, "-c", "import sys, rampwatch.drivers.sim.app; print('starlette' in sys.modules)"],
         capture_output=True,
         text=True,
@@ -252,6 +252,7 @@ def test_one_session_seed_ramp_matches_the_model():
     assert kv_at_1m == pytest.approx(1_000_000 / PROFILES["glm-like"].kv_tokens, rel=0.1)
 
 
+@pytest.mark.serial  # a TTFT ratio and the client's overhead on the wall clock
 def test_two_sessions_interfere():
     # 50x: slow enough that a decode step alone is well above the process's own overhead.
     with ThreadedSim(make_profile("glm-like", time_scale=50.0)) as s:

@@ -137,6 +137,7 @@ def test_a_sweep_over_rates_runs_each_and_prints_the_curve(tmp_path):
     assert len(json.loads(compared.stdout)["runs"]) == 2  # compare reads an open-loop sweep file as its runs
 
 
+@pytest.mark.serial  # asserts how long the sweep took
 def test_a_point_stops_early_when_the_server_saturates_and_the_sweep_with_it(tmp_path):
     """A server that can take one 8K prefill a second, offered one a second and more: its waiting queue never
     empties and grows, so the first point ends as saturated long before its 2-minute limit, the turns in flight
@@ -194,6 +195,7 @@ def predicted_knee(begun: float, lag: float, service: float) -> float:
     return lo
 
 
+@pytest.mark.serial  # the knee is the simulated engine's real-time capacity
 def test_find_max_finds_the_knee_an_fcfs_queue_model_predicts_within_one_bisection_step(tmp_path):
     """sweep --find-max over 40..160/min (seed 5, 40 s a point): the knee it reports lies within one bisection
     step of the knee Lindley's recursion predicts for the same seeded arrivals, with the engine's service time

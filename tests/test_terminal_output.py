@@ -7,8 +7,11 @@ decode chart moves a quarter page at a time instead of scrolling every second.
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
+import pytest
 from rich.console import Group
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -108,6 +111,7 @@ def test_a_partial_update_is_written_from_its_first_changed_cell():
     assert written == "\x1b[1;17H7." and "s1" not in written
 
 
+@pytest.mark.serial  # a real terminal drawn in real time: alone, so no other test slows its frames
 async def test_the_screen_after_cropped_updates_is_what_the_app_drew(tmp_path):
     """In a real terminal (tmux): a replay drawn by many cropped updates, then sent to its end, shows exactly the
     screen the app's own compositor holds for that moment (no cell shifted, none stale)."""
@@ -123,8 +127,33 @@ async def test_the_screen_after_cropped_updates_is_what_the_app_drew(tmp_path):
     if shutil.which("tmux") is None:
         missing("TMUX", "no tmux on PATH (apt-get install tmux; .ci/run installs it)")
     recording = Path(__file__).resolve().parents[1] / "recordings" / "glm-like-2x1m.sample.jsonl"
+    app = RampwatchApp(ReplaySource(read_recording(recording)), autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.action_seek_to(-1)
+        await pilot.pause()
+        app.refresh_panels()
+        await pilot.pause()
+        expected = ["".join(seg.text for seg in strip).rstrip() for strip in app.screen._compositor.render_strips()]
+
+    def shown() -> list[str]:
+        return subprocess.run(
+            ["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True, timeout=10
+        ).stdout.splitlines()
+
+    def differ(lines: list[str]) -> list[tuple[str, str]]:
+        # The header and the position bar say the speed (16x there, 1x here); everything else must match.
+        return [(a, b) for a, b in zip(expected, lines) if a.rstrip() != b.rstrip() and "1x" not in a]
+
+    async def until(done, timeout: float) -> list[str]:  # noqa: ANN001
+        """The pane's lines once `done(lines)`, looked at every 0.1 s, or as they are after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while not done(lines := shown()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return lines
+
     session = f"rw-crop-{tmp_path.name}"[:40]
     command = " ".join([*rampwatch_cmd(), "replay", str(recording), "--speed", "16", "--refresh", "0.1"])
+    # The replay starts once the window has its size: a detached session takes tmux's default size unless told.
     subprocess.run(
         [
             "tmux",
@@ -136,32 +165,32 @@ async def test_the_screen_after_cropped_updates_is_what_the_app_drew(tmp_path):
             "120",
             "-y",
             "40",
-            f"sleep 1; TERM=xterm-256color {command}; sleep 60",
+            f"tmux wait-for {session}; TERM=xterm-256color {command}; sleep 60",
         ],
         check=True,
         timeout=10,
     )
-    try:  # a detached session takes tmux's default size unless told: 120x40 before the app starts
+    try:
         subprocess.run(["tmux", "resize-window", "-t", session, "-x", "120", "-y", "40"], check=True, timeout=10)
-        await asyncio.sleep(7.0)  # about 90 s of the run at 16x, drawn ten times a second
+        subprocess.run(["tmux", "wait-for", "-S", session], check=True, timeout=10)
+        # About 90 s of the recorded run at 16x, drawn ten times a second: many cropped updates. Its engine ran 10x
+        # faster than real time, and the position bar shows the modelled time: 15 minutes.
+        lines = await until(lambda lines: played(lines) >= 900, 60.0)
+        assert played(lines) >= 900, lines
         subprocess.run(["tmux", "send-keys", "-t", session, "End"], check=True, timeout=10)
-        await asyncio.sleep(2.0)
-        shown = subprocess.run(
-            ["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True, timeout=10
-        ).stdout.splitlines()
+        lines = await until(lambda lines: len(lines) >= 38 and not differ(lines), 30.0)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
+    assert len(lines) >= 38 and not differ(lines), differ(lines)[:3]
 
-    app = RampwatchApp(ReplaySource(read_recording(recording)), autostart=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        app.action_seek_to(-1)
-        await pilot.pause()
-        app.refresh_panels()
-        await pilot.pause()
-        expected = ["".join(seg.text for seg in strip).rstrip() for strip in app.screen._compositor.render_strips()]
-    # The header and the position bar say the speed (16x there, 1x here); everything else must match.
-    differ = [(a, b) for a, b in zip(expected, shown) if a.rstrip() != b.rstrip() and "1x" not in a]
-    assert len(shown) >= 38 and not differ, differ[:3]
+
+def played(lines: list[str]) -> int:
+    """The time the replay's position bar shows (`H:MM:SS / H:MM:SS`), in seconds; -1 before it is drawn."""
+    for line in lines:
+        if m := re.search(r"(\d+):(\d\d):(\d\d) / \d+:\d\d:\d\d", line):
+            h, mm, ss = map(int, m.groups())
+            return h * 3600 + mm * 60 + ss
+    return -1
 
 
 def test_a_changed_wide_character_is_repainted_whole():

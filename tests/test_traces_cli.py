@@ -4,13 +4,13 @@ line and exit 2, `rampwatch trace` without a subcommand, and a command that load
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from rampwatch.tui.cli import main
+from tests import procs
 from tests.conftest import rampwatch_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_skip_bad_reads_past_bad_rows_and_says_how_many(tmp_path, capsys):
     ids=["no-subcommand", "bad-subcommand", "no-file", "missing", "wrong-format", "bad-tokens", "bad-block"],
 )
 def test_bad_input_is_one_line_and_exit_2(args, said):
-    p = subprocess.run([*rampwatch_cmd(), *args], capture_output=True, text=True, timeout=60)
+    p = procs.run([*rampwatch_cmd(), *args], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert said in p.stderr and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr and p.stdout == ""
 
@@ -125,5 +125,5 @@ def test_trace_info_loads_no_ui_web_server_or_simulator():
         " 'textual_serve') or m.startswith('rampwatch.drivers.sim'))\n"
         "print(json.dumps([code, heavy]), file=sys.stderr)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    p = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert json.loads(p.stderr.strip().splitlines()[-1]) == [0, []]

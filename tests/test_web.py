@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
 from tests.conftest import answers, free_port, rampwatch_cmd
 from tests.simhost import ThreadedSim
 from tests.test_export import chromium, headless_chromium
@@ -57,7 +58,7 @@ class Browser:
 
     def __init__(self, tmp: Path):
         self.port = free_port()
-        self.proc = subprocess.Popen(
+        self.proc = procs.Popen(
             [*headless_chromium(tmp), f"--remote-debugging-port={self.port}", "--window-size=1400,900", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -123,7 +124,7 @@ class Browser:
 
 def serve(args: list[str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen(
+    proc = procs.Popen(
         [*rampwatch_cmd(), *args, "--web", f"127.0.0.1:{port}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

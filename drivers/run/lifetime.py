@@ -88,6 +88,11 @@ def _kernel_signals_parent_death(sig: int) -> bool:
         return False
 
 
+# Public for processes that are not rampwatch's own code (the tests' servers): the same kernel signal, asked for in
+# the child before it execs (PR_SET_PDEATHSIG survives exec; it fires when the thread that forked the child exits).
+kernel_signals_parent_death = _kernel_signals_parent_death
+
+
 def _watch_parent(parent: int) -> None:
     """Without prctl (macOS): a thread that sends the SIGTERM once this process has another parent."""
 
