@@ -74,6 +74,8 @@ def test_the_replay_shows_the_ideal_beside_the_measured_everywhere(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "cached 1,024 of ideal 1,024 (100%)" in p.stdout  # the Events line
     assert "reuse: cached 13,312 of the 13,312 prompt tokens the trace allowed (cache efficiency 100%)" in p.stdout
+    s1 = next(line for line in p.stdout.splitlines() if line.startswith("s1: "))
+    assert "turns, TTFT sum" in s1 and "needle" not in s1  # a trace asks no needle: no "needle 0/3"
     text = rw("report", str(record), "--format", "md").stdout
     assert "| ideal | reuse eff |" in text and "| 1.0K | 100% |" in text
     md = rw("compare", str(record), "--format", "md").stdout

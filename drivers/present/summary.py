@@ -35,13 +35,15 @@ def summary_lines(rep: Report) -> list[str]:
         m = s.summary
         reached = f", reached turn {m.reached_turn}/{m.planned_turns}" if m.reached_turn < m.planned_turns else ""
         answered = any(t.ttfa_s is not None for t in s.turns)
+        # A trace's turns carry no needle: no "needle 0/N" for a question never asked.
+        asked = any(t.needle is not None or t.no_answer for t in s.turns)
+        needle = f", needle {needle_count(m.needle_found, m.turns, m.needle_no_answer)}" if asked else ""
         reasoned = f", reasoning {m.reasoning_tokens:,} tok" if m.reasoning_tokens else ""
         if reasoned and answered:
             reasoned += f", time to first answer sum {m.ttfa_sum_s:.2f}s"
         lines.append(
             f"{s.id}: {m.turns} turns{reached}, TTFT sum {m.ttft_sum_s:.2f}s, longest {m.ttft_max_s:.2f}s, "
-            f"decode median {fmt_num(m.decode_tok_s_median, '.1f')} tok/s, "
-            f"needle {needle_count(m.needle_found, m.turns, m.needle_no_answer)}" + reasoned + _engine_sums(m)
+            f"decode median {fmt_num(m.decode_tok_s_median, '.1f')} tok/s" + needle + reasoned + _engine_sums(m)
         )
     i = rep.interference
     if i.overlapping_turns:
