@@ -116,12 +116,9 @@ def encode_message(role: str, pieces: list[str]) -> bytes:
     return b'{"role":' + _encode(role) + b',"content":"' + b"".join(parts) + b'"}'
 
 
-def chat_body(
-    model: str, messages: list[bytes], max_tokens: int, ignore_eos: bool, extra: dict[str, Any] | None = None
-) -> list[bytes]:
-    """The request body in parts, the messages' own bytes among them: a 1M-token history is sent
-    from the session's messages as they are, never joined into one more copy. `extra` (--extra-body)
-    adds request options; the keys rampwatch sets itself were refused before the run started."""
+def _stream_options(model: str, max_tokens: int, ignore_eos: bool, extra: dict[str, Any] | None) -> dict[str, Any]:
+    """What every streamed request asks besides its prompt: usage in the last chunk, greedy decoding, and with
+    --ignore-eos exactly max_tokens (min_tokens says so too)."""
     opts: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
@@ -134,6 +131,16 @@ def chat_body(
         opts["min_tokens"] = max_tokens
     if extra:
         opts.update(extra)
+    return opts
+
+
+def chat_body(
+    model: str, messages: list[bytes], max_tokens: int, ignore_eos: bool, extra: dict[str, Any] | None = None
+) -> list[bytes]:
+    """The request body in parts, the messages' own bytes among them: a 1M-token history is sent
+    from the session's messages as they are, never joined into one more copy. `extra` (--extra-body)
+    adds request options; the keys rampwatch sets itself were refused before the run started."""
+    opts = _stream_options(model, max_tokens, ignore_eos, extra)
     parts = [_encode(opts)[:-1] + b',"messages":[']
     for k, message in enumerate(messages):
         parts += [b",", message] if k else [message]
@@ -145,18 +152,7 @@ def completion_body(
 ) -> list[bytes]:
     """A /v1/completions request body: the prompt exactly as given, no chat template (a trace's token-exact
     prompt), its pieces encoded one by one as encode_message does."""
-    opts: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": 0,
-    }
-    if ignore_eos:
-        opts["ignore_eos"] = True
-        opts["min_tokens"] = max_tokens
-    if extra:
-        opts.update(extra)
+    opts = _stream_options(model, max_tokens, ignore_eos, extra)
     return [_encode(opts)[:-1] + b',"prompt":"', *(_encode(p)[1:-1] for p in pieces), b'"}']
 
 

@@ -100,14 +100,7 @@ class SessionRunner(TurnStreamer):
             for turn in range(1, len(self.conv.schedule) + 1):
                 # Lockstep: the barrier first, then this session's own pause.
                 if (gate is not None and not await gate.before(turn)) or not await self._user_pause(turn):
-                    self.emit(
-                        ev.Notice(
-                            t=self.clock(),
-                            level="info",
-                            session=self.sid,
-                            message=f"{self.sid}: time limit; stopped before turn {turn}",
-                        )
-                    )
+                    self.notice("info", f"{self.sid}: time limit; stopped before turn {turn}")
                     break
                 outcome = await self.run_turn(turn)
                 if self._due is not None:
@@ -117,14 +110,7 @@ class SessionRunner(TurnStreamer):
                 if outcome != "ok":
                     self.failed = True
                 if outcome == "gone":
-                    self.emit(
-                        ev.Notice(
-                            t=self.clock(),
-                            level="error",
-                            session=self.sid,
-                            message=f"{self.sid}: stopped at turn {turn}; the server did not come back",
-                        )
-                    )
+                    self.notice("error", f"{self.sid}: stopped at turn {turn}; the server did not come back")
                     return False
             return not self.failed
         finally:

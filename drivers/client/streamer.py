@@ -148,14 +148,7 @@ class TurnStreamer:
                     if back is None:
                         return "gone", None
                 if attempt <= o.retries:
-                    self.emit(
-                        ev.Notice(
-                            t=self.clock(),
-                            level="warn",
-                            session=self.sid,
-                            message=f"{self.sid} turn {turn}: retry {attempt}/{o.retries} after: {reason}",
-                        )
-                    )
+                    self.notice("warn", f"{self.sid} turn {turn}: retry {attempt}/{o.retries} after: {reason}")
                     await asyncio.sleep(min(30.0, 2.0**attempt))
                     continue
                 return "failed", None
@@ -209,39 +202,24 @@ class TurnStreamer:
             pass
         if self.opts.reconnect_timeout <= 0:
             return None
-        self.emit(
-            ev.Notice(
-                t=start,
-                level="warn",
-                session=self.sid,
-                message=f"{self.sid}: server unreachable, waiting up to {self.opts.reconnect_timeout:.0f}s",
-            )
+        self.notice(
+            "warn", f"{self.sid}: server unreachable, waiting up to {self.opts.reconnect_timeout:.0f}s", t=start
         )
         while self.clock() - start < self.opts.reconnect_timeout:
             await asyncio.sleep(2.0)
             try:
                 r = await self.client.get(self.base_url + "/health", headers=self.headers, timeout=5.0)
                 if r.status_code == 200:
-                    self.emit(
-                        ev.Notice(
-                            t=self.clock(),
-                            level="info",
-                            session=self.sid,
-                            message=f"{self.sid}: server back after {self.clock() - start:.0f}s outage",
-                        )
-                    )
+                    self.notice("info", f"{self.sid}: server back after {self.clock() - start:.0f}s outage")
                     return True
             except httpx.HTTPError:
                 pass
-        self.emit(
-            ev.Notice(
-                t=self.clock(),
-                level="error",
-                session=self.sid,
-                message=f"{self.sid}: server still gone after {self.opts.reconnect_timeout:.0f}s",
-            )
-        )
+        self.notice("error", f"{self.sid}: server still gone after {self.opts.reconnect_timeout:.0f}s")
         return None
+
+    def notice(self, level: ev.Level, message: str, t: float | None = None) -> None:
+        """A line for the Events panel and the recording, about this session (at `t`, else now)."""
+        self.emit(ev.Notice(t=self.clock() if t is None else t, level=level, session=self.sid, message=message))
 
     def _on_first(self, turn: int, reasoning: bool = False) -> Callable[[float], None]:
         return lambda t: self.emit(ev.FirstToken(t=t, session=self.sid, turn=turn, reasoning=reasoning))

@@ -67,10 +67,9 @@ class _Points:
             stop_when=stop_when,
         )
         serving.close()  # the next point serves on the same port
-        sweep = self.result.sweep
         if self.sweep_path is not None and run.recording_path is not None:
-            sweep.runs.append(run.recording_path.name)
-            write_sweep(self.sweep_path, sweep)
+            self.result.sweep.runs.append(run.recording_path.name)
+            self.save()
         return run
 
     def capacity_run(self, cfg: RunConfig, label: str, window_s: float) -> tuple[Run, CapacityPoint]:
@@ -89,10 +88,22 @@ class _Points:
             return True
         return False
 
+    def stops_here(self) -> bool:
+        """Whether the sweep ends at this point (saying why); else its file is brought up to date."""
+        sweep = self.result.sweep
+        if sweep.stopped:
+            print(f"rampwatch sweep: stopped: {sweep.stopped}", flush=True)
+            return True
+        self.save()
+        return False
+
+    def save(self) -> None:
+        if self.sweep_path is not None:
+            write_sweep(self.sweep_path, self.result.sweep)
+
     def finish(self) -> SweepResult:
         sweep = self.result.sweep
-        if self.sweep_path is not None:
-            write_sweep(self.sweep_path, sweep)
+        self.save()
         failed = (sweep.stopped and "failed" in sweep.stopped) or any(p.failed_turns for p in self.result.capacity)
         self.result.exit_code = 1 if failed else 0
         return self.result
@@ -117,8 +128,7 @@ def run_sweep(
         if points.ended(run):
             return points.result
         sweep.stopped = why_stop(run.state)
-        if sweep.stopped:
-            print(f"rampwatch sweep: stopped: {sweep.stopped}", flush=True)
+        if points.stops_here():
             break
     return points.finish()
 
@@ -167,11 +177,8 @@ def run_open_sweep(
             sweep.knee_fail_per_min = search.lowest_fail * 60 if search.lowest_fail is not None else None
         elif run.stopped_early:
             sweep.stopped = f"saturated at {rate * 60:.4g}/min: {run.stopped_early}"
-        if sweep.stopped:
-            print(f"rampwatch sweep: stopped: {sweep.stopped}", flush=True)
+        if points.stops_here():
             break
-        if sweep_path is not None:
-            write_sweep(sweep_path, sweep)
     return points.finish()
 
 
@@ -199,9 +206,6 @@ def run_trace_sweep(
             sweep.stopped = f"no turn finished at {speed:g}x"
         elif run.stopped_early:
             sweep.stopped = f"saturated at {speed:g}x: {run.stopped_early}"
-        if sweep.stopped:
-            print(f"rampwatch sweep: stopped: {sweep.stopped}", flush=True)
+        if points.stops_here():
             break
-        if sweep_path is not None:
-            write_sweep(sweep_path, sweep)
     return points.finish()
