@@ -1,6 +1,8 @@
 """A whole run: probe the server, plan the ramps, drive the sessions and the samplers, and close the
 recording, whatever happens. What it reads beside the sessions is samplers.py; how it keeps the heap out
-of the stamping loop's way is memory.py."""
+of the stamping loop's way is memory.py. (A little over ~400 lines: the run's life from the probe to the
+closed recording reads as one sequence, each fault's ending beside the others; what has a job of its own
+lives beside it.)"""
 
 from __future__ import annotations
 
