@@ -186,8 +186,12 @@ def endpoint_table(state: RunState, answered: list[EndpointView], width: int) ->
     for ep in [*answered, None]:
         name = "total" if ep is None else ep.name
         line = Text(f"{name[:name_w]:<{name_w}}", style="bold" if ep is None else "")
+        workers = panels.router_workers(state, ep) if ep is not None else None
         if ep is not None and ep.error:
             line.append(f" {ep.error}"[: width - name_w], style="bold red")
+        elif workers is not None:  # a router serves no model: its requests per worker instead
+            sent = " · ".join(f"{w} {n:,.0f}" for w, n in workers.items()) or "no worker yet"
+            line.append(f" router: {sent}"[: width - name_w])
         else:
             for _, w, cell in cols:
                 line.append(f" {cell(ep, state.server):>{w}}")
