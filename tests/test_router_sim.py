@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import free_port, report_json, rw, sim_process
+from tests.conftest import focus_table, free_port, report_json, rw, sim_process
 
 
 def router_run(url: str, *extra: str, record, otlp: int | None = None, sessions: int = 2) -> dict:
@@ -58,13 +58,20 @@ def test_consistent_hash_keeps_every_session_on_one_replica_named_by_its_spans(t
     assert set(router["workers"]) <= {"r0", "r1"}  # the workers by the names of the endpoints at their URLs
 
 
-def test_round_robin_moves_a_session_on_every_turn_and_the_report_says_which(tmp_path):
-    """Round robin is the router's, not the session's: a lone session alternates replicas on every turn (several
-    sessions interleave, so which of them moves depends on who sent first)."""
+@pytest.fixture(scope="module")
+def round_robin(tmp_path_factory) -> tuple[dict, object]:
+    """One session behind the round-robin router, its spans received: (its report, its recording)."""
     otlp = free_port()
-    record = tmp_path / "rr.jsonl"
+    record = tmp_path_factory.mktemp("rr") / "rr.jsonl"
     with sim_process(*sim_args("round_robin", otlp), ports=3) as (_, url):
         rep = router_run(url, record=record, otlp=otlp, sessions=1)
+    return rep, record
+
+
+def test_round_robin_moves_a_session_on_every_turn_and_the_report_says_which(round_robin):
+    """Round robin is the router's, not the session's: a lone session alternates replicas on every turn (several
+    sessions interleave, so which of them moves depends on who sent first)."""
+    rep, record = round_robin
     (s,) = rep["sessions"]
     turns = served(rep)["s1"]
     assert turns == [("r0", "span"), ("r1", "span"), ("r0", "span"), ("r1", "span")]
@@ -82,16 +89,39 @@ def test_round_robin_moves_a_session_on_every_turn_and_the_report_says_which(tmp
     assert "router router: r0 2 · r1 2 requests" in text
     table = rw("report", str(record), "--format", "md").stdout
     assert "| served by |" in table and "| r1 |" in table
-    # The Sessions panel marks each session that moved, from the same fold.
+    # compare: each run's affinity, and the backend of each turn beside its TTFT.
+    again = record.with_name("again.jsonl")
+    again.write_bytes(record.read_bytes())
+    cmp = rw("compare", str(record), str(again), "--format", "md").stdout
+    assert "| affinity |" in cmp and "| 50% (1 moved) |" in cmp and "served by |" in cmp
+    assert "| r0 | r0 |" in cmp and "| r1 | r1 |" in cmp
+
+
+def folded(record) -> object:
     from rampwatch.drivers.model.state import RunState
     from rampwatch.drivers.run.recording import read_recording
-    from rampwatch.tui.widgets.sessions import session_row
 
     recording = read_recording(record)
     state = RunState(recording.header)
     for e in recording.events:
         state.apply(e)
+    return state
+
+
+def test_the_sessions_panel_marks_a_session_that_moved(round_robin):
+    from rampwatch.tui.widgets.sessions import session_row
+
+    state = folded(round_robin[1])
     assert session_row(state.sessions["s1"], state.t, 80).plain.startswith("s1⇄3")
+
+
+async def test_the_focus_screen_says_which_replica_served_each_turn(round_robin):
+    from rampwatch.drivers.run.recording import read_recording
+    from rampwatch.tui.sources import ReplaySource
+
+    heads, cells = await focus_table(ReplaySource(read_recording(round_robin[1])), (200, 40))
+    col = heads.index("served by")
+    assert [row[col] for row in cells] == ["r0", "r1", "r0", "r1"]
 
 
 @pytest.mark.serial  # a turn is told apart by its counters only when its think time outlasts a scrape interval
