@@ -117,6 +117,17 @@ def test_a_span_naming_its_backend_wins_over_the_counters_whenever_it_comes():
     assert served(fold(events)) == [("s1", 1, "replica-b", "span")]
 
 
+def test_turns_sent_straight_to_a_replica_are_not_attributed():
+    """Replicas the client spreads the sessions over itself: where a turn went is no question for the counters."""
+    planned = ev.SessionPlanned(t=0.0, session="s1", schedule=[1], salt="x", endpoint="r1")
+    events = [planned, sample(0.0, "r0", 0, 0), sample(0.0, "r1", 0, 0)]
+    events += turn("s1", 1, 1.0, 1.5, 1000) + [sample(2.0, "r0", 0, 0), sample(2.0, "r1", 1000, 1)]
+    state = RunState(HEADER)
+    for e in events:
+        state.apply(e)
+    assert served(state) == [("s1", 1, None, None)] and not state.backends.awaiting
+
+
 def test_one_backend_alone_names_none_from_its_counters():
     """With one model server there is nothing to tell apart: no backend, no affinity, no summary line."""
     events = [sample(0.0, "r0", 0, 0)] + turn("s1", 1, 1.0, 1.5, 1000) + [sample(2.0, "r0", 1000, 1)]

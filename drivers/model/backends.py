@@ -9,7 +9,8 @@ Sources, the first that speaks wins:
   prompt-token and request counters moved between the sample before the turn was sent and the first sample after
   it ended. Its own request surely moved one of them; when only one moved, that one served it. When several moved,
   the one that moved by exactly this turn's prompt (and one request) is named only if no other turn of the run
-  overlapped the window; otherwise the turn is `ambiguous`, never a guess.
+  overlapped the window; otherwise the turn is `ambiguous`, never a guess. A turn the client sent straight to one
+  of those servers (replicas it spreads the sessions over itself) needs no telling: it is not attributed.
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ class BackendLedger:
         self._open: dict[int, TurnRecord] = {}  # turns in flight, by id(record)
         self._recent: deque[tuple[float, float, int]] = deque(maxlen=RECENT_TURNS)  # (sent, done, id(record))
 
-    def sent(self, rec: TurnRecord, endpoints: Iterable[EndpointView]) -> None:
-        """Snapshot every backend's counters as the turn goes (none: fewer than two backends)."""
+    def sent(self, rec: TurnRecord, endpoints: Iterable[EndpointView], target: str = "") -> None:
+        """Snapshot every backend's counters as the turn goes (none: fewer than two backends, or `target`, the
+        endpoint the turn was sent to, is one of them)."""
         found = backends(endpoints)
-        if found:
+        if found and all(ep.name != target for ep in found):
             rec.counters_at_sent = {ep.name: _counts(ep) for ep in found}
             self._open[id(rec)] = rec
 
