@@ -115,6 +115,16 @@ def test_the_sessions_panel_marks_a_session_that_moved(round_robin):
     assert session_row(state.sessions["s1"], state.t, 80).plain.startswith("s1⇄3")
 
 
+def test_the_server_panel_gives_the_router_a_row_of_requests_per_worker(round_robin):
+    from rampwatch.tui.widgets.server import endpoint_table
+
+    state = folded(round_robin[1])
+    answered = [ep for ep in state.endpoints.values() if ep.last_sample_t is not None]
+    rows = [line.plain for line in endpoint_table(state, answered, 100)]
+    assert any(r.startswith("router") and "router: r0 2 · r1 2" in r for r in rows), rows
+    assert state.server.values.get("router_requests") is None  # the total row is the model servers' alone
+
+
 async def test_the_focus_screen_says_which_replica_served_each_turn(round_robin):
     from rampwatch.drivers.run.recording import read_recording
     from rampwatch.tui.sources import ReplaySource
