@@ -157,3 +157,18 @@ def test_moves_count_changes_of_backend_in_turn_order():
     assert moves_of({1: "r0", 2: "r0", 3: "r1"}) == 1
     assert moves_of({3: "r1", 1: "r0", 2: "r1", 4: "r0"}) == 2  # r0 r1 r1 r0
     assert moves_of({}) == 0
+
+
+def test_a_router_scrape_is_read_as_vllm_routers_requests_in_all_and_per_worker():
+    from rampwatch.drivers.telemetry.metrics import normalize, router_workers
+
+    text = (
+        "# TYPE vllm_router_requests_total counter\n"
+        'vllm_router_requests_total{route="/v1/chat/completions"} 7\n'
+        'vllm_router_requests_total{route="/v1/models"} 1\n'
+        'vllm_router_processed_requests_total{worker="http://10.0.0.1:8000"} 4\n'
+        'vllm_router_processed_requests_total{worker="http://10.0.0.2:8000"} 3\n'
+        'vllm_router_worker_health{worker="http://10.0.0.1:8000"} 1\n'
+    )
+    assert normalize(text) == ("vllm-router", {"router_requests": 8.0}, {})  # lacks no model figure: it has none
+    assert router_workers(text) == {"http://10.0.0.1:8000": 4.0, "http://10.0.0.2:8000": 3.0}

@@ -150,7 +150,8 @@ ROUTER = Profile(
 )
 ROUTER_WORKER_SERIES = "vllm_router_processed_requests_total"
 
-PROFILES = (VLLM, SGLANG, LLAMACPP, ROUTER)
+PROFILES = (VLLM, SGLANG, LLAMACPP)  # the model servers' (what --prometheus asks for)
+DETECTED = (*PROFILES, ROUTER)  # what a scrape may find
 FIELDS = (
     "kv_usage",
     "running",
@@ -185,8 +186,8 @@ def _sample_lines(text: str) -> int:
 
 
 def detect(text: str) -> Profile | None:
-    counts = {p.engine: text.count("\n" + p.prefix) + text.startswith(p.prefix) for p in PROFILES}
-    best = max(PROFILES, key=lambda p: counts[p.engine])
+    counts = {p.engine: text.count("\n" + p.prefix) + text.startswith(p.prefix) for p in DETECTED}
+    best = max(DETECTED, key=lambda p: counts[p.engine])
     return best if counts[best.engine] else None
 
 
