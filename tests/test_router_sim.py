@@ -125,6 +125,16 @@ def test_the_server_panel_gives_the_router_a_row_of_requests_per_worker(round_ro
     assert state.server.values.get("router_requests") is None  # the total row is the model servers' alone
 
 
+def test_the_timeline_picture_marks_each_turn_by_its_backend_and_the_moves(round_robin):
+    import re
+
+    from rampwatch.drivers.present.timeline_picture import timeline_svg
+
+    svg = timeline_svg(folded(round_robin[1]))
+    marks = re.findall(r'<text class="backend( moved)?"[^>]*>(r\d)</text>', svg)
+    assert marks == [("", "r0"), (" moved", "r1"), (" moved", "r0"), (" moved", "r1")]
+
+
 async def test_the_focus_screen_says_which_replica_served_each_turn(round_robin):
     from rampwatch.drivers.run.recording import read_recording
     from rampwatch.tui.sources import ReplaySource
