@@ -191,3 +191,21 @@ def test_bad_router_values_are_refused_in_one_line(args, says):
     p = rw(*args)
     assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_a_trace_behind_round_robin_ties_its_reuse_shortfalls_to_the_moves(tmp_path):
+    """A trace's turn served by another replica than its session's turn before finds none of its prefix there:
+    the report's shortfall line says it moved."""
+    record = tmp_path / "trace.jsonl"
+    flags = ["--trace", "tests/data/traces/aiperf.jsonl", "--topology", "router", "--router-policy", "round_robin"]
+    p = rw("demo", *flags, "--profile", "tiny", "--headless", "--record", str(record), timeout=180)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rep = report_json(record)
+    moved = {(s["id"], m["turn"]) for s in rep["sessions"] if s["affinity"] for m in s["affinity"]["moves"]}
+    assert moved  # round robin over 2 replicas moves some session
+    md = rw("report", str(record), "--format", "md").stdout.splitlines()
+    short = next(x for x in md if x.startswith("- reuse fell furthest"))
+    for s in rep["reuse"]["shortfalls"][:5]:
+        said = f"{s['session']} turn {s['turn']} "
+        assert said in short
+        assert ((s["session"], s["turn"]) in moved) == ("moved r" in short.split(said, 1)[1].split(",")[0]), short

@@ -41,6 +41,15 @@ def affinity_lines(rep: Report) -> list[str]:
     return lines
 
 
+def move_note(rep: Report, session: str, turn: int) -> str:
+    """` (moved r0→r1)` where the session's turn was served elsewhere than its turn before: a move explains a
+    cache that held less than the trace allowed ("" otherwise)."""
+    s = next((x for x in rep.sessions if x.id == session), None)
+    moves = s.affinity.moves if s is not None and s.affinity is not None else []
+    m = next((m for m in moves if m.turn == turn), None)
+    return f" (moved {m.from_backend}→{m.to_backend})" if m is not None else ""
+
+
 def router_lines(rep: Report) -> list[str]:
     """Each router endpoint's requests per worker since it first answered."""
     return [

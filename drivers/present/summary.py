@@ -15,7 +15,7 @@ from rampwatch.drivers.model.reuse import ReuseTally
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
-from rampwatch.drivers.present.routing import affinity_lines, router_lines
+from rampwatch.drivers.present.routing import affinity_lines, move_note, router_lines
 from rampwatch.drivers.present.turn_text import REST_UNSPLIT, engine_timing_hint
 
 
@@ -177,6 +177,7 @@ def reuse_lines(rep: Report) -> list[str]:
     if r.shortfalls:
         worst = ", ".join(
             f"{s.session} turn {s.turn} {pct(s.hit_rate)} hit of {pct(s.ideal_hit_rate)} possible"
+            + move_note(rep, s.session, s.turn)
             for s in r.shortfalls[:5]
         )
         lines.append(f"reuse fell furthest below ideal on: {worst}")
