@@ -121,7 +121,8 @@ def test_the_server_panel_gives_the_router_a_row_of_requests_per_worker(round_ro
     state = folded(round_robin[1])
     answered = [ep for ep in state.endpoints.values() if ep.last_sample_t is not None]
     rows = [line.plain for line in endpoint_table(state, answered, 100)]
-    assert any(r.startswith("router") and "router: r0 2 · r1 2" in r for r in rows), rows
+    assert any(r.startswith("router") and "requests r0 2 · r1 2" in r for r in rows), rows
+    assert len({len(r) for r in rows if not r.startswith("router")}) == 1, rows  # the head as wide as each row
     assert state.server.values.get("router_requests") is None  # the total row is the model servers' alone
 
 
