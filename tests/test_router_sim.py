@@ -56,6 +56,10 @@ def test_consistent_hash_keeps_every_session_on_one_replica_named_by_its_spans(t
     router = next(f for f in rep["servers"] if f["name"] == "router")
     assert router["role"] == "router" and sum(router["workers"].values()) == 16
     assert set(router["workers"]) <= {"r0", "r1"}  # the workers by the names of the endpoints at their URLs
+    total = rep["servers_total"]  # the model servers' alone, as the Server panel's total row
+    assert total["engine"] == "vllm" and total["prompt_tokens"] == sum(
+        f["prompt_tokens"] for f in rep["servers"] if f["role"] == "both"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -234,6 +234,7 @@ def build_report(state: RunState) -> Report:
     h = state.header
     listed = h.endpoints if h else []
     servers = [endpoint_figures(ep, listed) for ep in state.endpoints.values() if ep.last_sample_t is not None]
+    models = [f for f in servers if f.workers is None]  # a router serves no model: not in the totals
     ramp = ramp_ids(state)
     baseline = [sid for sid, s in state.sessions.items() if s.role == "one-shot"]
     sessions: list[SessionReport] = []
@@ -300,7 +301,7 @@ def build_report(state: RunState) -> Report:
         ttft_ratio_median=median([s.ratio for s in spread]),
         one_shot=one_shot,
         servers=servers,
-        servers_total=sum_figures("total", "all", servers, state.server.kv_peak) if servers else None,
+        servers_total=sum_figures("total", "all", models, state.server.kv_peak) if models else None,
         roles=[
             sum_figures(role, role, [f for f in servers if f.role == role])
             for role in ("prefill", "decode", "both")
