@@ -149,7 +149,9 @@ def test_report_json_schema(recorded):
         "open_loop",
         "goodput",
         "reuse",
+        "affinity",
     }
+    assert rep["affinity"] is None  # one server: no turn's backend to tell
     assert set(rep["run"]) == {
         "schema",
         "rampwatch_version",
@@ -172,7 +174,7 @@ def test_report_json_schema(recorded):
         "time_scale",
         "trace",
     }
-    assert rep["run"]["schema"] == 7 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 8 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",
@@ -227,10 +229,12 @@ def test_report_json_schema(recorded):
         "ideal_cached_pool_tokens",
         "cache_efficiency",
         "cache_efficiency_pool",
+        "served_by",
+        "served_by_source",
     }
     gap_keys = {"count", "p50_s", "p99_s", "max_s", "over_100ms", "over_1s"}
     for s in rep["sessions"]:
-        assert set(s) == {"id", "turns", "summary"}
+        assert set(s) == {"id", "turns", "summary", "affinity"} and s["affinity"] is None
         assert set(s["summary"]) == {
             "ttft_sum_s",
             "ttft_max_s",
@@ -285,6 +289,7 @@ def test_report_json_schema(recorded):
         "kv_capacity_tokens",
         "last_error",
         "transferred_tokens",
+        "workers",
     }
     assert len(rep["servers"]) == 1 and set(rep["servers"][0]) == server_keys and rep["servers"][0]["role"] == "both"
     assert rep["servers_total"]["generation_tokens"] == rep["servers"][0]["generation_tokens"] > 0

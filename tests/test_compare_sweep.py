@@ -43,7 +43,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
     )
     cmp = json.loads(out["json"].stdout)
     assert (
-        cmp["schema"] == 6 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
+        cmp["schema"] == 7 and cmp["baseline"] == "glm" and [r["label"] for r in cmp["runs"]] == ["glm", "vllm", "demo"]
     )
     assert "schedules differ" in " ".join(cmp["notes"])
     for row, path in zip(cmp["runs"], runs):
@@ -110,6 +110,8 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         "slo_conversations_met",
         "slo_conversations_met_per_min",
         "cache_efficiency",
+        "affinity",
+        "moved_sessions",
     }
     first = cmp["turns"][0]
     assert first["ratio_to_baseline"][0] == 1.0 and len(first["ttft_s"]) == 3
@@ -121,6 +123,7 @@ def test_compare_prints_all_formats_and_matches_each_runs_report(demo_recording)
         "engine_prefill_s",
         "front_end_s",
         "ttfa_s",
+        "served_by",
     }
 
 

@@ -10,8 +10,10 @@ from typing import Any
 
 import msgspec
 
-from rampwatch.drivers.model.endpoints import EndpointView
-from rampwatch.drivers.model.events import PromptShape, TraceRun
+from rampwatch.drivers.model.affinity import Affinity, RunAffinity, run_affinity, session_affinity
+from rampwatch.drivers.model.deployment import router_workers
+from rampwatch.drivers.model.endpoints import EndpointView, is_router
+from rampwatch.drivers.model.events import Endpoint, PromptShape, TraceRun
 from rampwatch.drivers.model.gaps import GapStats, gap_stats, split_decode_rates
 from rampwatch.drivers.model.goodput import Goodput, OpenLoop, goodput, open_loop, ramp_ids
 from rampwatch.drivers.model.panels import last_turn_hit_rate
@@ -21,7 +23,7 @@ from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow, turn_row
 from rampwatch.drivers.model.turns import TurnRecord
 
-REPORT_SCHEMA = 7  # the JSON report's schema (docs/measurement.md: "The JSON report"); bump on any change
+REPORT_SCHEMA = 8  # the JSON report's schema (docs/measurement.md: "The JSON report"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):
@@ -48,6 +50,7 @@ class SessionReport(msgspec.Struct):
     id: str
     turns: list[TurnRow]
     summary: SessionSummary
+    affinity: Affinity | None = None  # whether it stayed on its first backend (None: no turn's backend was told)
 
 
 class RunInfo(msgspec.Struct):
@@ -138,6 +141,7 @@ class ServerFigures(msgspec.Struct):
     kv_capacity_tokens: float | None
     last_error: str | None
     transferred_tokens: float | None = None  # KV a split's decode server received (vLLM: external_kv_transfer)
+    workers: dict[str, float] | None = None  # a router: the requests it sent each worker (None: not a router)
 
 
 class Report(msgspec.Struct):
@@ -158,6 +162,7 @@ class Report(msgspec.Struct):
     open_loop: OpenLoop | None = None  # --arrivals: the arrivals and the late turns (None: closed loop)
     goodput: Goodput | None = None  # --slo: the turns and conversations that met it (None: no SLO given)
     reuse: Reuse | None = None  # --trace: the prefix-cache reuse delivered against the trace's ideal (None: no trace)
+    affinity: RunAffinity | None = None  # every session's stay on its backend (None: no turn's backend was told)
 
 
 class SpanFigures(msgspec.Struct):
@@ -227,7 +232,9 @@ def turn_spread(state: RunState, ramp: list[str]) -> list[TurnSpread]:
 
 def build_report(state: RunState) -> Report:
     h = state.header
-    servers = [endpoint_figures(ep) for ep in state.endpoints.values() if ep.last_sample_t is not None]
+    listed = h.endpoints if h else []
+    servers = [endpoint_figures(ep, listed) for ep in state.endpoints.values() if ep.last_sample_t is not None]
+    models = [f for f in servers if f.workers is None]  # a router serves no model: not in the totals
     ramp = ramp_ids(state)
     baseline = [sid for sid, s in state.sessions.items() if s.role == "one-shot"]
     sessions: list[SessionReport] = []
@@ -235,7 +242,8 @@ def build_report(state: RunState) -> Report:
     for sid in ramp:
         records = by_session.get(sid, [])
         rows = [turn_row(r) for r in records]
-        sessions.append(SessionReport(id=sid, turns=rows, summary=_summary(state, sid, rows, records)))
+        summary = _summary(state, sid, rows, records)
+        sessions.append(SessionReport(id=sid, turns=rows, summary=summary, affinity=session_affinity(records)))
     ramp_turns = [r for r in state.turns if r.session in ramp]
     splits = [split_decode_rates(r, MIN_INTERVALS) for r in ramp_turns]
     spread = turn_spread(state, ramp)
@@ -293,7 +301,7 @@ def build_report(state: RunState) -> Report:
         ttft_ratio_median=median([s.ratio for s in spread]),
         one_shot=one_shot,
         servers=servers,
-        servers_total=sum_figures("total", "all", servers, state.server.kv_peak) if servers else None,
+        servers_total=sum_figures("total", "all", models, state.server.kv_peak) if models else None,
         roles=[
             sum_figures(role, role, [f for f in servers if f.role == role])
             for role in ("prefill", "decode", "both")
@@ -305,10 +313,11 @@ def build_report(state: RunState) -> Report:
         open_loop=open_loop(state),
         goodput=goodput(state),
         reuse=reuse(state),
+        affinity=run_affinity(s.affinity for s in sessions),
     )
 
 
-def endpoint_figures(ep: EndpointView) -> ServerFigures:
+def endpoint_figures(ep: EndpointView, listed: list[Endpoint] | None = None) -> ServerFigures:
     grown, v = ep.since_start(), ep.values
     span = (
         ep.last_sample_t - ep.first_sample_t if ep.first_sample_t is not None and ep.last_sample_t is not None else None
@@ -336,6 +345,7 @@ def endpoint_figures(ep: EndpointView) -> ServerFigures:
         kv_capacity_tokens=v.get("kv_capacity_tokens"),
         last_error=ep.error,
         transferred_tokens=grown.get("kv_transferred"),
+        workers=router_workers(ep, listed or []) if is_router(ep) else None,
     )
 
 

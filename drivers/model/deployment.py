@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.endpoints import EndpointView
 from rampwatch.drivers.model.views import GENERATING, SessionView
 
@@ -53,3 +54,18 @@ def kv_fits_sequences(endpoints: Iterable[EndpointView], sessions: Iterable[Sess
         if pool and longest:
             fits.append(int(pool // longest))
     return min(fits, default=None)
+
+
+def router_workers(router: EndpointView, listed: Iterable[ev.Endpoint]) -> dict[str, float]:
+    """A router's requests per worker since it first answered, each worker by the name of the endpoint it is
+    where the run lists it (its URL, or its /metrics URL's base), else by the router's own label for it."""
+    names: dict[str, str] = {}
+    for x in listed:
+        for url in (x.url, x.metrics.removesuffix("/metrics")):
+            if url:
+                names.setdefault(url.rstrip("/"), x.name)
+    out: dict[str, float] = {}
+    for label, n in router.workers.items():
+        name = names.get(label.rstrip("/"), label)
+        out[name] = out.get(name, 0.0) + n
+    return out

@@ -20,6 +20,7 @@ RATE_WINDOW_S = 10.0  # server throughput is averaged over this long
 COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed", "generation_tokens", "preemptions")
 COUNTERS += ("kv_transferred",)  # a prefill/decode split's decode side: KV received, not computed or cached
 COUNTERS += ("spec_accepted", "spec_drafted")  # speculative decoding's draft tokens, where the server speculates
+COUNTERS += ("requests",)  # requests finished: with prompt_tokens, they tell which backend served a turn
 # The normalized field for one engine instance's KV pool in tokens (never summed over data-parallel ranks):
 # the metrics normalizer writes it, the endpoint views read it.
 ENGINE_POOL = "kv_engine_tokens"
@@ -58,23 +59,31 @@ class EndpointView(_Rates):
     rates: dict[str, float] = field(default_factory=dict)  # tokens/s over the last RATE_WINDOW_S
     first_sample_t: float | None = None
     last_sample_t: float | None = None
+    # A router: requests it sent each worker since it first answered (by the worker's label), across its restarts.
+    workers: dict[str, float] = field(default_factory=dict)
     _raw: dict[str, float] = field(default_factory=dict)
     _offset: dict[str, float] = field(default_factory=dict)
     _window: deque[tuple[float, dict[str, float]]] = field(default_factory=deque)
+
+    def _monotonic(self, key: str, v: float) -> float:
+        """A counter's value made monotonic across the server's restarts (a reset continues from where it was)."""
+        before = self._raw.get(key)
+        if before is not None and v < before:
+            self._offset[key] = self._offset.get(key, 0.0) + before - v
+        self._raw[key] = v
+        v += self._offset.get(key, 0.0)
+        self.baseline.setdefault(key, v)
+        return v
 
     def fold(self, e: ev.MetricsSample) -> None:
         self.engine, self.missing, self.error = e.engine, dict(e.missing), None
         values: dict[str, float] = {}
         for k, v in e.values.items():
-            if k in COUNTERS:
-                before = self._raw.get(k)
-                if before is not None and v < before:  # counter reset (a restart): continue from where it was
-                    self._offset[k] = self._offset.get(k, 0.0) + before - v
-                self._raw[k] = v
-                v += self._offset.get(k, 0.0)
-                self.baseline.setdefault(k, v)
-            values[k] = v
+            values[k] = self._monotonic(k, v) if k in COUNTERS else v
         self.values = values
+        for w, v in e.workers.items():  # since the router first answered, as every counter here
+            key = "worker " + w
+            self.workers[w] = self._monotonic(key, v) - self.baseline.setdefault(key, v)
         kv = values.get("kv_usage")
         if kv is not None:
             self.kv_peak = kv if self.kv_peak is None else max(self.kv_peak, kv)
@@ -144,6 +153,12 @@ class ServerView(_Rates):
             if value is not None:
                 line.add(t, value)
         self.last_sample_t = t
+
+
+def is_router(ep: EndpointView) -> bool:
+    """A router's endpoint (given the role, or found serving vllm-router's names): it serves no model, so it is
+    kept out of the model servers' totals and shows its requests per worker instead."""
+    return ep.role == "router" or ep.engine == "vllm-router"
 
 
 def counters_hit_rate(counters: dict[str, float]) -> float | None:

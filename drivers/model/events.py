@@ -25,8 +25,9 @@ RunStatus = Literal["done", "failed", "interrupted", "crashed", "time-limit", "s
 NeedleMode = Literal["verbatim", "strict"]
 SessionRole = Literal["ramp", "one-shot"]
 ReasoningMode = Literal["off", "on", "auto"]
-# What an endpoint does in the deployment: a replica does both; a prefill/decode split has one of each.
-EndpointRole = Literal["prefill", "decode", "both"]
+# What an endpoint does in the deployment: a replica does both; a prefill/decode split has one of each; a router
+# serves no model and says how it spread the requests over its workers.
+EndpointRole = Literal["prefill", "decode", "both", "router"]
 ENDPOINT_ROLES: tuple[str, ...] = get_args(EndpointRole)
 
 
@@ -235,6 +236,8 @@ class MetricsSample(Event):
     values: dict[str, float]
     missing: dict[str, str] = {}
     role: EndpointRole | None = None
+    # A router's requests per worker (vllm-router's processed_requests_total{worker}), by the worker's label.
+    workers: dict[str, float] = {}
 
 
 class MetricsError(Event):
@@ -316,6 +319,9 @@ class EngineSpan(Event):
     ttft_s: float | None = None
     decode_s: float | None = None  # gen_ai.latency.time_in_model_decode: first to last token
     e2e_s: float | None = None  # gen_ai.latency.e2e: arrival to end
+    # The engine that served it, from its span's resource: service.instance.id, else service.name, else host.name
+    # ("": the resource names none, or an older recording).
+    backend: str = ""
 
 
 class TraceReceiverError(Event):

@@ -9,7 +9,7 @@ import math
 from rampwatch.drivers.model import deployment
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.deployment import kv_fits_sequences
-from rampwatch.drivers.model.endpoints import COUNTERS
+from rampwatch.drivers.model.endpoints import COUNTERS, EndpointView, is_router
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turns import hit_rate
@@ -167,3 +167,11 @@ def kv_fits(state: RunState) -> int | None:
 def turn_place(state: RunState, s: SessionView) -> tuple[str, str] | None:
     """Where a prefill/decode split has the session's turn (deployment.turn_place)."""
     return deployment.turn_place(state.endpoints.values(), s)
+
+
+def router_workers(state: RunState, ep: EndpointView) -> dict[str, float] | None:
+    """A router endpoint's requests per worker since it first answered, by the workers' endpoint names (None: not
+    a router)."""
+    if not is_router(ep):
+        return None
+    return deployment.router_workers(ep, state.header.endpoints if state.header else [])

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.affinity import moves_of
+from rampwatch.drivers.model.backends import BackendLedger
 from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.deployment import decode_endpoints, split
-from rampwatch.drivers.model.endpoints import EndpointView, ServerView
+from rampwatch.drivers.model.endpoints import EndpointView, ServerView, is_router
 from rampwatch.drivers.model.engine_spans import SpanLedger
 from rampwatch.drivers.model.gaps import add_gaps
 from rampwatch.drivers.model.gpu_fleet import GpuFleet
@@ -75,6 +77,7 @@ class RunState:
         # first token (or the run ends), so its line never calls transferred KV cached.
         self.transfers = TransferLedger()
         self.spans = SpanLedger()  # the engine's trace spans (--otlp), joined to turns by request id
+        self.backends = BackendLedger()  # which backend served each turn, from its span or the backends' counters
 
     # -- folding -------------------------------------------------------------
 
@@ -168,6 +171,7 @@ class RunState:
         self._prefill_ends[e.session] = math.inf
         self._prefilling[e.session] = rec
         self.spans.sent(rec, e.request_id)
+        self.backends.sent(rec, self.endpoints.values(), s.endpoint)
 
     def _in_flight(self, sid: str, turn: int) -> tuple[SessionView, TurnRecord | None]:
         """The session, and its turn `turn` if that is the one in flight (an event of another attempt: None)."""
@@ -257,6 +261,9 @@ class RunState:
         if rec.chunks == 0:
             rec.chunks = e.chunks
         self.turns.append(rec)
+        self.backends.done(rec)
+        if rec.served_by is not None:  # its span came before the response's end
+            self._served(rec)
         self._prefilling.pop(e.session, None)
         if e.status == "ok":
             self.usage_has_cache = bool(self.usage_has_cache) or e.cached_tokens is not None
@@ -316,7 +323,7 @@ class RunState:
         if e.role is not None:
             ep.role = e.role
         ep.fold(e)
-        srv.merge([x for x in self.endpoints.values() if x.last_sample_t is not None], e.t)
+        srv.merge([x for x in self.endpoints.values() if x.last_sample_t is not None and not is_router(x)], e.t)
         kv = srv.values.get("kv_usage")
         if kv is not None:
             for s in self.sessions.values():
@@ -327,6 +334,9 @@ class RunState:
                     rec.kv_peak = here if rec.kv_peak is None else max(rec.kv_peak, here)
         if self.transfers.awaiting and ep.role == "decode":
             self._settle_transfers(e.t, final=False)
+        if self.backends.awaiting:
+            for rec in self.backends.sampled(self.endpoints.values()):
+                self._served(rec)
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
         ep = self._endpoint(e.source)
@@ -365,8 +375,21 @@ class RunState:
             self.recording_error = e.message if e.level == "error" else None
         self._log(LogEntry(e.t, e.level, e.message))
 
+    def _served(self, rec: TurnRecord) -> None:
+        """A turn's backend became known (or ambiguous) after it may have finished: its session's moves again."""
+        view = self.sessions.get(rec.session)
+        if rec.status == "running" or view is None:
+            return
+        self._turns_settled += 1
+        if rec.status == "ok" and rec.served_by is not None:
+            view.backends[rec.turn] = rec.served_by
+            view.moves = moves_of(view.backends)
+
     def _on_span(self, e: ev.EngineSpan) -> None:
         before = self.spans.unmatched
+        span_of = self.spans.by_request_id.get(e.request_id)
+        if span_of is not None and self.backends.span(span_of, e):
+            self._served(span_of)
         rec = self.spans.arrived(e)
         if rec is None:  # unmatched (said once), or a retried span already here
             if before == 0 and self.spans.unmatched:
@@ -395,6 +418,8 @@ class RunState:
 
     def _on_ended(self, e: ev.RunEnded) -> None:
         self._settle_transfers(e.t, final=True)
+        for rec in self.backends.sampled(self.endpoints.values(), final=True):
+            self._served(rec)
         self.ended = e
         if e.status == "crashed":
             self._log(LogEntry(e.t, "error", f"run crashed (exit {e.exit_code}): {e.error or 'unknown cause'}"))

@@ -81,6 +81,10 @@ class TurnRow(msgspec.Struct):
     ideal_cached_pool_tokens: int | None = None
     cache_efficiency: float | None = None
     cache_efficiency_pool: float | None = None
+    # The backend that served the turn and the source that said so: span (its OTLP span's resource), counters (the
+    # backends' own), or ambiguous (overlapping turns moved several; served_by null). None: nothing said.
+    served_by: str | None = None
+    served_by_source: str | None = None
 
 
 def turn_row(rec: TurnRecord) -> TurnRow:
@@ -140,4 +144,6 @@ def turn_row(rec: TurnRecord) -> TurnRow:
         ideal_cached_pool_tokens=rec.ideal_cached_pool,
         cache_efficiency=cache_efficiency(rec),
         cache_efficiency_pool=cache_efficiency(rec, pool=True),
+        served_by=rec.served_by,
+        served_by_source=rec.served_by_source,
     )

@@ -77,6 +77,11 @@ class TurnRecord:
     late_s: float = LATE_S  # LATE_S in this record's time (a demo's modelled time runs faster than the client's)
     ideal_cached: int | None = None  # --trace: the prompt tokens its trace allowed a cache to hold (unbounded)
     ideal_cached_pool: int | None = None  # ... with an LRU pool of --trace-kv-tokens
+    # The backend that served it and the source that said so (backends.py: span, counters or ambiguous; None: none
+    # said); until its counters are read, each backend's (prompt tokens, requests, sample time) when it was sent.
+    served_by: str | None = None
+    served_by_source: str | None = None
+    counters_at_sent: dict[str, tuple[float, float | None, float]] | None = None
     # Set by the fold once the turn's figures are final (state.py's settle): whether --warmup left it out of the
     # run's figures, and its --slo verdict (None: no SLO, or a turn of the one-shot baseline).
     in_warmup: bool = False

@@ -78,6 +78,9 @@ class SessionView:
     endpoint: str = ""  # the name of the server its turns go to
     pause: ev.UserPause | None = None  # the user's latest pause (--think-time)
     arrival: float | None = None  # open loop: when the conversation arrived
+    # Behind a router: each finished turn's backend where one is known (backends.py), and how often it moved.
+    backends: dict[int, str] = field(default_factory=dict)
+    moves: int = 0
 
     @property
     def waiting(self) -> bool:

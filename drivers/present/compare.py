@@ -9,8 +9,9 @@ import msgspec
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow
+from rampwatch.drivers.present.turn_table import served_cell
 
-COMPARE_SCHEMA = 6  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
+COMPARE_SCHEMA = 7  # the JSON comparison's schema (docs/replay.md: "rampwatch compare"); bump on any change
 NO_HIT_COUNTERS = "n/a: engine exposes no prefix-cache counters"
 
 
@@ -56,6 +57,10 @@ class RunRow(msgspec.Struct):
     slo_conversations_met: int | None = None  # conversations every turn of which met it
     slo_conversations_met_per_min: float | None = None
     cache_efficiency: float | None = None  # --trace: cached over the prompt tokens the trace allowed (None: no trace)
+    # Behind a router: the share of turns served by their session's first backend, and the sessions that moved
+    # (None: no turn's backend was told).
+    affinity: float | None = None
+    moved_sessions: int | None = None
 
 
 class ComparedTurn(msgspec.Struct):
@@ -70,6 +75,7 @@ class ComparedTurn(msgspec.Struct):
     engine_prefill_s: list[float | None]
     front_end_s: list[float | None]
     ttfa_s: list[float | None]
+    served_by: list[str | None] = []  # the backend that served that same turn ("ambiguous"; None: none told)
 
 
 class Comparison(msgspec.Struct):
@@ -141,6 +147,8 @@ def run_row(label: str, path: str, rep: Report, engine_version: str, planned_sch
         slo_conversations_met_per_min=rep.goodput.conversations_met_per_min if rep.goodput else None,
         late_turns=rep.open_loop.late_turns if rep.open_loop else None,
         cache_efficiency=rep.reuse.run.efficiency if rep.reuse else None,
+        affinity=rep.affinity.share if rep.affinity else None,
+        moved_sessions=rep.affinity.moved_sessions if rep.affinity else None,
     )
 
 
@@ -164,6 +172,7 @@ def compare(runs: list[tuple[str, str, Report, str, list[int]]], baseline: int =
                 engine_prefill_s=[t.engine_prefill_s if t else None for t in slowest],
                 front_end_s=[t.ttft_front_end_s if t else None for t in slowest],
                 ttfa_s=[t.ttfa_s if t else None for t in slowest],
+                served_by=[served_cell(t) if t and t.served_by_source else None for t in slowest],
             )
         )
     notes = []

@@ -32,6 +32,7 @@ COMPARE_COLUMNS = (
     ("decode tok/s", lambda r: fmt_num(r.decode_tok_s_median, ".1f")),
     ("hit last", lambda r: "n/a" if isinstance(r.hit_rate_last_turn, str) else pct(r.hit_rate_last_turn)),
     ("cache eff", lambda r: pct(r.cache_efficiency)),
+    ("affinity", lambda r: pct(r.affinity) + (f" ({r.moved_sessions} moved)" if r.moved_sessions else "")),
     ("KV peak", lambda r: pct(r.kv_peak)),
     ("TTFA longest s", lambda r: fmt_num(r.ttfa_max_s, ".2f")),
     ("reasoning", lambda r: format_tokens(r.reasoning_tokens)),
@@ -44,6 +45,7 @@ COMPARE_REASONING_HEADS = ("TTFA longest s", "reasoning")  # shown where some ru
 COMPARE_ENGINE_HEADS = ("queued sum s", "engine prefill sum s")  # shown where the engine timed some run's turns
 COMPARE_FRONT_END_HEADS = ("front end sum s",)  # shown where the engine's spans gave some run's own TTFT
 COMPARE_TRACE_HEADS = ("cache eff",)  # shown where some run replayed a trace
+COMPARE_ROUTER_HEADS = ("affinity",)  # shown where some run told which backend served its turns
 
 
 # Where a terminal is too narrow for every column, these are left out, first to last (the rest are the
@@ -51,6 +53,7 @@ COMPARE_TRACE_HEADS = ("cache eff",)  # shown where some run replayed a trace
 COMPARE_DROP_ORDER = (
     "front end sum s",
     "cache eff",
+    "affinity",
     "queued sum s",
     "engine prefill sum s",
     "reasoning",
@@ -134,11 +137,13 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
     reasoned = any(r.reasoning_tokens or r.needle_no_answer for r in cmp.runs)
     timed = any(r.slowest_session_engine_prefill_sum_s is not None for r in cmp.runs)
     fronted = any(r.slowest_session_front_end_sum_s is not None for r in cmp.runs)
+    routed = any(r.affinity is not None or r.moved_sessions is not None for r in cmp.runs)
     hidden = (
         (() if reasoned else COMPARE_REASONING_HEADS)
         + (() if timed else COMPARE_ENGINE_HEADS)
         + (() if fronted else COMPARE_FRONT_END_HEADS)
         + (() if any(r.cache_efficiency is not None for r in cmp.runs) else COMPARE_TRACE_HEADS)
+        + (() if routed else COMPARE_ROUTER_HEADS)
     )
     columns = [c for c in COMPARE_COLUMNS if c[0] not in hidden]
     heads = [name for name, _ in columns]
@@ -150,13 +155,17 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
     account_heads = [f"{cmp.runs[k].label} {account}" for k in split_runs]
     # Where some run reasoned: each run's time to the first answer token on the turn (its slowest session's).
     ttfa_heads = [f"{r.label} TTFA s" for r in cmp.runs] if reasoned else []
+    # Behind a router: each run's backend for that turn (its slowest session's).
+    served_heads = [f"{r.label} served by" for r in cmp.runs] if routed else []
     turn_heads = ["turn"] + [f"{r.label} TTFT s" for r in cmp.runs] + ttfa_heads + ratio_heads + account_heads
+    turn_heads += served_heads
     turn_rows = [
         [str(c.turn)]
         + [fmt_num(x, ".2f") for x in c.ttft_s]
         + ([fmt_num(x, ".2f") for x in c.ttfa_s] if reasoned else [])
         + [fmt_num(x, ".2f") for x in c.ratio_to_baseline[1:]]
         + [engine_account(c.queued_s[k], c.engine_prefill_s[k], c.front_end_s[k]) for k in split_runs]
+        + ([x or "-" for x in c.served_by] if routed else [])
         for c in cmp.turns
     ]
     notes = list(cmp.notes)
@@ -194,7 +203,7 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
     console.print(runs_table)
     turn_title = f"TTFT per turn (slowest session), ratio to {cmp.baseline}"
     turns_table, dropped, fits = fitted_table(
-        turn_title, turn_heads, turn_rows, left, width, tuple(account_heads + ttfa_heads + ratio_heads)
+        turn_title, turn_heads, turn_rows, left, width, tuple(served_heads + account_heads + ttfa_heads + ratio_heads)
     )
     if not fits:  # the runs' labels are too long for the width: number them, and say which is which
         short = ["turn"] + [f"#{k + 1} TTFT s" for k in range(len(cmp.runs))]
@@ -202,7 +211,7 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
         notes.append("; ".join(f"#{k + 1}: {r.label}" for k, r in enumerate(cmp.runs)))
     console.print(turns_table)
     if dropped:
-        left_out.append("the engine's account, TTFA or the ratios to the baseline")
+        left_out.append("the engine's account, TTFA, the ratios to the baseline or the backends")
     if left_out:
         notes.append(
             f"left out to fit {width} columns: {', '.join(left_out)} (every column: a wider terminal, "

@@ -15,6 +15,7 @@ from rampwatch.drivers.model.reuse import ReuseTally
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
+from rampwatch.drivers.present.routing import affinity_lines, move_note, router_lines
 from rampwatch.drivers.present.turn_text import REST_UNSPLIT, engine_timing_hint
 
 
@@ -112,6 +113,7 @@ def summary_lines(rep: Report) -> list[str]:
         )
     lines += open_loop_lines(rep)
     lines += reuse_lines(rep)
+    lines += affinity_lines(rep) + router_lines(rep)
     if run.prompts is not None:
         lines.append(prompts_line(run.prompts, [t.think_s for s in rep.sessions for t in s.turns]))
     lines.append(f"server: KV peak {pct(rep.server.kv_peak)}, hit rate last turn {pct(rep.server.hit_rate_last_turn)}")
@@ -177,6 +179,7 @@ def reuse_lines(rep: Report) -> list[str]:
     if r.shortfalls:
         worst = ", ".join(
             f"{s.session} turn {s.turn} {pct(s.hit_rate)} hit of {pct(s.ideal_hit_rate)} possible"
+            + move_note(rep, s.session, s.turn)
             for s in r.shortfalls[:5]
         )
         lines.append(f"reuse fell furthest below ideal on: {worst}")

@@ -104,12 +104,13 @@ def timeline_svg(state: RunState, width: int = 1400) -> str:
             f'<rect class="queued" x="{x(0):.1f}" y="{y + 5}" width="{max(0.0, x(first_sent) - x(0)):.1f}" '
             f'height="{LANE_H - 10}" fill="#cfd8dc"><title>queued</title></rect>'
         )
+        backend = None  # the backend of the lane's previous turn that has one: a turn elsewhere moved
         for r in recs:
             row = turn_row(r)
             tip = (
                 f"{label} turn {r.turn}: {r.status}, TTFT {row.ttft_s or 0:.2f}s, decode "
                 f"{row.decode_tok_s or 0:.1f} tok/s, context {row.context_tokens:,}"
-            )
+            ) + (f", served by {r.served_by}" if r.served_by else "")
             parts.append(
                 f'<line class="turn" x1="{x(r.sent_t):.1f}" x2="{x(r.sent_t):.1f}" y1="{y - 2}" y2="{y + LANE_H + 2}" '
                 f'stroke="#455a64" stroke-width="0.6"/>'
@@ -136,6 +137,13 @@ def timeline_svg(state: RunState, width: int = 1400) -> str:
                     f'height="{LANE_H}" fill="{"#c62828" if failed else _rate_colour(row.decode_tok_s, top)}">'
                     f"<title>{esc(tip)}</title></rect>"
                 )
+            if r.served_by is not None and r.status == "ok":  # behind a router: each turn marked by its backend
+                moved = backend is not None and r.served_by != backend
+                parts.append(
+                    f'<text class="backend{" moved" if moved else ""}" x="{x(r.sent_t) + 2:.1f}" y="{y + LANE_H - 2}" '
+                    f'font-size="9" fill="{"#e65100" if moved else "#37474f"}">{esc(r.served_by)}</text>'
+                )
+                backend = r.served_by
             if (r.needle is not None or r.no_answer) and r.done_t is not None:
                 mark, colour = ("∅", "#b26a00") if r.no_answer else ("✓", "#2e7d32") if r.needle else ("✗", "#c62828")
                 parts.append(f'<text class="needle" x="{x(r.done_t):.1f}" y="{y - 1}" fill="{colour}">{mark}</text>')

@@ -24,6 +24,11 @@ def spec_cell(r: TurnRow) -> str:
     return f"{r.spec_accepted}/{r.spec_drafted}" if r.spec_accepted is not None and r.spec_drafted else "-"
 
 
+def served_cell(r: TurnRow) -> str:
+    """The backend that served the turn, `ambiguous` where overlapping turns hid it, `-` where nothing said."""
+    return "ambiguous" if r.served_by_source == "ambiguous" else r.served_by or "-"
+
+
 class TurnColumn(NamedTuple):
     head: str
     field: str  # the TurnRow field the column shows, and sorts by unless `order` says otherwise
@@ -59,6 +64,8 @@ TURN_COLUMNS: tuple[TurnColumn, ...] = (
     TurnColumn("answer", "answer_tokens", lambda r: str(r.answer_tokens)),
     TurnColumn("spec", "spec_accepted", lambda r: spec_cell(r)),
     TurnColumn("hit", "hit_rate", lambda r: pct(r.hit_rate)),
+    # Behind a router: the backend that served the turn (its span, or the backends' counters).
+    TurnColumn("served by", "served_by", served_cell, "left", lambda r: (r.served_by_source or "", r.served_by or "")),
     # --trace: what the trace's blocks allowed a prefix cache to hold, and cached over that.
     TurnColumn("ideal", "ideal_cached_tokens", lambda r: format_tokens(r.ideal_cached_tokens)),
     TurnColumn("reuse eff", "cache_efficiency", lambda r: pct(r.cache_efficiency)),
@@ -94,6 +101,7 @@ TRANSFER_HEADS = ("transferred", "xfer s")
 LATE_HEADS = ("late ms",)  # shown where some turn had a due time (--arrivals)
 SLO_HEADS = ("SLO",)  # shown where the turns were judged (--slo)
 TRACE_HEADS = ("ideal", "reuse eff")  # shown where the turns came from a trace (--trace)
+SERVED_HEADS = ("served by",)  # shown where some turn's backend was told (a span's, or the backends' counters)
 # Each optional group of columns, whether a turn calls for it, and the width it adds to the text table.
 OPTIONAL: tuple[tuple[tuple[str, ...], Callable[[TurnRow], bool], int], ...] = (
     (REASONING_HEADS, lambda r: bool(r.reasoning_tokens or r.no_answer), 38),
@@ -105,6 +113,7 @@ OPTIONAL: tuple[tuple[tuple[str, ...], Callable[[TurnRow], bool], int], ...] = (
     (LATE_HEADS, lambda r: r.due_s is not None, 10),
     (SLO_HEADS, lambda r: r.slo_met is not None, 7),
     (TRACE_HEADS, lambda r: r.ideal_cached_tokens is not None, 20),
+    (SERVED_HEADS, lambda r: r.served_by_source is not None, 12),
 )
 COLUMNS = tuple(h for h in ALL_COLUMNS if not any(h in heads for heads, _, _ in OPTIONAL))  # none called for
 

@@ -215,7 +215,7 @@ def parse_metrics_spec(spec: str) -> MetricsSource:
         name, url = "", rest
     if not is_http_url(url):
         raise BadInput(
-            f"--metrics-url {spec!r}: not a URL (use [prefill:|decode:|both:][NAME=]http://HOST:PORT/metrics)"
+            f"--metrics-url {spec!r}: not a URL (use [prefill:|decode:|both:|router:][NAME=]http://HOST:PORT/metrics)"
         )
     return MetricsSource(name.strip() or endpoint_name(url), role, url)
 

@@ -75,6 +75,7 @@ class SimServer:
         reasoning_tokens: int = 0,
         per_request_metrics: bool = False,
         otlp_traces_endpoint: str | None = None,
+        instance: str = "",
     ):
         """`gpus` > 0: also serve a simulated dcgm-exporter for that many GPUs of node `node` at /dcgm/metrics.
         `flavor` sglang: SGLang's metric names, /get_model_info and /get_server_info, and cached tokens in
@@ -84,8 +85,8 @@ class SimServer:
         request's chat_template_kwargs switch thinking off).
         `per_request_metrics`: vLLM's --enable-per-request-metrics, the engine's own timing of each request beside
         usage. `otlp_traces_endpoint`: vLLM's --otlp-traces-endpoint, one `llm_request` span per request POSTed
-        there (OTLP/HTTP protobuf) when it ends."""
-        self.traces = SpanExporter(otlp_traces_endpoint) if otlp_traces_endpoint else None
+        there (OTLP/HTTP protobuf) when it ends; `instance` names this engine among its replicas in those spans."""
+        self.traces = SpanExporter(otlp_traces_endpoint, instance) if otlp_traces_endpoint else None
         self.profile, self.model, self.api_key, self.flavor = profile, model, api_key, flavor
         self.per_request_metrics = per_request_metrics
         self.reasoning_tokens = reasoning_tokens

@@ -29,16 +29,31 @@ _FORWARDED = ("authorization", "content-type")
 PREFILL_LEG_HEADER = "x-prefill-leg-ms"
 
 
+def upstream_client() -> httpx.AsyncClient:
+    """The client a simulated front (this split's proxy, the router) reaches its servers with: no timeout on a
+    long prefill, no proxy from the environment, many kept-alive connections."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(None, connect=10.0),
+        trust_env=False,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+    )
+
+
+async def forward(client: httpx.AsyncClient, base: str, request: Request, headers: dict[str, str]) -> Response:
+    """`request` sent on to the server at `base` as it came (same method, path and body), its answer returned."""
+    try:
+        r = await client.request(request.method, base + request.url.path, content=await request.body(), headers=headers)
+    except httpx.HTTPError as e:
+        return error_response(502, f"upstream {base} unreachable: {type(e).__name__}", "ProxyError")
+    return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
+
+
 class PdProxy:
     """The front of a prefill/decode split: prefill first, then decode's stream."""
 
     def __init__(self, prefill_url: str, decode_url: str):
         self.prefill, self.decode = prefill_url.rstrip("/"), decode_url.rstrip("/")
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=10.0),
-            trust_env=False,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-        )
+        self.client = upstream_client()
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self.generate, methods=["POST"]),
@@ -55,13 +70,7 @@ class PdProxy:
         return {k: v for k, v in request.headers.items() if k in _FORWARDED}
 
     async def _forward(self, base: str, request: Request) -> Response:
-        try:
-            r = await self.client.request(
-                request.method, base + request.url.path, content=await request.body(), headers=self._headers(request)
-            )
-        except httpx.HTTPError as e:
-            return error_response(502, f"upstream {base} unreachable: {type(e).__name__}", "ProxyError")
-        return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
+        return await forward(self.client, base, request, self._headers(request))
 
     async def forward_prefill(self, request: Request) -> Response:
         return await self._forward(self.prefill, request)

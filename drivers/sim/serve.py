@@ -20,6 +20,7 @@ from rampwatch.drivers.sim.deployment import apps
 from rampwatch.drivers.sim.faults import SimFaults
 from rampwatch.drivers.sim.hosting import serve_all
 from rampwatch.drivers.sim.profiles import PROFILES, make_profile
+from rampwatch.drivers.sim.router import POLICIES
 from rampwatch.drivers.sim.sockets import loopback_socket
 from rampwatch.drivers.sim.surfaces import FLAVORS
 from rampwatch.drivers.sim.topology import Topology
@@ -108,6 +109,31 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
         help="the simulated GPUs' Hostname (replicas and splits add -1, -2 or -prefill, -decode)",
     )
 
+    p.add_argument(
+        "--router-policy",
+        choices=POLICIES,
+        default=None,
+        help="with a router topology: how the simulated router picks a replica, as vllm-router's policy option: "
+        "consistent_hash (default; keyed on the x-session-id header or the body's session_params.session_id) or "
+        "round_robin",
+    )
+    p.add_argument(
+        "--router-restart-after",
+        type=_not_negative,
+        default=None,
+        metavar="N",
+        help="with a router topology: restart the simulated router after it routed N requests (its counters from "
+        "zero, its ring rotated by one replica: every session moves); also POST /sim/router/restart",
+    )
+
+
+def check_router_args(args: argparse.Namespace) -> None:
+    """ValueError (one line) when a router flag is given without a router to apply it to."""
+    if topology_of(args).kind != "router":
+        for flag in ("router_policy", "router_restart_after"):
+            if getattr(args, flag, None) is not None:
+                raise ValueError(f"--{flag.replace('_', '-')} needs a router: --topology router")
+
 
 def add_fault_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fault knobs (for reliability tests; also settable at run time with POST /sim/faults)")
@@ -195,9 +221,15 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
         if server["reasoning_tokens"]:
             print(f"  a reasoning model: {server['reasoning_tokens']} tokens of thinking per answer", flush=True)
         print(f"  try: rampwatch run {' '.join(topology.run_args(urls, gpus))}   (Ctrl-C to stop)", flush=True)
+    router = {
+        "policy": getattr(args, "router_policy", None) or "consistent_hash",
+        "restart_after": getattr(args, "router_restart_after", None) or None,
+    }
+    if announce and topology.kind == "router":
+        print(f"  router policy {router['policy']}", flush=True)
     hang_up_as_terminate()
     try:
-        asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, server), socks))
+        asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, server, router), socks))
     except KeyboardInterrupt:
         pass
 
@@ -233,6 +265,8 @@ def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
         "flavor",
         "reasoning_tokens",
         "otlp_traces_endpoint",
+        "router_policy",
+        "router_restart_after",
     ):
         v = getattr(args, name, None)
         if v is not None:

@@ -12,6 +12,7 @@ import time
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from rampwatch.drivers.sim.engine import SimRequest
@@ -69,10 +70,14 @@ def request_span(req: SimRequest, request_id: str, traceparent: str | None) -> S
 
 
 class SpanExporter:
-    """POSTs each finished request's span to `endpoint`, one export per request end, in the background."""
+    """POSTs each finished request's span to `endpoint`, one export per request end, in the background.
+    `instance`: the engine's name among its replicas, its resource's `service.instance.id` (as a vLLM replica
+    started with OTEL_RESOURCE_ATTRIBUTES=service.instance.id=r0 says it); "" sets none."""
 
-    def __init__(self, endpoint: str):
+    def __init__(self, endpoint: str, instance: str = ""):
         self.endpoint = endpoint
+        attrs = [_attr("service.instance.id", instance)] if instance else []
+        self.resource = Resource(attributes=attrs)
         self.sent = 0
         self.failed = 0
         self._client: httpx.AsyncClient | None = None
@@ -82,7 +87,8 @@ class SpanExporter:
         span = request_span(req, f"chatcmpl-{x_request_id or f'sim{req.id}'}", traceparent)
         if span is None:
             return
-        body = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])])
+        spans = ResourceSpans(resource=self.resource, scope_spans=[ScopeSpans(spans=[span])])
+        body = ExportTraceServiceRequest(resource_spans=[spans])
         task = asyncio.get_running_loop().create_task(self._post(body.SerializeToString()))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

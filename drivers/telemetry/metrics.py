@@ -83,6 +83,8 @@ VLLM = Profile(
         "preemptions": _s("vllm:num_preemptions_total"),
         "ttft_sum": _s("vllm:time_to_first_token_seconds_sum"),
         "ttft_count": _s("vllm:time_to_first_token_seconds_count"),
+        # Requests finished (every finished_reason): which backend served a turn (drivers/model/backends.py).
+        "requests": _s("vllm:request_success_total"),
         **SPEC_FIELDS("vllm:"),
     },
     why_missing={
@@ -139,7 +141,17 @@ LLAMACPP = Profile(
     },
 )
 
-PROFILES = (VLLM, SGLANG, LLAMACPP)
+# vllm-router (ENGINES.md §1.11): no model figures, its requests in all; requests per worker come beside
+# (router_workers), since they are one figure a worker.
+ROUTER = Profile(
+    engine="vllm-router",
+    prefix="vllm_router_",
+    fields={"router_requests": _s("vllm_router_requests_total")},
+)
+ROUTER_WORKER_SERIES = "vllm_router_processed_requests_total"
+
+PROFILES = (VLLM, SGLANG, LLAMACPP)  # the model servers' (what --prometheus asks for)
+DETECTED = (*PROFILES, ROUTER)  # what a scrape may find
 FIELDS = (
     "kv_usage",
     "running",
@@ -174,9 +186,22 @@ def _sample_lines(text: str) -> int:
 
 
 def detect(text: str) -> Profile | None:
-    counts = {p.engine: text.count("\n" + p.prefix) + text.startswith(p.prefix) for p in PROFILES}
-    best = max(PROFILES, key=lambda p: counts[p.engine])
+    counts = {p.engine: text.count("\n" + p.prefix) + text.startswith(p.prefix) for p in DETECTED}
+    best = max(DETECTED, key=lambda p: counts[p.engine])
     return best if counts[best.engine] else None
+
+
+def router_workers(text: str) -> dict[str, float]:
+    """A router's requests per worker: vllm-router's processed_requests_total{worker}, summed per worker label."""
+    out: dict[str, float] = {}
+    for m in SAMPLE_LINE.finditer(text):
+        if m.group(1) == ROUTER_WORKER_SERIES:
+            worker = parse_labels(m.group(2)).get("worker", "")
+            try:
+                out[worker] = out.get(worker, 0.0) + _number(m.group(3))
+            except ValueError:
+                raise MetricsFormatError(f"bad sample value in line: {m.group(0)[:120]}") from None
+    return out
 
 
 def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str, float], dict[str, str]]:
@@ -248,6 +273,8 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
     if profile is LLAMACPP and "prefix_hits" in values and "prompt_computed" in values:
         # llama.cpp's prompt counter excludes cache hits; queries are both together.
         values["prefix_queries"] = values["prompt_tokens"] = values["prompt_computed"] + values["prefix_hits"]
+    if profile is ROUTER:  # a router serves no model: none of the engine figures is its to lack
+        return profile.engine, values, {}
     missing = {
         f: profile.why_missing.get(f, f"not exposed by this {profile.engine} server") for f in FIELDS if f not in values
     }
@@ -327,7 +354,12 @@ class MetricsScraper:
             if engine == "llama.cpp" and (ctx := await self._llama_context()) is not None:
                 values["kv_capacity_tokens"] = ctx
                 missing.pop("kv_capacity_tokens", None)
-            self.emit(ev.MetricsSample(t=t, source=self.source, engine=engine, values=values, missing=missing))
+            workers = router_workers(text) if self._profile is ROUTER else {}
+            self.emit(
+                ev.MetricsSample(
+                    t=t, source=self.source, engine=engine, values=values, missing=missing, workers=workers
+                )
+            )
             return True
         except (*FETCH_ERRORS, MetricsFormatError) as e:
             self.emit(ev.MetricsError(t=self.clock(), source=self.source, error=describe_error(e)))

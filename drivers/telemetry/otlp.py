@@ -37,6 +37,11 @@ _FIGURES = {
 }
 
 
+# The resource attributes that name the engine instance that served a span, in order of preference: the
+# OpenTelemetry standard's own (OTEL_RESOURCE_ATTRIBUTES=service.instance.id=r0 on each replica).
+BACKEND_ATTRIBUTES = ("service.instance.id", "service.name", "host.name")
+
+
 class BadTraces(ValueError):
     """A request whose body is not an OTLP trace export (or too large): answered 400 and counted."""
 
@@ -54,6 +59,16 @@ def engine_request_id(raw: str) -> str:
     return raw
 
 
+def backend_of(resource_attrs: dict[str, object]) -> str:
+    """The span's engine instance: the first of BACKEND_ATTRIBUTES its resource sets ("" for none). The SDK's
+    placeholder service name (`unknown_service...`) names nothing."""
+    for key in BACKEND_ATTRIBUTES:
+        v = resource_attrs.get(key)
+        if isinstance(v, str) and v and not v.startswith("unknown_service"):
+            return v
+    return ""
+
+
 def decode_spans(body: bytes, t: float) -> list[ev.EngineSpan]:
     """The `llm_request` spans of one OTLP/HTTP protobuf body, as events stamped `t`; BadTraces when it is not one."""
     msg = ExportTraceServiceRequest()
@@ -63,6 +78,7 @@ def decode_spans(body: bytes, t: float) -> list[ev.EngineSpan]:
         raise BadTraces(f"not an OTLP ExportTraceServiceRequest: {e}") from None
     out = []
     for rs in msg.resource_spans:
+        backend = backend_of({a.key: _value(a.value) for a in rs.resource.attributes})
         for ss in rs.scope_spans:
             for span in ss.spans:
                 attrs = {a.key: _value(a.value) for a in span.attributes}
@@ -75,6 +91,7 @@ def decode_spans(body: bytes, t: float) -> list[ev.EngineSpan]:
                         t=t,
                         request_id=engine_request_id(rid) if isinstance(rid, str) else "",
                         trace_id=span.trace_id.hex(),
+                        backend=backend,
                         **figures,
                     )
                 )

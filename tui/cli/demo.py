@@ -6,8 +6,9 @@ import argparse
 import socket
 from dataclasses import replace
 
+from rampwatch.drivers.client.request_options import parse_header
 from rampwatch.drivers.sim.gpus import DCGM_PATH
-from rampwatch.drivers.sim.serve import ChildSim
+from rampwatch.drivers.sim.serve import ChildSim, check_router_args
 from rampwatch.drivers.sim.topology import Topology
 from rampwatch.tui.cli.errors import fail
 from rampwatch.tui.cli.launch import execute_run
@@ -16,6 +17,10 @@ from rampwatch.tui.cli.options import demo_config
 
 def execute(args: argparse.Namespace, argv: list[str]) -> int:
     cfg = demo_config(args, argv)  # validate before starting anything
+    try:
+        check_router_args(args)
+    except ValueError as e:
+        return fail(str(e))
     # The engine's own account of each turn both ways, as vLLM gives it: per-request metrics on each response
     # (the demo's default) and a trace span per request to the run's --otlp receiver, which checks them.
     if not args.otlp_traces_endpoint:  # the user's own collector, when given, gets them instead
@@ -32,6 +37,11 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
         targets, metrics_urls = topology.targets(child.urls)
         gpu = [engine + DCGM_PATH for engine in topology.engines(child.urls)] if args.gpus else cfg.gpu
         cfg = replace(cfg, url=targets[0], more_urls=targets[1:], metrics_urls=metrics_urls, gpu=gpu)
+        # Behind a router each session says who it is (consistent hashing keys on it), unless the user set it.
+        given = {h.name.lower() for h in cfg.request_headers}
+        more = [parse_header(h) for h in topology.headers() if h.partition(":")[0].lower() not in given]
+        if more:
+            cfg = replace(cfg, request_headers=[*cfg.request_headers, *more])
         return execute_run(cfg, record=not args.no_record, headless=args.headless, web=args.web, refresh_s=args.refresh)
     finally:
         child.__exit__()

@@ -42,6 +42,7 @@ TURN_COLUMNS = (
     "max gap",
     ">100ms",
     "hit",
+    "served by",
     "ideal",
     "reuse eff",
     "spec",

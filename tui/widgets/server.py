@@ -171,7 +171,7 @@ ENDPOINT_COLUMNS: list[tuple[str, int, Callable[[EndpointView | None, ServerView
 def endpoint_table(state: RunState, answered: list[EndpointView], width: int) -> list[Text]:
     """One row per endpoint (tok/s since its window, hit rate since it first
     answered) and a total row, as many columns as fit; a failing endpoint says so."""
-    name_w = max(5, min(16, max(len(ep.name) for ep in answered)))
+    name_w = max(len("endpoint"), min(16, max(len(ep.name) for ep in answered)))  # the head fits its column
     cols, used = [], name_w
     moved = any(ep.since_start().get("kv_transferred") for ep in answered)  # only a split's columns show it
     for col in (c for c in ENDPOINT_COLUMNS if moved or c[0] != "xfer"):
@@ -186,8 +186,12 @@ def endpoint_table(state: RunState, answered: list[EndpointView], width: int) ->
     for ep in [*answered, None]:
         name = "total" if ep is None else ep.name
         line = Text(f"{name[:name_w]:<{name_w}}", style="bold" if ep is None else "")
+        workers = panels.router_workers(state, ep) if ep is not None else None
         if ep is not None and ep.error:
             line.append(f" {ep.error}"[: width - name_w], style="bold red")
+        elif workers is not None:  # a router serves no model: its requests per worker instead
+            sent = " · ".join(f"{w} {n:,.0f}" for w, n in workers.items()) or "no worker yet"
+            line.append(f" requests {sent}"[: width - name_w])
         else:
             for _, w, cell in cols:
                 line.append(f" {cell(ep, state.server):>{w}}")

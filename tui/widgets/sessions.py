@@ -92,6 +92,11 @@ def stall_cell(s: SessionView, now: float) -> tuple[str, bool]:
     return (duration(rec.max_gap) if rec is not None and rec.max_gap else "-"), False
 
 
+def moved_mark(moves: int) -> str:
+    """A session that moved to another backend behind a router: ⇄ and how often (⇄ alone past 9)."""
+    return "" if not moves else f"⇄{moves}" if moves <= 9 else "⇄"
+
+
 NEEDLE_MARK = {True: ("✓", "green"), False: ("✗", "bold red"), NO_ANSWER: ("∅", "bold yellow")}
 
 
@@ -124,7 +129,7 @@ def session_row(
     tok_s = s.decode_rate_now() if s.state in GENERATING else None
     stall, stalled = stall_cell(s, now)
     cells = (
-        "1shot" if s.role == "one-shot" else s.id,
+        "1shot" if s.role == "one-shot" else s.id + moved_mark(s.moves),
         f"{s.turn}/{len(s.schedule)}",
         format_tokens(s.context_tokens),
         label,
@@ -137,6 +142,8 @@ def session_row(
     line = Text(no_wrap=True, overflow="ellipsis")
     for (_, w, align), cell in zip(columns, cells):
         style = STATE_STYLE.get(s.state, "") if cell is label else ("bold red" if cell is stall and stalled else "")
+        if s.moves and cell is cells[0]:
+            style = "bold yellow"  # it left its first backend: its hit rate may say why
         line.append(f"{cell:{align}{w}} "[: w + 1], style=style)
     line.append_text(needle_marks(s.needles, width - sum(w + 1 for _, w, _ in columns)))
     return line

@@ -29,8 +29,8 @@ def add_server_watch_args(p: argparse.ArgumentParser, ui: bool = True) -> None:
         default=None,
         metavar="[ROLE:][NAME=]URL",
         help="a /metrics endpoint to scrape, repeatable: NAME labels it (default host:port), ROLE is "
-        "prefill, decode or both (default); e.g. prefill:p0=http://10.0.0.1:8000/metrics "
-        "(default: each server's URL/metrics)",
+        "prefill, decode, both (default) or router (a router's own metrics: its requests per worker); e.g. "
+        "prefill:p0=http://10.0.0.1:8000/metrics (default: each server's URL/metrics)",
     )
     p.add_argument(
         "--gpu",

@@ -37,9 +37,10 @@ def add_topology_arg(p: argparse.ArgumentParser, flag: str) -> None:
         flag,
         type=topology,
         default="single",
-        metavar="single|replicas:N|pd",
-        help="simulated deployment: one engine (default), N replicas the sessions are spread over, or a "
-        "prefill/decode split behind a proxy (each engine with its own /metrics)",
+        metavar="single|replicas:N|router[:N]|pd",
+        help="simulated deployment: one engine (default), N replicas the sessions are spread over, a router in "
+        "front of N replicas (2 by default; --router-policy), or a prefill/decode split behind a proxy (each "
+        "engine with its own /metrics)",
     )
 
 
@@ -50,12 +51,19 @@ def add_sim_command_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--api-key-env", metavar="VAR", help="require this environment variable's value as a Bearer API key")
     add_sim_args(p)
+    p.add_argument(
+        "--topology",
+        choices=("router",),
+        default=None,
+        help="router: a simulated router on PORT (send turns here; vllm-router's /metrics) in front of --replicas "
+        "engines (default 2) on PORT+1.., each with its own /metrics and its name (r0, r1, ...) in its spans",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument(
         "--replicas",
         type=positive_int,
         metavar="N",
-        help="N engines on ports PORT..PORT+N-1, each with its own /metrics",
+        help="N engines on ports PORT..PORT+N-1, each with its own /metrics (behind --topology router: N replicas)",
     )
     g.add_argument(
         "--pd",
