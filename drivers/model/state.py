@@ -4,8 +4,10 @@
 split), so the driver can call it inline. Each finished turn is settled once its figures are final (at its end,
 or for a prefill/decode split once the decode servers' counters show its transferred KV): then it is marked for
 --warmup, judged by --slo, logged and appended to `settled`, the list the exporter reads. What the panels ask of
-the folded state lives in panels.py; the deployment's shape in deployment.py. (A little over ~400 lines: one
-handler per event kind, read together as the one fold; what has a job of its own lives beside it.)
+the folded state lives in panels.py; the deployment's shape in deployment.py. (Over ~400 lines, about 480: one
+handler per event kind, read together as the one fold; what has a job of its own lives beside it: the spans',
+the transfers' and the backends' ledgers, the GPU fleet, the client check. The endpoints' handlers and the log
+are the next to leave, with a reader of their own.)
 """
 
 from __future__ import annotations

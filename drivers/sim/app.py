@@ -2,7 +2,8 @@
 
 Everything it serves says it is simulated: /v1/models owned_by, /version,
 and the engine name rampwatch records. Fault knobs (for the reliability
-tests) are set at start or at run time through POST /sim/faults.
+tests) are set at start or at run time through POST /sim/faults. (A little over ~400 lines: one handler
+per route of the surface it imitates, read together; the engine, its cache and its metrics live beside it.)
 """
 
 from __future__ import annotations
