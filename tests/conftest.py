@@ -129,10 +129,16 @@ def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str, env: dict[str, 
 
 
 @contextlib.contextmanager
-def vllms(tiny_model: tuple[Path, Path], logs: Path, *servers: tuple[str, ...], env: dict[str, str] | None = None):
+def vllms(
+    tiny_model: tuple[Path, Path],
+    logs: Path,
+    *servers: tuple[str, ...],
+    env: dict[str, str] | None = None,
+    envs: list[dict[str, str]] | None = None,
+):
     """Real vLLM CPU servers as vllm() starts one, with the extra flags of each of `servers`, all started at once:
     their start-ups overlap (here two took 56 s together, 85 one after the other). Yields their URLs once all
-    answer; stops them all afterwards."""
+    answer; stops them all afterwards. `envs`: each server's own additions to `env` (a replica's name)."""
     py, model = tiny_model
     env = {
         **os.environ,
@@ -143,7 +149,7 @@ def vllms(tiny_model: tuple[Path, Path], logs: Path, *servers: tuple[str, ...], 
     }
     with contextlib.ExitStack() as stack:
         started = []
-        for extra in servers:
+        for k, extra in enumerate(servers):
             port = free_port()
             path = logs / f"server-{port}.log"
             log = stack.enter_context(open(path, "w"))
@@ -172,7 +178,7 @@ def vllms(tiny_model: tuple[Path, Path], logs: Path, *servers: tuple[str, ...], 
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env={**env, **(envs[k] if envs else {})},
                 start_new_session=True,
             )
             stack.callback(stop_group, proc)

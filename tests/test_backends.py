@@ -172,3 +172,46 @@ def test_a_router_scrape_is_read_as_vllm_routers_requests_in_all_and_per_worker(
     )
     assert normalize(text) == ("vllm-router", {"router_requests": 8.0}, {})  # lacks no model figure: it has none
     assert router_workers(text) == {"http://10.0.0.1:8000": 4.0, "http://10.0.0.2:8000": 3.0}
+
+
+def test_a_backend_whose_scrape_fails_leaves_no_turn_waiting_and_none_guessed():
+    """r1's /metrics stops answering: its sample after the turn never comes. The turn is told at once, as
+    ambiguous (r1's counters cannot say it was not there), not kept waiting until the run ends."""
+    events = [sample(0.0, "r0", 0, 0), sample(0.0, "r1", 0, 0)]
+    events += turn("s1", 1, 1.0, 1.5, 1000) + [ev.MetricsError(t=1.8, source="r1", error="connection refused")]
+    events += [sample(2.0, "r0", 1000, 1)]
+    state = RunState(HEADER)
+    for e in events:
+        state.apply(e)
+    assert served(state) == [("s1", 1, None, "ambiguous")] and not state.backends.awaiting
+    # While it fails it is no backend: the next turn is told by r0's counters alone (fewer than two: not at all).
+    for e in turn("s1", 2, 3.0, 3.5, 2000) + [sample(4.0, "r0", 3000, 2)]:
+        state.apply(e)
+    assert served(state)[1] == ("s1", 2, None, None) and not state.backends.awaiting
+
+
+def test_a_turn_sent_to_a_replica_by_its_url_is_not_attributed_whatever_its_metrics_are_named():
+    """`run http://10.0.0.2:8000 ... --metrics-url r1=http://10.0.0.2:8000/metrics`: the session's endpoint is the
+    URL's host:port, the scraped one is named r1; the client chose the replica, so the counters are not asked."""
+    planned = ev.SessionPlanned(t=0.0, session="s1", schedule=[1], salt="x", endpoint="10.0.0.2:8000")
+    events = [planned, sample(0.0, "r0", 0, 0), sample(0.0, "r1", 0, 0)]
+    events += turn("s1", 1, 1.0, 1.5, 1000) + [sample(2.0, "r0", 0, 0), sample(2.0, "r1", 1000, 1)]
+    state = RunState(HEADER)
+    for e in events:
+        state.apply(e)
+    assert served(state) == [("s1", 1, None, None)] and not state.backends.awaiting
+
+
+def test_of_several_that_moved_the_one_that_moved_by_exactly_the_prompt_is_named_when_nothing_overlapped():
+    """Both moved (r0 by something the client did not send, a health probe's prompt): r1 moved by exactly this
+    turn's 1,000 tokens and one request, and no other turn was in flight, so r1 served it."""
+    events = [sample(0.0, "r0", 0, 0), sample(0.0, "r1", 0, 0)]
+    events += turn("s1", 1, 1.0, 1.5, 1000) + [sample(2.0, "r0", 7, 1), sample(2.0, "r1", 1000, 1)]
+    assert served(fold(events)) == [("s1", 1, "r1", "counters")]
+
+
+def test_a_lone_mover_that_moved_by_less_than_the_turns_prompt_is_not_named():
+    """Only r0 moved, by 7 tokens: that was not this 1,000-token turn (its own count had not come yet)."""
+    events = [sample(0.0, "r0", 0, 0), sample(0.0, "r1", 0, 0)]
+    events += turn("s1", 1, 1.0, 1.5, 1000) + [sample(2.0, "r0", 7, 1), sample(2.0, "r1", 0, 0)]
+    assert served(fold(events)) == [("s1", 1, None, "ambiguous")]

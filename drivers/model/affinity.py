@@ -7,11 +7,14 @@ with the hit rate of the turn before and of the turn that moved: a move that exp
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import msgspec
 
 from rampwatch.drivers.model.turns import TurnRecord, hit_rate
+
+T = TypeVar("T")
 
 
 class Move(msgspec.Struct):
@@ -64,8 +67,7 @@ def session_affinity(records: Iterable[TurnRecord]) -> Affinity | None:
     first = known[0].served_by
     moves = [
         Move(b.turn, a.served_by or "", b.served_by or "", hit_rate(a), hit_rate(b))
-        for a, b in zip(known, known[1:], strict=False)
-        if a.served_by != b.served_by
+        for a, b in _changes(known, lambda r: r.served_by)
     ]
     held = sum(1 for r in known if r.served_by == first)
     return Affinity(first, len(known), held, held / len(known), ambiguous, moves)
@@ -89,5 +91,9 @@ def run_affinity(sessions: Iterable[Affinity | None]) -> RunAffinity | None:
 
 def moves_of(backends: dict[int, str]) -> int:
     """Moves in a session's backends by turn (the Sessions panel's mark, kept by the fold as backends arrive)."""
-    seq = [backends[t] for t in sorted(backends)]
-    return sum(1 for a, b in zip(seq, seq[1:], strict=False) if a != b)
+    return len(_changes([backends[t] for t in sorted(backends)], lambda b: b))
+
+
+def _changes(seq: list[T], backend: Callable[[T], str | None]) -> list[tuple[T, T]]:
+    """The one definition of a move: consecutive known backends that differ, as (before, after)."""
+    return [(a, b) for a, b in zip(seq, seq[1:], strict=False) if backend(a) != backend(b)]

@@ -7,10 +7,12 @@ Sources, the first that speaks wins:
 - (a router response header naming the worker: vllm-router sends none, so there is no such source yet.)
 - `counters`: with two or more backends scraped on their own (--metrics-url per replica, role both), the one whose
   prompt-token and request counters moved between the sample before the turn was sent and the first sample after
-  it ended. Its own request surely moved one of them; when only one moved, that one served it. When several moved,
-  the one that moved by exactly this turn's prompt (and one request) is named only if no other turn of the run
-  overlapped the window; otherwise the turn is `ambiguous`, never a guess. A turn the client sent straight to one
-  of those servers (replicas it spreads the sessions over itself) needs no telling: it is not attributed.
+  it ended. Its own request surely moved one of them; when only one moved, by at least this turn's prompt, that one
+  served it. When several moved, the one that moved by exactly this turn's prompt (and one request) is named only
+  if no other turn of the run overlapped the window; otherwise the turn is `ambiguous`, never a guess; so is a
+  turn whose window a backend's failing scrape left open (its counters cannot say). A turn the client sent
+  straight to one of those servers (replicas it spreads the sessions over itself, matched by host:port) needs no
+  telling: it is not attributed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Iterable
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.endpoints import EndpointView
+from rampwatch.drivers.model.events import endpoint_name
 from rampwatch.drivers.model.turns import TurnRecord
 
 SPAN, COUNTERS, AMBIGUOUS = "span", "counters", "ambiguous"  # the values of TurnRecord.served_by_source
@@ -29,7 +32,7 @@ RECENT_TURNS = 4096  # finished turns' windows kept for the overlap check (a tra
 def backends(endpoints: Iterable[EndpointView]) -> list[EndpointView]:
     """The endpoints a turn could have been served by, told apart by their counters: the answering model servers
     (role both; not a router, not a split's halves) that count prompt tokens. Fewer than two: nothing to tell."""
-    found = [ep for ep in endpoints if ep.role == "both" and ep.last_sample_t is not None]
+    found = [ep for ep in endpoints if ep.role == "both" and ep.last_sample_t is not None and ep.error is None]
     found = [ep for ep in found if "prompt_tokens" in ep.values]
     return found if len(found) >= 2 else []
 
@@ -48,11 +51,14 @@ class BackendLedger:
         self._open: dict[int, TurnRecord] = {}  # turns in flight, by id(record)
         self._recent: deque[tuple[float, float, int]] = deque(maxlen=RECENT_TURNS)  # (sent, done, id(record))
 
-    def sent(self, rec: TurnRecord, endpoints: Iterable[EndpointView], target: str = "") -> None:
+    def sent(
+        self, rec: TurnRecord, endpoints: Iterable[EndpointView], target: str = "", listed: Iterable[ev.Endpoint] = ()
+    ) -> None:
         """Snapshot every backend's counters as the turn goes (none: fewer than two backends, or `target`, the
-        endpoint the turn was sent to, is one of them)."""
+        endpoint the turn was sent to, is one of them: by name, or the host:port of its `listed` metrics URL)."""
         found = backends(endpoints)
-        if found and all(ep.name != target for ep in found):
+        scraped_at = {x.name: endpoint_name(x.metrics) for x in listed if x.metrics}
+        if found and all(target not in (ep.name, scraped_at.get(ep.name)) for ep in found):
             rec.counters_at_sent = {ep.name: _counts(ep) for ep in found}
             self._open[id(rec)] = rec
 
@@ -88,9 +94,14 @@ class BackendLedger:
 
     @staticmethod
     def _covered(rec: TurnRecord, by_name: dict[str, EndpointView]) -> bool:
+        """Every backend sampled after the turn ended, or failing to answer (a sample that may never come: the
+        turn is then told as far as the others can)."""
         done = rec.done_t if rec.done_t is not None else rec.sent_t
         names = rec.counters_at_sent or {}
-        return all((ep := by_name.get(n)) is not None and (ep.last_sample_t or 0.0) > done for n in names)
+        return all(
+            (ep := by_name.get(n)) is not None and ((ep.last_sample_t or 0.0) > done or ep.error is not None)
+            for n in names
+        )
 
     def _attribute(self, rec: TurnRecord, by_name: dict[str, EndpointView]) -> bool:
         before = rec.counters_at_sent or {}
@@ -98,8 +109,9 @@ class BackendLedger:
         t0, t1 = min((c[2] for c in before.values()), default=rec.sent_t), rec.sent_t
         for name, (prompt0, requests0, _) in before.items():
             ep = by_name.get(name)
-            if ep is None or ep.last_sample_t is None:
-                continue
+            if ep is None or ep.last_sample_t is None or ep.error is not None:  # its counters cannot say
+                rec.served_by, rec.served_by_source = None, AMBIGUOUS
+                return True
             prompt1, requests1, t = _counts(ep)
             t1 = max(t1, t)
             dr = None if requests0 is None or requests1 is None else requests1 - requests0
@@ -108,7 +120,12 @@ class BackendLedger:
         if not moved:
             return False  # the counters never showed it: no source
         if len(moved) == 1:
-            rec.served_by, rec.served_by_source = next(iter(moved)), COUNTERS
+            ((name, (dp, dr)),) = moved.items()
+            # Another turn's request may have moved it while this one's is not counted yet: not this turn's then.
+            if dp >= (rec.prompt_tokens or 0) and (dr is None or dr >= 1):
+                rec.served_by, rec.served_by_source = name, COUNTERS
+            else:
+                rec.served_by, rec.served_by_source = None, AMBIGUOUS
             return True
         exact = [n for n, (dp, dr) in moved.items() if dp == rec.prompt_tokens and dr in (None, 1)]
         if len(exact) == 1 and not self._overlapped(rec, t0, t1):

@@ -173,7 +173,7 @@ class RunState:
         self._prefill_ends[e.session] = math.inf
         self._prefilling[e.session] = rec
         self.spans.sent(rec, e.request_id)
-        self.backends.sent(rec, self.endpoints.values(), s.endpoint)
+        self.backends.sent(rec, self.endpoints.values(), s.endpoint, self.header.endpoints if self.header else ())
 
     def _in_flight(self, sid: str, turn: int) -> tuple[SessionView, TurnRecord | None]:
         """The session, and its turn `turn` if that is the one in flight (an event of another attempt: None)."""

@@ -6,6 +6,7 @@ GPU load over time, as the fold kept them."""
 
 from __future__ import annotations
 
+from rampwatch.drivers.model.affinity import session_affinity
 from rampwatch.drivers.model.history import MOST
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.ttft_split import WaitPart, wait_parts
@@ -104,7 +105,8 @@ def timeline_svg(state: RunState, width: int = 1400) -> str:
             f'<rect class="queued" x="{x(0):.1f}" y="{y + 5}" width="{max(0.0, x(first_sent) - x(0)):.1f}" '
             f'height="{LANE_H - 10}" fill="#cfd8dc"><title>queued</title></rect>'
         )
-        backend = None  # the backend of the lane's previous turn that has one: a turn elsewhere moved
+        stay = session_affinity(recs)
+        moved_turns = {m.turn for m in stay.moves} if stay is not None else set()  # the report's moves, drawn
         for r in recs:
             row = turn_row(r)
             tip = (
@@ -138,12 +140,11 @@ def timeline_svg(state: RunState, width: int = 1400) -> str:
                     f"<title>{esc(tip)}</title></rect>"
                 )
             if r.served_by is not None and r.status == "ok":  # behind a router: each turn marked by its backend
-                moved = backend is not None and r.served_by != backend
+                moved = r.turn in moved_turns
                 parts.append(
                     f'<text class="backend{" moved" if moved else ""}" x="{x(r.sent_t) + 2:.1f}" y="{y + LANE_H - 2}" '
                     f'font-size="9" fill="{"#e65100" if moved else "#37474f"}">{esc(r.served_by)}</text>'
                 )
-                backend = r.served_by
             if (r.needle is not None or r.no_answer) and r.done_t is not None:
                 mark, colour = ("∅", "#b26a00") if r.no_answer else ("✓", "#2e7d32") if r.needle else ("✗", "#c62828")
                 parts.append(f'<text class="needle" x="{x(r.done_t):.1f}" y="{y - 1}" fill="{colour}">{mark}</text>')
