@@ -48,6 +48,29 @@ async def forward(client: httpx.AsyncClient, base: str, request: Request, header
     return Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
 
 
+async def json_object(request: Request) -> tuple[bytes, dict] | Response:
+    """A generate request's body as sent and as a JSON object, or the 400 a server answers for anything else."""
+    raw = await request.body()
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as e:
+        return error_response(400, f"invalid request: {e}")
+    if not isinstance(body, dict):
+        return error_response(400, "invalid request: not a JSON object")
+    return raw, body
+
+
+def streamed(up: httpx.Response, headers: dict[str, str]) -> StreamingResponse:
+    """An upstream stream passed on as it comes, closed once passed (or the client gone)."""
+    return StreamingResponse(
+        up.aiter_raw(),
+        status_code=up.status_code,
+        media_type=up.headers.get("content-type"),
+        headers=headers,
+        background=BackgroundTask(up.aclose),
+    )
+
+
 class PdProxy:
     """The front of a prefill/decode split: prefill first, then decode's stream."""
 
@@ -88,11 +111,10 @@ class PdProxy:
         return Response(status_code=200 if all(c.status_code == 200 for c in codes) else 503)
 
     async def generate(self, request: Request) -> Response:
-        raw = await request.body()
-        try:
-            body = msgspec.json.decode(raw)
-        except msgspec.DecodeError as e:
-            return error_response(400, f"invalid request: {e}")
+        got = await json_object(request)
+        if isinstance(got, Response):
+            return got
+        _, body = got
         path, headers = request.url.path, self._headers(request)
         first = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "min_tokens", "ignore_eos")}
         first.update(max_tokens=1, stream=False)
@@ -112,10 +134,4 @@ class PdProxy:
             )
         except httpx.HTTPError as e:
             return error_response(502, f"decode server unreachable: {type(e).__name__}", "ProxyError")
-        return StreamingResponse(
-            up.aiter_raw(),
-            status_code=up.status_code,
-            media_type=up.headers.get("content-type"),
-            headers={PREFILL_LEG_HEADER: f"{leg_ms:.1f}"},
-            background=BackgroundTask(up.aclose),
-        )
+        return streamed(up, {PREFILL_LEG_HEADER: f"{leg_ms:.1f}"})

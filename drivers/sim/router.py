@@ -18,15 +18,13 @@ import hashlib
 from collections import Counter
 
 import httpx
-import msgspec
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rampwatch.drivers.sim.errors import error_response
-from rampwatch.drivers.sim.proxy import forward, upstream_client
+from rampwatch.drivers.sim.proxy import forward, json_object, streamed, upstream_client
 
 POLICIES = ("consistent_hash", "round_robin")
 # The session headers vllm-router's consistent_hash reads, first found wins.
@@ -96,13 +94,10 @@ class SimRouter:
         return worker
 
     async def generate(self, request: Request) -> Response:
-        raw = await request.body()
-        try:
-            body = msgspec.json.decode(raw)
-        except msgspec.DecodeError as e:
-            return error_response(400, f"invalid request: {e}")
-        if not isinstance(body, dict):
-            return error_response(400, "invalid request: not a JSON object")
+        got = await json_object(request)
+        if isinstance(got, Response):
+            return got
+        raw, body = got
         headers = {k: v for k, v in request.headers.items() if k in _FORWARDED}
         worker = self.choose(session_key(headers, body))
         self.requests[request.url.path] += 1
@@ -120,13 +115,7 @@ class SimRouter:
             return error_response(502, f"worker {worker} unreachable: {type(e).__name__}", "RouterError")
         self.healthy[worker] = True
         back = {k: v for k, v in up.headers.items() if k == "x-request-id"}  # vllm-router returns the id it sent
-        return StreamingResponse(
-            up.aiter_raw(),
-            status_code=up.status_code,
-            media_type=up.headers.get("content-type"),
-            headers=back,
-            background=BackgroundTask(up.aclose),
-        )
+        return streamed(up, back)
 
     async def forward_first(self, request: Request) -> Response:
         headers = {k: v for k, v in request.headers.items() if k in _FORWARDED}
