@@ -4,6 +4,8 @@ affinity and moves; the Sessions panel's mark."""
 
 from __future__ import annotations
 
+import pytest
+
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.affinity import moves_of
 from rampwatch.drivers.model.analysis import build_report
@@ -159,19 +161,26 @@ def test_moves_count_changes_of_backend_in_turn_order():
     assert moves_of({}) == 0
 
 
-def test_a_router_scrape_is_read_as_vllm_routers_requests_in_all_and_per_worker():
-    from rampwatch.drivers.telemetry.metrics import normalize, router_workers
+@pytest.mark.parametrize("prefix, engine", [("vllm_router_", "vllm-router"), ("sgl_router_", "sglang-router")])
+def test_a_router_scrape_is_read_as_its_requests_in_all_and_per_worker(prefix, engine):
+    """vllm-router's names (ENGINES.md §1.11) and sglang-router's (sgl-router/src/metrics.rs; vllm-router began as
+    its fork): the same series under each one's prefix, and either is a router to the fold."""
+    from rampwatch.drivers.model.endpoints import ROUTER_ENGINES, EndpointView, is_router
+    from rampwatch.drivers.telemetry.metrics import ROUTERS, detect, normalize, router_workers
 
     text = (
-        "# TYPE vllm_router_requests_total counter\n"
-        'vllm_router_requests_total{route="/v1/chat/completions"} 7\n'
-        'vllm_router_requests_total{route="/v1/models"} 1\n'
-        'vllm_router_processed_requests_total{worker="http://10.0.0.1:8000"} 4\n'
-        'vllm_router_processed_requests_total{worker="http://10.0.0.2:8000"} 3\n'
-        'vllm_router_worker_health{worker="http://10.0.0.1:8000"} 1\n'
+        f"# TYPE {prefix}requests_total counter\n"
+        f'{prefix}requests_total{{route="/v1/chat/completions"}} 7\n'
+        f'{prefix}requests_total{{route="/v1/models"}} 1\n'
+        f'{prefix}processed_requests_total{{worker="http://10.0.0.1:8000"}} 4\n'
+        f'{prefix}processed_requests_total{{worker="http://10.0.0.2:8000"}} 3\n'
+        f'{prefix}worker_health{{worker="http://10.0.0.1:8000"}} 1\n'
     )
-    assert normalize(text) == ("vllm-router", {"router_requests": 8.0}, {})  # lacks no model figure: it has none
-    assert router_workers(text) == {"http://10.0.0.1:8000": 4.0, "http://10.0.0.2:8000": 3.0}
+    profile = detect(text)
+    assert normalize(text) == (engine, {"router_requests": 8.0}, {})  # lacks no model figure: it has none
+    assert router_workers(text, profile) == {"http://10.0.0.1:8000": 4.0, "http://10.0.0.2:8000": 3.0}
+    assert is_router(EndpointView(name="gw", engine=engine))
+    assert {p.engine for p in ROUTERS} == set(ROUTER_ENGINES)  # one list of router engines for both layers
 
 
 def test_a_backend_whose_scrape_fails_leaves_no_turn_waiting_and_none_guessed():

@@ -155,10 +155,13 @@ class ServerView(_Rates):
         self.last_sample_t = t
 
 
+ROUTER_ENGINES = ("vllm-router", "sglang-router")  # the engine names a scrape of a router's metrics reads as
+
+
 def is_router(ep: EndpointView) -> bool:
-    """A router's endpoint (given the role, or found serving vllm-router's names): it serves no model, so it is
-    kept out of the model servers' totals and shows its requests per worker instead."""
-    return ep.role == "router" or ep.engine == "vllm-router"
+    """A router's endpoint (given the role, or found serving vllm-router's or sglang-router's names): it serves no
+    model, so it is kept out of the model servers' totals and shows its requests per worker instead."""
+    return ep.role == "router" or ep.engine in ROUTER_ENGINES
 
 
 def counters_hit_rate(counters: dict[str, float]) -> float | None:

@@ -50,6 +50,8 @@ class Profile:
     why_missing: dict[str, str] = field(default_factory=dict)
     # Label sets that repeat one batch (SGLang tensor-parallel ranks): keep rank 0 only.
     dedupe_label: str | None = None
+    # A router's requests per worker, one sample per worker label (None: not a router).
+    worker_series: str | None = None
 
 
 def _s(*names: str, **labels: str) -> tuple[Series, ...]:
@@ -141,17 +143,25 @@ LLAMACPP = Profile(
     },
 )
 
-# vllm-router (ENGINES.md §1.11): no model figures, its requests in all; requests per worker come beside
-# (router_workers), since they are one figure a worker.
-ROUTER = Profile(
+# The routers (ENGINES.md §1.11): no model figures, their requests in all; requests per worker come beside
+# (router_workers), since they are one figure a worker. vllm-router began as a fork of SGLang's router
+# (sgl-router, sgl-router/src/metrics.rs): the same series under its own prefix.
+VLLM_ROUTER = Profile(
     engine="vllm-router",
     prefix="vllm_router_",
     fields={"router_requests": _s("vllm_router_requests_total")},
+    worker_series="vllm_router_processed_requests_total",
 )
-ROUTER_WORKER_SERIES = "vllm_router_processed_requests_total"
+SGLANG_ROUTER = Profile(
+    engine="sglang-router",
+    prefix="sgl_router_",
+    fields={"router_requests": _s("sgl_router_requests_total")},
+    worker_series="sgl_router_processed_requests_total",
+)
+ROUTERS = (VLLM_ROUTER, SGLANG_ROUTER)  # their engine names are the model's ROUTER_ENGINES (endpoints.py)
 
 PROFILES = (VLLM, SGLANG, LLAMACPP)  # the model servers' (what --prometheus asks for)
-DETECTED = (*PROFILES, ROUTER)  # what a scrape may find
+DETECTED = (*PROFILES, *ROUTERS)  # what a scrape may find
 FIELDS = (
     "kv_usage",
     "running",
@@ -191,11 +201,11 @@ def detect(text: str) -> Profile | None:
     return best if counts[best.engine] else None
 
 
-def router_workers(text: str) -> dict[str, float]:
-    """A router's requests per worker: vllm-router's processed_requests_total{worker}, summed per worker label."""
+def router_workers(text: str, profile: Profile = VLLM_ROUTER) -> dict[str, float]:
+    """A router's requests per worker: its processed_requests_total{worker}, summed per worker label."""
     out: dict[str, float] = {}
     for m in SAMPLE_LINE.finditer(text):
-        if m.group(1) == ROUTER_WORKER_SERIES:
+        if m.group(1) == profile.worker_series:
             worker = parse_labels(m.group(2)).get("worker", "")
             try:
                 out[worker] = out.get(worker, 0.0) + _number(m.group(3))
@@ -273,7 +283,7 @@ def normalize(text: str, profile: Profile | None = None) -> tuple[str, dict[str,
     if profile is LLAMACPP and "prefix_hits" in values and "prompt_computed" in values:
         # llama.cpp's prompt counter excludes cache hits; queries are both together.
         values["prefix_queries"] = values["prompt_tokens"] = values["prompt_computed"] + values["prefix_hits"]
-    if profile is ROUTER:  # a router serves no model: none of the engine figures is its to lack
+    if profile.worker_series is not None:  # a router serves no model: none of the engine figures is its to lack
         return profile.engine, values, {}
     missing = {
         f: profile.why_missing.get(f, f"not exposed by this {profile.engine} server") for f in FIELDS if f not in values
@@ -354,7 +364,8 @@ class MetricsScraper:
             if engine == "llama.cpp" and (ctx := await self._llama_context()) is not None:
                 values["kv_capacity_tokens"] = ctx
                 missing.pop("kv_capacity_tokens", None)
-            workers = router_workers(text) if self._profile is ROUTER else {}
+            router = self._profile is not None and self._profile.worker_series is not None
+            workers = router_workers(text, self._profile) if router else {}
             self.emit(
                 ev.MetricsSample(
                     t=t, source=self.source, engine=engine, values=values, missing=missing, workers=workers
