@@ -10,7 +10,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.affinity import moves_of
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.present.routing import affinity_lines
+from rampwatch.drivers.present.routing import affinity_lines, router_lines
 from rampwatch.drivers.telemetry.otlp import backend_of
 
 HEADER = ev.Header(
@@ -175,9 +175,12 @@ def test_a_router_scrape_is_read_as_its_requests_in_all_and_per_worker(prefix, e
         f'{prefix}processed_requests_total{{worker="http://10.0.0.1:8000"}} 4\n'
         f'{prefix}processed_requests_total{{worker="http://10.0.0.2:8000"}} 3\n'
         f'{prefix}worker_health{{worker="http://10.0.0.1:8000"}} 1\n'
+        f'{prefix}retries_total{{route="/v1/chat/completions"}} 2\n'
+        f'{prefix}request_errors_total{{route="/v1/chat/completions",error_type="timeout"}} 1\n'
     )
     profile = detect(text)
-    assert normalize(text) == (engine, {"router_requests": 8.0}, {})  # lacks no model figure: it has none
+    want = {"router_requests": 8.0, "router_retries": 2.0, "router_errors": 1.0}
+    assert normalize(text) == (engine, want, {})  # lacks no model figure: it has none
     assert router_workers(text, profile) == {"http://10.0.0.1:8000": 4.0, "http://10.0.0.2:8000": 3.0}
     assert is_router(EndpointView(name="gw", engine=engine))
     assert {p.engine for p in ROUTERS} == set(ROUTER_ENGINES)  # one list of router engines for both layers
@@ -224,3 +227,19 @@ def test_a_lone_mover_that_moved_by_less_than_the_turns_prompt_is_not_named():
     events = [sample(0.0, "r0", 0, 0), sample(0.0, "r1", 0, 0)]
     events += turn("s1", 1, 1.0, 1.5, 1000) + [sample(2.0, "r0", 7, 1), sample(2.0, "r1", 0, 0)]
     assert served(fold(events)) == [("s1", 1, None, "ambiguous")]
+
+
+def test_the_reports_router_line_says_what_it_retried_and_failed_since_it_first_answered():
+    """The router's counters grow from its first sample: 2 retries after it. Its error series and r1's requests
+    appear only with their first count (as a router creates them): counted from zero, not from that first value."""
+
+    def router(t: float, retries: float, errors: float | None, r1: float | None) -> ev.MetricsSample:
+        values = {"router_requests": 10 * t, "router_retries": retries}
+        values |= {"router_errors": errors} if errors is not None else {}
+        workers = {"http://10.0.0.1:8000": 5 * t} | ({"http://10.0.0.2:8000": r1} if r1 is not None else {})
+        return ev.MetricsSample(t=t, source="router", engine="vllm-router", values=values, workers=workers)
+
+    rep = build_report(fold([router(1.0, 3, None, None), router(2.0, 5, 1, 4)]))
+    (r,) = [f for f in rep.servers if f.workers is not None]
+    assert (r.router_retries, r.router_errors) == (2.0, 1.0)
+    assert router_lines(rep) == ["router router: r0 5 · r1 4 requests, 2 retried, 1 failed"]

@@ -290,6 +290,8 @@ def test_report_json_schema(recorded):
         "last_error",
         "transferred_tokens",
         "workers",
+        "router_retries",
+        "router_errors",
     }
     assert len(rep["servers"]) == 1 and set(rep["servers"][0]) == server_keys and rep["servers"][0]["role"] == "both"
     assert rep["servers_total"]["generation_tokens"] == rep["servers"][0]["generation_tokens"] > 0

@@ -142,6 +142,8 @@ class ServerFigures(msgspec.Struct):
     last_error: str | None
     transferred_tokens: float | None = None  # KV a split's decode server received (vLLM: external_kv_transfer)
     workers: dict[str, float] | None = None  # a router: the requests it sent each worker (None: not a router)
+    router_retries: float | None = None  # a router: the requests it retried since it first answered
+    router_errors: float | None = None  # ... and the requests it answered with an error
 
 
 class Report(msgspec.Struct):
@@ -346,6 +348,8 @@ def endpoint_figures(ep: EndpointView, listed: list[Endpoint] | None = None) -> 
         last_error=ep.error,
         transferred_tokens=grown.get("kv_transferred"),
         workers=router_workers(ep, listed or []) if is_router(ep) else None,
+        router_retries=grown.get("router_retries") if is_router(ep) else None,
+        router_errors=grown.get("router_errors") if is_router(ep) else None,
     )
 
 

@@ -21,6 +21,10 @@ COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "prompt_computed",
 COUNTERS += ("kv_transferred",)  # a prefill/decode split's decode side: KV received, not computed or cached
 COUNTERS += ("spec_accepted", "spec_drafted")  # speculative decoding's draft tokens, where the server speculates
 COUNTERS += ("requests",)  # requests finished: with prompt_tokens, they tell which backend served a turn
+COUNTERS += ("router_requests", "router_retries", "router_errors")  # a router's own
+# A router creates these series (and each worker's) with their first count: one that appears after the router
+# first answered counted from zero then, not from the value first seen.
+_LAZY = ("router_", "worker ")
 # The normalized field for one engine instance's KV pool in tokens (never summed over data-parallel ranks):
 # the metrics normalizer writes it, the endpoint views read it.
 ENGINE_POOL = "kv_engine_tokens"
@@ -72,7 +76,7 @@ class EndpointView(_Rates):
             self._offset[key] = self._offset.get(key, 0.0) + before - v
         self._raw[key] = v
         v += self._offset.get(key, 0.0)
-        self.baseline.setdefault(key, v)
+        self.baseline.setdefault(key, 0.0 if self.first_sample_t is not None and key.startswith(_LAZY) else v)
         return v
 
     def fold(self, e: ev.MetricsSample) -> None:

@@ -51,9 +51,15 @@ def move_note(rep: Report, session: str, turn: int) -> str:
 
 
 def router_lines(rep: Report) -> list[str]:
-    """Each router endpoint's requests per worker since it first answered."""
-    return [
-        f"router {f.name}: " + (" · ".join(f"{w} {n:,.0f}" for w, n in f.workers.items()) or "no worker") + " requests"
-        for f in rep.servers
-        if f.workers is not None
-    ]
+    """Each router endpoint's requests per worker since it first answered, and what it retried or failed (where
+    it counts them: a router creates those series with the first retry or error)."""
+    lines = []
+    for f in rep.servers:
+        if f.workers is None:
+            continue
+        line = f"router {f.name}: " + (" · ".join(f"{w} {n:,.0f}" for w, n in f.workers.items()) or "no worker")
+        line += " requests"
+        for n, what in ((f.router_retries, "retried"), (f.router_errors, "failed")):
+            line += f", {n:,.0f} {what}" if n else ""
+        lines.append(line)
+    return lines

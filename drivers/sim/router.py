@@ -76,6 +76,7 @@ class SimRouter:
     def _zero(self) -> None:
         self.requests: Counter[str] = Counter()  # by route
         self.processed: Counter[str] = Counter()  # by worker
+        self.errors: Counter[str] = Counter()  # requests answered with an error, by route
         self.healthy = dict.fromkeys(self.workers, True)
 
     def restart(self) -> None:
@@ -112,6 +113,7 @@ class SimRouter:
             )
         except httpx.HTTPError as e:
             self.healthy[worker] = False
+            self.errors[request.url.path] += 1
             return error_response(502, f"worker {worker} unreachable: {type(e).__name__}", "RouterError")
         self.healthy[worker] = True
         back = {k: v for k, v in up.headers.items() if k == "x-request-id"}  # vllm-router returns the id it sent
@@ -142,6 +144,12 @@ class SimRouter:
             f'vllm_router_policy_decisions_total{{policy="{self.policy}",worker="{w}"}} {self.processed[w]}'
             for w in self.workers
         ]
+        if self.errors:  # as vllm-router, the series appears with its first error
+            lines.append("# TYPE vllm_router_request_errors_total counter")
+            lines += [
+                f'vllm_router_request_errors_total{{route="{r}",error_type="worker_unreachable"}} {n}'
+                for r, n in sorted(self.errors.items())
+            ]
         lines.append("# TYPE vllm_router_worker_health gauge")
         lines += [f'vllm_router_worker_health{{worker="{w}"}} {int(self.healthy[w])}' for w in self.workers]
         lines.append("# TYPE vllm_router_active_workers gauge")

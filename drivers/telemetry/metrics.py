@@ -149,13 +149,21 @@ LLAMACPP = Profile(
 VLLM_ROUTER = Profile(
     engine="vllm-router",
     prefix="vllm_router_",
-    fields={"router_requests": _s("vllm_router_requests_total")},
+    fields={
+        "router_requests": _s("vllm_router_requests_total"),
+        "router_retries": _s("vllm_router_retries_total"),
+        "router_errors": _s("vllm_router_request_errors_total"),
+    },
     worker_series="vllm_router_processed_requests_total",
 )
 SGLANG_ROUTER = Profile(
     engine="sglang-router",
     prefix="sgl_router_",
-    fields={"router_requests": _s("sgl_router_requests_total")},
+    fields={
+        "router_requests": _s("sgl_router_requests_total"),
+        "router_retries": _s("sgl_router_retries_total"),
+        "router_errors": _s("sgl_router_request_errors_total"),
+    },
     worker_series="sgl_router_processed_requests_total",
 )
 ROUTERS = (VLLM_ROUTER, SGLANG_ROUTER)  # their engine names are the model's ROUTER_ENGINES (endpoints.py)
