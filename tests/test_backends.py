@@ -161,23 +161,46 @@ def test_moves_count_changes_of_backend_in_turn_order():
     assert moves_of({}) == 0
 
 
-@pytest.mark.parametrize("prefix, engine", [("vllm_router_", "vllm-router"), ("sgl_router_", "sglang-router")])
-def test_a_router_scrape_is_read_as_its_requests_in_all_and_per_worker(prefix, engine):
-    """vllm-router's names (ENGINES.md §1.11) and sglang-router's (sgl-router/src/metrics.rs; vllm-router began as
-    its fork): the same series under each one's prefix, and either is a router to the fold."""
+ROUTER_SCRAPES = {
+    # vllm-router 0.1.17's names (ENGINES.md §1.11); SGLang's older sgl-router (sgl-router/src/metrics.rs), which
+    # vllm-router forked, the same under its prefix
+    **{
+        engine: (
+            f"# TYPE {p}requests_total counter\n"
+            f'{p}requests_total{{route="/v1/chat/completions"}} 7\n'
+            f'{p}requests_total{{route="/v1/models"}} 1\n'
+            f'{p}processed_requests_total{{worker="http://10.0.0.1:8000"}} 4\n'
+            f'{p}processed_requests_total{{worker="http://10.0.0.2:8000"}} 3\n'
+            f'{p}worker_health{{worker="http://10.0.0.1:8000"}} 1\n'
+            f'{p}retries_total{{route="/v1/chat/completions"}} 2\n'
+            f'{p}request_errors_total{{route="/v1/chat/completions",error_type="timeout"}} 1\n'
+        )
+        for p, engine in (("vllm_router_", "vllm-router"), ("sgl_router_", "sgl-router"))
+    },
+    # sglang-router 0.3.2 (SGLang's model gateway), as its Prometheus port served it here: smg_ names, a worker's
+    # requests as its circuit breaker's outcomes
+    "sglang-router": (
+        "# TYPE smg_router_requests_total counter\n"
+        'smg_router_requests_total{router_type="http",model="m",endpoint="chat",streaming="true"} 7\n'
+        'smg_router_requests_total{router_type="http",model="m",endpoint="chat",streaming="false"} 1\n'
+        'smg_worker_selection_total{worker_type="regular",model="m",policy="round_robin"} 8\n'
+        'smg_worker_cb_outcomes_total{worker="http://10.0.0.1:8000",outcome="success"} 3\n'
+        'smg_worker_cb_outcomes_total{worker="http://10.0.0.1:8000",outcome="failure"} 1\n'
+        'smg_worker_cb_outcomes_total{worker="http://10.0.0.2:8000",outcome="success"} 3\n'
+        'smg_worker_health{worker="http://10.0.0.1:8000"} 1\n'
+        'smg_worker_retries_total{worker="http://10.0.0.1:8000",attempt="1"} 2\n'
+        'smg_router_request_errors_total{router_type="http",model="m",error_type="upstream"} 1\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(ROUTER_SCRAPES))
+def test_a_router_scrape_is_read_as_its_requests_in_all_and_per_worker(engine):
+    """Each router's names: its requests in all, retried and failed, and per worker; either is a router to the fold."""
     from rampwatch.drivers.model.endpoints import ROUTER_ENGINES, EndpointView, is_router
     from rampwatch.drivers.telemetry.metrics import ROUTERS, detect, normalize, router_workers
 
-    text = (
-        f"# TYPE {prefix}requests_total counter\n"
-        f'{prefix}requests_total{{route="/v1/chat/completions"}} 7\n'
-        f'{prefix}requests_total{{route="/v1/models"}} 1\n'
-        f'{prefix}processed_requests_total{{worker="http://10.0.0.1:8000"}} 4\n'
-        f'{prefix}processed_requests_total{{worker="http://10.0.0.2:8000"}} 3\n'
-        f'{prefix}worker_health{{worker="http://10.0.0.1:8000"}} 1\n'
-        f'{prefix}retries_total{{route="/v1/chat/completions"}} 2\n'
-        f'{prefix}request_errors_total{{route="/v1/chat/completions",error_type="timeout"}} 1\n'
-    )
+    text = ROUTER_SCRAPES[engine]
     profile = detect(text)
     want = {"router_requests": 8.0, "router_retries": 2.0, "router_errors": 1.0}
     assert normalize(text) == (engine, want, {})  # lacks no model figure: it has none

@@ -159,7 +159,8 @@ class ServerView(_Rates):
         self.last_sample_t = t
 
 
-ROUTER_ENGINES = ("vllm-router", "sglang-router")  # the engine names a scrape of a router's metrics reads as
+# The engine names a scrape of a router's metrics reads as (the scraper's router profiles).
+ROUTER_ENGINES = ("vllm-router", "sglang-router", "sgl-router")
 
 
 def is_router(ep: EndpointView) -> bool:

@@ -144,7 +144,7 @@ LLAMACPP = Profile(
 )
 
 # The routers (ENGINES.md §1.11): no model figures, their requests in all; requests per worker come beside
-# (router_workers), since they are one figure a worker. vllm-router began as a fork of SGLang's router
+# (router_workers), since they are one figure a worker. vllm-router began as a fork of SGLang's older router
 # (sgl-router, sgl-router/src/metrics.rs): the same series under its own prefix.
 VLLM_ROUTER = Profile(
     engine="vllm-router",
@@ -156,8 +156,21 @@ VLLM_ROUTER = Profile(
     },
     worker_series="vllm_router_processed_requests_total",
 )
+# SGLang's model gateway, as `pip install sglang-router` (0.3.2, read live here) serves it: its own smg_ names; its
+# selections carry no worker label, so a worker's requests are its circuit breaker's outcomes (success + failure).
 SGLANG_ROUTER = Profile(
     engine="sglang-router",
+    prefix="smg_",
+    fields={
+        "router_requests": _s("smg_router_requests_total"),
+        "router_retries": _s("smg_worker_retries_total"),
+        "router_errors": _s("smg_router_request_errors_total"),
+    },
+    worker_series="smg_worker_cb_outcomes_total",
+)
+# SGLang's older router (sgl-router, before the gateway took the smg_ names).
+SGL_ROUTER = Profile(
+    engine="sgl-router",
     prefix="sgl_router_",
     fields={
         "router_requests": _s("sgl_router_requests_total"),
@@ -166,7 +179,7 @@ SGLANG_ROUTER = Profile(
     },
     worker_series="sgl_router_processed_requests_total",
 )
-ROUTERS = (VLLM_ROUTER, SGLANG_ROUTER)  # their engine names are the model's ROUTER_ENGINES (endpoints.py)
+ROUTERS = (VLLM_ROUTER, SGLANG_ROUTER, SGL_ROUTER)  # their engine names are the model's ROUTER_ENGINES (endpoints.py)
 
 PROFILES = (VLLM, SGLANG, LLAMACPP)  # the model servers' (what --prometheus asks for)
 DETECTED = (*PROFILES, *ROUTERS)  # what a scrape may find
