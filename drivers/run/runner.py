@@ -1,8 +1,6 @@
 """A whole run: probe the server, plan the ramps, drive the sessions and the samplers, and close the
 recording, whatever happens. What it reads beside the sessions is samplers.py; how it keeps the heap out
-of the stamping loop's way is memory.py. (A little over ~400 lines: the run's life from the probe to the
-closed recording reads as one sequence, each fault's ending beside the others; what has a job of its own
-lives beside it.)"""
+of the stamping loop's way is memory.py; how its sessions are waited for and stopped is stopping.py."""
 
 from __future__ import annotations
 
@@ -37,6 +35,7 @@ from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, promp
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.run_header import run_header
 from rampwatch.drivers.run.samplers import Samplers
+from rampwatch.drivers.run.stopping import stop_early, time_limit, wait_all
 from rampwatch.drivers.run.trace_run import TraceReplay
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver
@@ -274,20 +273,27 @@ class Run:
                 emit(baseline.plan_event())
             slots = asyncio.Semaphore(cfg.concurrency or len(runners) or 1)
             tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
-            watchdog = asyncio.create_task(self._time_limit(gate, tasks)) if cfg.time_limit is not None else None
+            watchdog = None
+            if cfg.time_limit is not None:
+                watchdog = asyncio.create_task(time_limit(cfg.time_limit, cfg.grace, self.clock, emit, gate, tasks))
             arriving = asyncio.create_task(arrivals()) if open_loop else None
-            early = asyncio.create_task(self._stop_early(gate, tasks, arriving)) if self.stop_when else None
+            early = None
+            if self.stop_when is not None:
+                assert self.state is not None
+                stopped = self._stopped_early
+                until = stop_early(self.stop_when, self.state, self.clock, emit, gate, tasks, arriving, stopped)
+                early = asyncio.create_task(until)
             try:
                 if arriving is not None:
                     await asyncio.wait([arriving])  # cancelled by an early stop: the run goes on to its end
                     if not arriving.cancelled() and arriving.exception() is not None:
                         raise arriving.exception()  # type: ignore[misc]
-                await self._all(tasks)
+                await wait_all(tasks)
                 if baseline is not None:
                     # After the ramp, alone on the server, unless the time limit already stopped new turns.
                     gate.join()
                     runners.append(baseline)
-                    await self._all([asyncio.create_task(baseline.run())])
+                    await wait_all([asyncio.create_task(baseline.run())])
             finally:
                 for t in (watchdog, arriving, early):
                     if t is not None:
@@ -343,17 +349,6 @@ class Run:
         print(f"rampwatch: receiving OTLP spans on {where}", file=sys.stderr, flush=True)
         self.hub.listeners.append(self.otlp.follow)
 
-    @staticmethod
-    async def _all(tasks: list[asyncio.Task[bool]]) -> None:
-        """Wait for every session; a session that raised (a bug) ends the wait at
-        once, and a session cancelled by the time limit's grace is not an error."""
-        if not tasks:
-            return
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for t in done:
-            if not t.cancelled() and t.exception() is not None:
-                raise t.exception()  # type: ignore[misc]
-
     async def _arrivals(self, session: Callable[[int], SessionRunner], gate: TurnGate, tasks: list) -> None:
         """Open loop: a new conversation at each seeded Poisson arrival, up to --sessions, none after the time
         limit; each is planned when it arrives and runs once a --max-live slot is free."""
@@ -401,35 +396,8 @@ class Run:
 
         await self.trace.dispatch(make, self.hub.emit, self.clock, opts.time_scale, tasks, until=cfg.time_limit)
 
-    async def _time_limit(self, gate: TurnGate, tasks: list[asyncio.Task[bool]]) -> None:
-        """At --time-limit no new turn starts; after --grace, turns in flight are cancelled."""
-        cfg = self.cfg
-        assert cfg.time_limit is not None
-        await asyncio.sleep(max(0.0, cfg.time_limit - self.clock()))
-        gate.expire()
-        waits = f"; turns in flight get {cfg.grace:g}s more" if cfg.grace > 0 else "; turns in flight finish"
-        self.hub.emit(
-            ev.Notice(
-                t=self.clock(), level="warn", message=f"time limit {cfg.time_limit:g}s reached: no new turns{waits}"
-            )
-        )
-        if cfg.grace > 0:
-            await asyncio.sleep(cfg.grace)
-            for t in tasks:
-                t.cancel()
-
-    async def _stop_early(self, gate: TurnGate, tasks: list[asyncio.Task[bool]], arriving: asyncio.Task | None) -> None:
-        """Once a second, ask `stop_when`; when it gives a reason, no new conversation or turn starts and the turns
-        in flight are cancelled (a saturated server would take long to drain, and only the queue would grow)."""
-        assert self.stop_when is not None and self.state is not None
-        while (reason := self.stop_when(self.state)) is None:
-            await asyncio.sleep(1.0)
+    def _stopped_early(self, reason: str) -> None:
         self.stopped_early = reason
-        gate.expire()
-        self.hub.emit(ev.Notice(t=self.clock(), level="warn", message=f"stopping early: {reason}"))
-        for t in (arriving, *tasks):
-            if t is not None:
-                t.cancel()
 
     async def _staggered(self, runner: SessionRunner, delay: float, slots: asyncio.Semaphore) -> None:
         if delay > 0:
