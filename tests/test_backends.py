@@ -119,9 +119,12 @@ def test_a_span_naming_its_backend_wins_over_the_counters_whenever_it_comes():
     assert served(fold(events)) == [("s1", 1, "replica-b", "span")]
 
 
-def test_turns_sent_straight_to_a_replica_are_not_attributed():
-    """Replicas the client spreads the sessions over itself: where a turn went is no question for the counters."""
-    planned = ev.SessionPlanned(t=0.0, session="s1", schedule=[1], salt="x", endpoint="r1")
+@pytest.mark.parametrize("endpoint", ["r1", "10.0.0.2:8000"], ids=["by-name", "by-url"])
+def test_turns_sent_straight_to_a_replica_are_not_attributed(endpoint):
+    """Replicas the client spreads the sessions over itself: where a turn went is no question for the counters,
+    whether the session's endpoint is the scraped one's name or its URL's host:port (`run http://10.0.0.2:8000
+    ... --metrics-url r1=http://10.0.0.2:8000/metrics` names the session's endpoint by host:port)."""
+    planned = ev.SessionPlanned(t=0.0, session="s1", schedule=[1], salt="x", endpoint=endpoint)
     events = [planned, sample(0.0, "r0", 0, 0), sample(0.0, "r1", 0, 0)]
     events += turn("s1", 1, 1.0, 1.5, 1000) + [sample(2.0, "r0", 0, 0), sample(2.0, "r1", 1000, 1)]
     state = RunState(HEADER)
@@ -223,18 +226,6 @@ def test_a_backend_whose_scrape_fails_leaves_no_turn_waiting_and_none_guessed():
     for e in turn("s1", 2, 3.0, 3.5, 2000) + [sample(4.0, "r0", 3000, 2)]:
         state.apply(e)
     assert served(state)[1] == ("s1", 2, None, None) and not state.backends.awaiting
-
-
-def test_a_turn_sent_to_a_replica_by_its_url_is_not_attributed_whatever_its_metrics_are_named():
-    """`run http://10.0.0.2:8000 ... --metrics-url r1=http://10.0.0.2:8000/metrics`: the session's endpoint is the
-    URL's host:port, the scraped one is named r1; the client chose the replica, so the counters are not asked."""
-    planned = ev.SessionPlanned(t=0.0, session="s1", schedule=[1], salt="x", endpoint="10.0.0.2:8000")
-    events = [planned, sample(0.0, "r0", 0, 0), sample(0.0, "r1", 0, 0)]
-    events += turn("s1", 1, 1.0, 1.5, 1000) + [sample(2.0, "r0", 0, 0), sample(2.0, "r1", 1000, 1)]
-    state = RunState(HEADER)
-    for e in events:
-        state.apply(e)
-    assert served(state) == [("s1", 1, None, None)] and not state.backends.awaiting
 
 
 def test_of_several_that_moved_the_one_that_moved_by_exactly_the_prompt_is_named_when_nothing_overlapped():

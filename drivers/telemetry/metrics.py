@@ -143,19 +143,25 @@ LLAMACPP = Profile(
     },
 )
 
+
 # The routers (ENGINES.md §1.11): no model figures, their requests in all; requests per worker come beside
 # (router_workers), since they are one figure a worker. vllm-router began as a fork of SGLang's older router
 # (sgl-router, sgl-router/src/metrics.rs): the same series under its own prefix.
-VLLM_ROUTER = Profile(
-    engine="vllm-router",
-    prefix="vllm_router_",
-    fields={
-        "router_requests": _s("vllm_router_requests_total"),
-        "router_retries": _s("vllm_router_retries_total"),
-        "router_errors": _s("vllm_router_request_errors_total"),
-    },
-    worker_series="vllm_router_processed_requests_total",
-)
+def _forked_router(engine: str, prefix: str) -> Profile:
+    """sgl-router's series under `prefix`: requests by route, retries, errors, and each worker's requests."""
+    return Profile(
+        engine=engine,
+        prefix=prefix,
+        fields={
+            "router_requests": _s(f"{prefix}requests_total"),
+            "router_retries": _s(f"{prefix}retries_total"),
+            "router_errors": _s(f"{prefix}request_errors_total"),
+        },
+        worker_series=f"{prefix}processed_requests_total",
+    )
+
+
+VLLM_ROUTER = _forked_router("vllm-router", "vllm_router_")
 # SGLang's model gateway, as `pip install sglang-router` (0.3.2, read live here) serves it: its own smg_ names; its
 # selections carry no worker label, so a worker's requests are its circuit breaker's outcomes (success + failure).
 SGLANG_ROUTER = Profile(
@@ -169,16 +175,7 @@ SGLANG_ROUTER = Profile(
     worker_series="smg_worker_cb_outcomes_total",
 )
 # SGLang's older router (sgl-router, before the gateway took the smg_ names).
-SGL_ROUTER = Profile(
-    engine="sgl-router",
-    prefix="sgl_router_",
-    fields={
-        "router_requests": _s("sgl_router_requests_total"),
-        "router_retries": _s("sgl_router_retries_total"),
-        "router_errors": _s("sgl_router_request_errors_total"),
-    },
-    worker_series="sgl_router_processed_requests_total",
-)
+SGL_ROUTER = _forked_router("sgl-router", "sgl_router_")
 ROUTERS = (VLLM_ROUTER, SGLANG_ROUTER, SGL_ROUTER)  # their engine names are the model's ROUTER_ENGINES (endpoints.py)
 
 PROFILES = (VLLM, SGLANG, LLAMACPP)  # the model servers' (what --prometheus asks for)
