@@ -4,10 +4,10 @@
 split), so the driver can call it inline. Each finished turn is settled once its figures are final (at its end,
 or for a prefill/decode split once the decode servers' counters show its transferred KV): then it is marked for
 --warmup, judged by --slo, logged and appended to `settled`, the list the exporter reads. What the panels ask of
-the folded state lives in panels.py; the deployment's shape in deployment.py. (Over ~400 lines, about 480: one
-handler per event kind, read together as the one fold; what has a job of its own lives beside it: the spans',
-the transfers' and the backends' ledgers, the GPU fleet, the client check. The endpoints' handlers and the log
-are the next to leave, with a reader of their own.)
+the folded state lives in panels.py; the deployment's shape in deployment.py; the servers' side of the fold
+(endpoints, GPUs) in servers_fold.py. (Over ~400 lines, about 460: one handler per event kind, read together as
+the one fold of the sessions' turns; what has a job of its own lives beside it: the servers' fold, the spans',
+the transfers' and the backends' ledgers, the client check.)
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from rampwatch.drivers.model.affinity import moves_of
 from rampwatch.drivers.model.backends import BackendLedger
 from rampwatch.drivers.model.client_check import ClientCheck
 from rampwatch.drivers.model.deployment import decode_endpoints, split
-from rampwatch.drivers.model.endpoints import EndpointView, ServerView, is_router
+from rampwatch.drivers.model.endpoints import EndpointView
 from rampwatch.drivers.model.engine_spans import SpanLedger
 from rampwatch.drivers.model.gaps import add_gaps
-from rampwatch.drivers.model.gpu_fleet import GpuFleet
 from rampwatch.drivers.model.log import LogEntry
 from rampwatch.drivers.model.modelled import modelled, time_factor
+from rampwatch.drivers.model.servers_fold import ServersFold
 from rampwatch.drivers.model.slo import GoodputTally, parse_slo
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
 from rampwatch.drivers.model.ttft_split import wait_parts
@@ -58,9 +58,9 @@ class RunState:
         self.settled: list[TurnRecord] = []  # ... in the order their figures became final (see the module doc)
         self.late_turns = 0  # settled turns past --warmup sent over 10 ms after they were due (TurnRecord.late)
         self._turns_settled = 0  # finished turns changed after their end (a late span, transferred KV attributed)
-        self.server = ServerView()
-        self.endpoints: dict[str, EndpointView] = {}  # by name, in the order they first answered
-        self.gpu_fleet = GpuFleet()  # every source's GPUs
+        self.servers = ServersFold()  # the endpoints' metrics, the merged server view, the GPUs
+        servers = self.servers  # the readers' names for its parts, the same objects
+        self.server, self.endpoints, self.gpu_fleet = servers.server, servers.endpoints, servers.gpu_fleet
         self.usage_has_cache: bool | None = None  # any finished turn's usage with cached tokens (None: no turn yet)
         self.engine_timed: bool | None = None  # any finished turn the engine timed itself (None: no turn yet)
         self.front_end_timed = False  # any turn whose wait splits off the server's front end (its span's own TTFT)
@@ -159,7 +159,7 @@ class RunState:
             prev_prompt_tokens=s.last_prompt_tokens,
             prev_reply_tokens=last.answer_tokens if (last := s.last_done) is not None and last.status == "ok" else 0,
             think_s=s.pause.seconds if s.pause is not None and s.pause.turn == e.turn else None,
-            cache_at_sent=self._cache_counters(),
+            cache_at_sent=self.servers.cache_counters(),
             transfer_at_sent=transfer_counters(decode_endpoints(self.endpoints.values())),
             kv_peak=self.server.values.get("kv_usage"),
             due_t=e.due,
@@ -255,7 +255,7 @@ class RunState:
             self.spans.settle(rec)
         rec.reasoning_reported, rec.reasoning_chunks = e.reasoning_tokens, e.reasoning_chunks
         rec.finish_reason, rec.reply_chars = e.finish_reason, e.reply_chars
-        rec.cache_at_done = self._cache_counters()
+        rec.cache_at_done = self.servers.cache_counters()
         decode = decode_endpoints(self.endpoints.values())
         covered = rec.transfer_at_sent is not None and covers(rec, decode)
         if covered and e.status == "ok":
@@ -312,21 +312,9 @@ class RunState:
             level = "error" if rec.status == "failed" else "warn"
             self._log(LogEntry(t, level, f"{rec.session} turn {rec.turn} {rec.status}: {rec.error or ''}".rstrip(": ")))
 
-    def _endpoint(self, name: str) -> EndpointView:
-        ep = self.endpoints.get(name)
-        if ep is None:
-            listed = next((x for x in (self.header.endpoints if self.header else []) if x.name == name), None)
-            ep = self.endpoints[name] = EndpointView(name=name, role=listed.role if listed else "both")
-        return ep
-
     def _on_metrics(self, e: ev.MetricsSample) -> None:
-        srv = self.server
-        ep = self._endpoint(e.source)
-        if e.role is not None:
-            ep.role = e.role
-        ep.fold(e)
-        srv.merge([x for x in self.endpoints.values() if x.last_sample_t is not None and not is_router(x)], e.t)
-        kv = srv.values.get("kv_usage")
+        ep = self.servers.sample(e, self.header)
+        kv = self.server.values.get("kv_usage")
         if kv is not None:
             for s in self.sessions.values():
                 rec = s.current
@@ -341,14 +329,8 @@ class RunState:
                 self._served(rec)
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
-        ep = self._endpoint(e.source)
-        if ep.error != (e.error or None):
-            self._log(
-                LogEntry(e.t, "warn", f"metrics {e.source}: {e.error}")
-                if e.error
-                else LogEntry(e.t, "info", f"metrics {e.source}: answering again")
-            )
-        ep.error = e.error or None
+        if (said := self.servers.error(e, self.header)) is not None:
+            self._log(said)
 
     @property
     def gpus(self) -> list[ev.GpuReading]:
@@ -360,14 +342,11 @@ class RunState:
         return self.gpu_fleet.reason
 
     def _on_gpu(self, e: ev.GpuSample) -> None:
-        self.gpu_fleet.sample(e)
-        utils = [g.util for g in e.gpus if g.util is not None]
-        if utils:
-            self.server.history.gpu.add(e.t, sum(utils) / len(utils))
+        self.servers.gpu(e)
 
     def _on_gpu_missing(self, e: ev.GpuUnavailable) -> None:
-        if self.gpu_fleet.unavailable(e):
-            self._log(LogEntry(e.t, "warn", f"GPU: {e.reason}"))
+        if (said := self.servers.gpu_missing(e)) is not None:
+            self._log(said)
 
     def _on_mark(self, e: ev.Mark) -> None:
         self._log(LogEntry(e.t, "mark", f"mark: {e.note}"))
@@ -436,11 +415,6 @@ class RunState:
         """Entries logged after the first `seen` (those still kept)."""
         n = min(self.log_total - seen, len(self.log))
         return list(self.log)[len(self.log) - n :] if n > 0 else []
-
-    def _cache_counters(self) -> tuple[float, float] | None:
-        """The prefix cache's (queries, hits) since start, for a turn's own hit rate."""
-        v = self.server.values
-        return (v["prefix_queries"], v["prefix_hits"]) if "prefix_queries" in v and "prefix_hits" in v else None
 
     def _settle_transfers(self, t: float, final: bool) -> None:
         """Settle the waiting split turns the decode servers' counters now cover (all of them at the end)."""
