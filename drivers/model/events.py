@@ -129,6 +129,10 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     time_scale: float | None = None
     spans_expected: bool = False  # --otlp: the engine's trace spans are received, each a few seconds after its turn
     trace: TraceRun | None = None  # --trace: the sessions came from this trace (None: a ramp)
+    workers: int = 1  # driver processes the sessions ran on (--workers N, --cluster; shards merged with --merge)
+    cluster: str | None = None  # --cluster as given (credentials hidden): the workers were Ray actors
+    shard: tuple[int, int] | None = None  # --shard I/N: this recording holds shard I of N of one seeded run
+    merged_from: list[str] = []  # --merge: the shard recordings this run was read from
 
 
 class Event(msgspec.Struct, tag=True, kw_only=True, omit_defaults=True):
@@ -146,6 +150,7 @@ class SessionPlanned(Event):
     role: SessionRole = "ramp"  # one-shot: the baseline turn, a fresh prompt with an unshared salt
     endpoint: str = ""  # the name of the endpoint its turns are sent to
     arrival: float | None = None  # open loop (--arrivals): when the conversation arrived (its turn 1 is due then)
+    worker: int | None = None  # --workers N, --shard: the driver worker its turns run on (None: the run's one driver)
 
 
 class RequestSent(Event):
@@ -304,6 +309,37 @@ class ClientLag(Event):
     # Per window of `busy`: True where the driver's own part of the lag passed 5 ms; False where the machine
     # (waking it late, or taking its core) made it so. Empty: not split (every window counts as the driver's).
     busy_own: list[bool] = []
+    worker: int | None = None  # whose loop (--workers N, --shard): it marks that worker's sessions' turns only
+    cpu_s: float | None = None  # CPU seconds the driver's process spent over the second (None: older recordings)
+
+
+class WorkerStarted(Event):
+    """A driver worker (--workers N, --cluster) is up and runs these sessions; its stamps are on the run's clock,
+    as far as the first clock exchange could tell (WorkerClock)."""
+
+    worker: int
+    pid: int
+    node: str = ""  # the host it runs on
+    sessions: list[str] = []
+
+
+class WorkerClock(Event):
+    """A worker's clock against the coordinator's, by ping-pong: the worker's run-clock reading less the
+    coordinator's at the exchange's midpoint, give or take half its round trip. Per-turn durations come from one
+    worker's clock and are exact; figures across workers carry this uncertainty."""
+
+    worker: int
+    offset_s: float
+    uncertainty_s: float
+
+
+class WorkerLost(Event):
+    """A worker died (killed, out of memory, crashed): its turns in flight ended failed as `worker lost`."""
+
+    worker: int
+    reason: str
+    sessions: list[str] = []  # the sessions it ran that had not finished
+    turns_lost: int = 0  # its turns in flight, each recorded as failed
 
 
 class EngineSpan(Event):
@@ -355,5 +391,8 @@ AnyEvent = (
     | ClientLag
     | EngineSpan
     | TraceReceiverError
+    | WorkerStarted
+    | WorkerClock
+    | WorkerLost
     | RunEnded
 )

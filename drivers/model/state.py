@@ -34,6 +34,7 @@ from rampwatch.drivers.model.ttft_split import wait_parts
 from rampwatch.drivers.model.turns import LATE_S, TurnRecord, prefill_tok_s
 from rampwatch.drivers.model.views import NO_ANSWER, SessionView
 from rampwatch.drivers.model.warmup import SteadyWindow, parse_warmup
+from rampwatch.drivers.model.workers import WorkerLedger
 
 LOG_LEN = 500
 PRUNE_EVERY = 256  # token batches between two prunings of the ended prefills (_prune_prefill_ends)
@@ -80,6 +81,7 @@ class RunState:
         self.transfers = TransferLedger()
         self.spans = SpanLedger()  # the engine's trace spans (--otlp), joined to turns by request id
         self.backends = BackendLedger()  # which backend served each turn, from its span or the backends' counters
+        self.workers = WorkerLedger()  # the driver workers (--workers N, --cluster, merged shards); empty: one driver
 
     # -- folding -------------------------------------------------------------
 
@@ -139,6 +141,7 @@ class RunState:
             order=self._planned_ramp if e.role == "ramp" else 0,
             endpoint=e.endpoint,
             arrival=e.arrival,
+            worker=e.worker,
         )
 
     def _session(self, sid: str) -> SessionView:
@@ -457,5 +460,8 @@ _HANDLERS = {
     ev.ClientLag: RunState._on_client_lag,
     ev.EngineSpan: RunState._on_span,
     ev.TraceReceiverError: RunState._on_trace_error,
+    ev.WorkerStarted: lambda state, e: state.workers.started(e),
+    ev.WorkerClock: lambda state, e: state.workers.clock(e),
+    ev.WorkerLost: lambda state, e: state.workers.lost(e),
     ev.RunEnded: RunState._on_ended,
 }

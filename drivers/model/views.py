@@ -78,6 +78,7 @@ class SessionView:
     endpoint: str = ""  # the name of the server its turns go to
     pause: ev.UserPause | None = None  # the user's latest pause (--think-time)
     arrival: float | None = None  # open loop: when the conversation arrived
+    worker: int | None = None  # the driver worker it ran on (--workers N, --cluster, shards); None: the one driver
     # Behind a router: each finished turn's backend where one is known (backends.py), and how often it moved.
     backends: dict[int, str] = field(default_factory=dict)
     moves: int = 0

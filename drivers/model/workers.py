@@ -1,0 +1,56 @@
+"""The driver workers of a run (--workers N, --cluster, merged shards) as their events tell it: who ran which
+sessions where, how well their clocks agree with the coordinator's, and which were lost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rampwatch.drivers.model import events as ev
+
+
+@dataclass
+class WorkerView:
+    worker: int
+    pid: int = 0
+    node: str = ""
+    sessions: list[str] = field(default_factory=list)
+    offset_s: float | None = None  # the latest clock exchange's offset (None: not measured)
+    uncertainty_s: float | None = None  # ... its half round trip
+    worst_offset_s: float = 0.0  # the largest |offset| + uncertainty seen: what cross-worker figures carry
+    lost: ev.WorkerLost | None = None
+
+
+class WorkerLedger:
+    """Every worker by its id; empty for a run of one driver."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, WorkerView] = {}
+
+    def _view(self, worker: int) -> WorkerView:
+        view = self.by_id.get(worker)
+        if view is None:
+            view = self.by_id[worker] = WorkerView(worker)
+        return view
+
+    def started(self, e: ev.WorkerStarted) -> None:
+        view = self._view(e.worker)
+        view.pid, view.node, view.sessions = e.pid, e.node, list(e.sessions)
+
+    def clock(self, e: ev.WorkerClock) -> None:
+        view = self._view(e.worker)
+        view.offset_s, view.uncertainty_s = e.offset_s, e.uncertainty_s
+        view.worst_offset_s = max(view.worst_offset_s, abs(e.offset_s) + e.uncertainty_s)
+
+    def lost(self, e: ev.WorkerLost) -> None:
+        self._view(e.worker).lost = e
+
+    @property
+    def clock_uncertainty_s(self) -> float | None:
+        """How far apart two workers' stamps may be beyond what they measured: the worst offset plus its
+        uncertainty over every worker (None: one driver, nothing to carry)."""
+        measured = [v.worst_offset_s for v in self.by_id.values() if v.offset_s is not None]
+        return max(measured) if measured else None
+
+    @property
+    def lost_workers(self) -> list[ev.WorkerLost]:
+        return [v.lost for v in self.by_id.values() if v.lost is not None]
