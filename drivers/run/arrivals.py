@@ -91,18 +91,18 @@ class ArrivingSession:
 
 
 async def run_arrivals(
-    times: list[float],
+    arrivals: list[tuple[int, float]],
     clock: Callable[[], float],
     until: float | None,
     max_live: int | None,
     start: Callable[[int, float], ArrivingSession],
     tasks: list[asyncio.Task[bool]],
 ) -> None:
-    """For each arrival time before `until` (the time limit), `start(k, t)` makes conversation k (1-based)
+    """For each arrival (k, t) before `until` (the time limit), `start(k, t)` makes conversation k (1-based)
     PREPARE_AHEAD_S before it; it prepares, arrives at t, and runs once a --max-live slot is free. Its task
     joins `tasks` (the time limit's grace cancels them); returns once every arrival before `until` has been
     made (the caller waits for `tasks` to end)."""
-    slots = asyncio.Semaphore(max_live or len(times) or 1)
+    slots = asyncio.Semaphore(max_live or len(arrivals) or 1)
 
     async def arriving(conversation: ArrivingSession, at: float) -> bool:
         run = None
@@ -116,7 +116,7 @@ async def run_arrivals(
             if run is None:
                 conversation.abandon()
 
-    for k, at in enumerate(times, 1):
+    for k, at in arrivals:
         if until is not None and at >= until:
             break
         await asyncio.sleep(max(0.0, at - PREPARE_AHEAD_S - clock()))

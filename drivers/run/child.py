@@ -92,22 +92,9 @@ async def _listen(loop: asyncio.AbstractEventLoop, on_line, on_eof, pending: byt
     await loop.connect_read_pipe(_Commands, os.fdopen(0, "rb", buffering=0))
 
 
-def _first_line(fd: int) -> tuple[bytes, bytes]:
-    """The first line on `fd` and whatever followed it in the same reads
-    (unbuffered, so no later command is swallowed by a reader's buffer)."""
-    data = b""
-    while b"\n" not in data:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        data += chunk
-    first, _, rest = data.partition(b"\n")
-    return first, rest
-
-
 def main() -> int:
     lifetime.die_with_parent()  # SIGTERM (a clean stop, the file finished) when the UI process dies
-    first, rest = _first_line(0)
+    first, rest = pipe.first_line(0)
     try:
         start = pipe.decode_command(first)
     except Exception as e:  # noqa: BLE001

@@ -8,6 +8,7 @@ renderer, so nothing is locked.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from typing import Protocol
 
@@ -40,8 +41,33 @@ class EventHub:
         self.listeners: list[Callable[[ev.AnyEvent], None]] = []
         self.t = 0.0  # the newest event's time: when the hub's own notices happened
         self._recording_error: str | None = None
+        # With workers, events are held back until `release`, so those arriving from several processes go out in
+        # time order (see hold).
+        self._holding = False
+        self._held: list[tuple[float, int, ev.AnyEvent]] = []
+        self._seq = 0
+
+    def hold(self) -> None:
+        """From now on keep each event until release() passes its time: the coordinator of --workers N hears each
+        worker's events a batch at a time (up to ~50 ms late), and merges them in time order with its own."""
+        self._holding = True
+
+    def release(self, upto: float = float("inf")) -> None:
+        """Send on every held event up to time `upto`, in time order (inf: all, and hold no more)."""
+        held = self._held
+        while held and held[0][0] <= upto:
+            self._deliver(heapq.heappop(held)[2])
+        if upto == float("inf"):
+            self._holding = False
 
     def emit(self, e: ev.AnyEvent) -> None:
+        if self._holding:
+            self._seq += 1
+            heapq.heappush(self._held, (e.t, self._seq, e))
+            return
+        self._deliver(e)
+
+    def _deliver(self, e: ev.AnyEvent) -> None:
         self.t = max(self.t, e.t)
         if self.keep_events:
             self.events.append(e)

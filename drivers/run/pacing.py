@@ -20,11 +20,18 @@ class TurnGate:
         self.time_up = False
         self._finished: Counter[int] = Counter()
         self._changed = asyncio.Event()
+        self.listeners: list[Callable[[int], None]] = []  # told each change, with the turn it counted (0: none)
 
-    def _notify(self) -> None:
+    def _notify(self, turn: int = 0) -> None:
         # A fresh event per change: every waiter wakes and checks its own condition.
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+        for listener in self.listeners:
+            listener(turn)
+
+    def finished(self, turn: int) -> int:
+        """Sessions that have finished turn `turn`."""
+        return self._finished[turn]
 
     async def _until(self, ready: Callable[[], bool]) -> None:
         while not ready():
@@ -38,7 +45,7 @@ class TurnGate:
 
     def after(self, turn: int) -> None:
         self._finished[turn] += 1
-        self._notify()
+        self._notify(turn)
 
     def join(self) -> None:
         """A session that starts later (the one-shot baseline after the ramp) counts at the barrier from now on."""

@@ -61,20 +61,20 @@ Command = DriverStart | Mark | Stop
 Handshake = DriverReady | DriverFailed
 
 
-def _enc_hook(obj: Any) -> Any:
+def enc_hook(obj: Any) -> Any:
     if isinstance(obj, PurePath):
         return str(obj)
     raise NotImplementedError(f"cannot send {type(obj).__name__}")
 
 
-def _dec_hook(kind: type, obj: Any) -> Any:
+def dec_hook(kind: type, obj: Any) -> Any:
     if kind is Path:
         return Path(obj)
     raise NotImplementedError(f"cannot receive {kind}")
 
 
-encode = msgspec.json.Encoder(enc_hook=_enc_hook).encode
-decode_command = msgspec.json.Decoder(Command, dec_hook=_dec_hook).decode
+encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
+decode_command = msgspec.json.Decoder(Command, dec_hook=dec_hook).decode
 decode_handshake = msgspec.json.Decoder(Handshake).decode
 decode_stream = msgspec.json.Decoder(ev.AnyEvent | DriverAlive).decode
 
@@ -85,15 +85,16 @@ class PipeWriter:
     transport (which buffers if the UI is slow). A UI that went away makes
     the pipe a no-op, never an error in the run."""
 
-    def __init__(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop):
+    def __init__(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop, heartbeat: bool = True):
         self.transport, self.loop = transport, loop
         self._pending: list[bytes] = []
         self.broken = False
         self._wrote = False  # anything written since the last heartbeat check
-        self._heartbeat = loop.call_later(HEARTBEAT_S, self._beat)
+        self._heartbeat = loop.call_later(HEARTBEAT_S, self._beat) if heartbeat else None
 
     @classmethod
-    async def open(cls, fd: int) -> PipeWriter:
+    async def open(cls, fd: int, heartbeat: bool = True) -> PipeWriter:
+        """`heartbeat`: a DriverAlive in each quiet second (the UI tells a hung driver from a quiet run by it)."""
         loop = asyncio.get_running_loop()
         holder: list[PipeWriter] = []
 
@@ -103,7 +104,7 @@ class PipeWriter:
                     holder[0].broken = True
 
         transport, _ = await loop.connect_write_pipe(_Proto, os.fdopen(fd, "wb", buffering=0))
-        writer = cls(transport, loop)  # type: ignore[arg-type]
+        writer = cls(transport, loop, heartbeat)  # type: ignore[arg-type]
         holder.append(writer)
         return writer
 
@@ -134,7 +135,8 @@ class PipeWriter:
 
     async def close(self) -> None:
         """Write what is left and wait until the UI has it (or is gone)."""
-        self._heartbeat.cancel()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         self.flush()
         for _ in range(200):  # at most ~2 s for a UI that stopped reading
             if self.broken or self.transport.get_write_buffer_size() == 0:
@@ -156,3 +158,16 @@ class LineSplitter:
         for line in lines:
             if line:
                 self.on_line(line)
+
+
+def first_line(fd: int) -> tuple[bytes, bytes]:
+    """The first line on `fd` and whatever followed it in the same reads
+    (unbuffered, so no later command is swallowed by a reader's buffer)."""
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    first, _, rest = data.partition(b"\n")
+    return first, rest

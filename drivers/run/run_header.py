@@ -10,6 +10,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.probe import ServerInfo
 from rampwatch.drivers.run.scrub import scrub_json, shown_headers
+from rampwatch.drivers.telemetry.metrics import redact_url
 
 
 def run_header(
@@ -51,11 +52,14 @@ def run_header(
         reasoning=cfg.reasoning,  # type: ignore[arg-type]
         max_tokens=cfg.max_tokens,
         arrivals_per_s=cfg.arrivals_per_s,
-        seed=seed if cfg.arrivals_per_s else None,
+        seed=seed if cfg.arrivals_per_s or cfg.seed is not None else None,
         max_live=cfg.max_live,
         slo=cfg.slo,
         warmup=cfg.warmup,
         time_scale=cfg.time_scale,
         spans_expected=cfg.otlp is not None,
         trace=trace,
+        workers=cfg.workers,
+        cluster=redact_url(cfg.cluster) if cfg.cluster else None,
+        shard=cfg.shard,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import sys
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -35,8 +36,12 @@ from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, promp
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.run_header import run_header
 from rampwatch.drivers.run.samplers import Samplers
+from rampwatch.drivers.run.session_maker import SessionMaker, conversation
+from rampwatch.drivers.run.shards import check_workers, sessions_of, seeded_salt
 from rampwatch.drivers.run.stopping import stop_early, time_limit, wait_all
 from rampwatch.drivers.run.trace_run import TraceReplay
+from rampwatch.drivers.run.worker_wire import SessionPlan
+from rampwatch.drivers.run.workers import HOLD_S, LocalWorker, WorkerPool
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver
 from rampwatch.drivers.telemetry.prometheus import check_prometheus
@@ -108,6 +113,9 @@ class Run:
         cfg = self.cfg
         check_topology(cfg)
         check_direct(cfg)
+        check_workers(cfg)
+        if cfg.seed is not None:
+            self.salt = seeded_salt(cfg.seed, cfg.salt_tag)  # the same prompts for the same seed, however run
         try:
             self.tls = tls_context(cfg.ca_bundle, cfg.insecure)
         except TlsError as e:
@@ -153,11 +161,22 @@ class Run:
         if self.state is not None:
             self.state.header = header
 
+    def plan(self) -> SessionPlan:
+        """What every session is made from, here or on a worker: the run's salt, calibration and lead."""
+        model = self.info.model if self.info is not None else self.cfg.model or ""
+        return SessionPlan(
+            salt=self.salt, model=model, calibration=self.calibration, lead=self.lead, sessions=self.cfg.sessions
+        )
+
     def conversation(self, k: int) -> Conversation:
-        """Session k's conversation (1-based): its own salt, so sessions share no prefix beyond the run's
-        lead; with --corpus, its own place in the corpus."""
-        source = corpus_reader(self.corpus, self.salt, k, self.cfg.sessions + 1)
-        return Conversation(f"{self.salt}-s{k}", self.cfg.schedule, self.calibration, self.lead, source)
+        """Session k's conversation (1-based): session_maker.conversation, as every worker makes it."""
+        return conversation(self.cfg, self.plan(), self.corpus, k)
+
+    def own_sessions(self) -> list[int]:
+        """The ramp sessions (1-based) this process runs or has its workers run: all, or its --shard's."""
+        if self.cfg.shard is not None:
+            return sessions_of(*self.cfg.shard, self.ramp_sessions)
+        return list(range(1, self.ramp_sessions + 1))
 
     def one_shot_conversation(self) -> Conversation:
         """The baseline's: a fresh salt, the run's lead (a new user of the same deployment), the last turn's
@@ -218,7 +237,7 @@ class Run:
         background.append(asyncio.create_task(self._flush_loop()))
         background.append(asyncio.create_task(keep_survivors_frozen()))
         lag = LoopLagMonitor(emit, clock)
-        if cfg.mode != "watch":
+        if cfg.mode != "watch" and cfg.workers == 1:  # with workers, each checks its own loop
             background.append(asyncio.create_task(lag.run()))
         runners: list[SessionRunner] = []
         status: ev.RunStatus = "done"
@@ -229,32 +248,28 @@ class Run:
             assert self.info is not None
             opts = cfg.turn_options(self.info.model, self.salt)
             open_loop = cfg.arrivals_per_s is not None or self.trace is not None
-            gate = TurnGate(0 if open_loop else self.ramp_sessions, lockstep=cfg.lockstep)
+            own = self.own_sessions()
+            gate = TurnGate(0 if open_loop else len(own), lockstep=cfg.lockstep)
+            await self._start_at()
+            maker = SessionMaker(cfg, self.plan(), self.corpus, emit, clock, self.tls, self._client_for)
 
             def session(k: int) -> SessionRunner:
-                sid = f"s{k}"
-                r = SessionRunner(
-                    sid,
-                    self.conversation(k),
-                    self._client_for(),
-                    cfg.target_for(sid, k),
-                    cfg.headers(),
-                    opts,
-                    emit,
-                    clock,
-                    gate=gate,
-                    tls=self.tls,
-                )
+                r = maker.session(k, gate)
                 runners.append(r)
                 return r
 
-            if self.trace is not None:
+            pool = self._pool(gate) if cfg.workers > 1 else None
+            if pool is not None:
+                background.append(asyncio.create_task(self._release_loop()))
+                runners.append(pool)  # type: ignore[arg-type]  # its `failed` says whether any session failed
+                open_loop = False  # the workers run the arrivals themselves
+            elif self.trace is not None:
                 arrivals: Callable[[], Awaitable[None]] = lambda: self._replay(opts, gate, runners, tasks)  # noqa: E731
             elif open_loop:
-                arrivals = lambda: self._arrivals(session, gate, tasks)  # noqa: E731
+                arrivals = lambda: self._arrivals(session, gate, tasks, own)  # noqa: E731
             else:
-                for k in range(self.ramp_sessions):
-                    emit(session(k + 1).plan_event())
+                for k in own:
+                    emit(session(k).plan_event())
             baseline = None
             if cfg.one_shot:
                 baseline = SessionRunner(
@@ -272,7 +287,11 @@ class Run:
                 )
                 emit(baseline.plan_event())
             slots = asyncio.Semaphore(cfg.concurrency or len(runners) or 1)
-            tasks = [asyncio.create_task(self._staggered(r, k * cfg.stagger, slots)) for k, r in enumerate(runners)]
+            if pool is not None:
+                tasks = [asyncio.create_task(pool.run())]
+            else:
+                starts = [(k - 1) * cfg.stagger for k in own] if not open_loop else []
+                tasks = [asyncio.create_task(self._staggered(r, d, slots)) for r, d in zip(runners, starts)]
             watchdog = None
             if cfg.time_limit is not None:
                 watchdog = asyncio.create_task(time_limit(cfg.time_limit, cfg.grace, self.clock, emit, gate, tasks))
@@ -323,6 +342,7 @@ class Run:
                 t.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             lag.flush(clock())  # the last second's lag: the last turns' stamps are judged too
+            self.hub.release()  # what the workers' events still held (in time order), before the run's end
             if self.otlp is not None:
                 await self.otlp.finish(wait=status in FINISHED, cut_short=self._cut_short)
             if status in FINISHED:
@@ -349,7 +369,9 @@ class Run:
         print(f"rampwatch: receiving OTLP spans on {where}", file=sys.stderr, flush=True)
         self.hub.listeners.append(self.otlp.follow)
 
-    async def _arrivals(self, session: Callable[[int], SessionRunner], gate: TurnGate, tasks: list) -> None:
+    async def _arrivals(
+        self, session: Callable[[int], SessionRunner], gate: TurnGate, tasks: list, own: list[int]
+    ) -> None:
         """Open loop: a new conversation at each seeded Poisson arrival, up to --sessions, none after the time
         limit; each is planned when it arrives and runs once a --max-live slot is free."""
         cfg, clock = self.cfg, self.clock
@@ -360,11 +382,44 @@ class Run:
             r.arrival = at
             return ArrivingSession(r, gate, self.hub.emit)
 
-        # Counted from now, not from the run's clock zero: arrivals drawn inside the probe and calibration would
-        # otherwise all start at once, each turn 1 late by the setup.
-        begun = clock()
-        times = [begun + t for t in arrival_times(cfg.arrivals_per_s, self.ramp_sessions, self.seed)]
-        await run_arrivals(times, clock, cfg.time_limit, cfg.max_live, start, tasks)
+        times = self.arrival_times()
+        assert times is not None
+        await run_arrivals([(k, times[k - 1]) for k in own], clock, cfg.time_limit, cfg.max_live, start, tasks)
+
+    def arrival_times(self) -> list[float] | None:
+        """Open loop: each session's arrival on the run's clock, drawn from the seed and counted from now (not
+        from the clock's zero: arrivals drawn inside the probe and calibration would otherwise all start at once,
+        each turn 1 late by the setup); None for a closed loop."""
+        if self.cfg.arrivals_per_s is None:
+            return None
+        begun = self.clock()
+        return [begun + t for t in arrival_times(self.cfg.arrivals_per_s, self.ramp_sessions, self.seed)]
+
+    def _pool(self, gate: TurnGate) -> WorkerPool:
+        """--workers N: the sessions on N worker processes; their events held back a moment to merge in time
+        order (hub.hold)."""
+        self.hub.hold()
+        links = lambda i: LocalWorker()  # noqa: E731
+        return WorkerPool(
+            self.cfg, self.plan(), self.hub.emit, self.clock, gate, links, self.cfg.workers, self.arrival_times
+        )
+
+    async def _release_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HOLD_S / 4)
+            self.hub.release(self.clock() - HOLD_S)
+
+    async def _start_at(self) -> None:
+        """--start-at: wait for the agreed wall-clock time (shards start together), saying so."""
+        at = self.cfg.start_at
+        if at is None:
+            return
+        wait = at - time.time()
+        if wait > 0:
+            when = datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+            self.hub.emit(ev.Notice(t=self.clock(), level="info", message=f"waiting {wait:.1f}s for --start-at {when}"))
+            self.hub.flush()
+            await asyncio.sleep(wait)
 
     async def _replay(self, opts: TurnOptions, gate: TurnGate, runners: list, tasks: list) -> None:
         """--trace: its sessions made as they start, each on the server it is pinned or spread to."""

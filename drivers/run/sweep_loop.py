@@ -60,7 +60,7 @@ class _Points:
     def run(self, cfg: RunConfig, label: str, stop_when: Callable[[RunState], str | None] | None = None) -> Run:
         path = point_path(self.sweep_path, label) if self.sweep_path is not None else cfg.record
         run, serving = run_headless(
-            replace(cfg, record=path),
+            replace(cfg, record=path, salt_tag=label),  # a seeded sweep's points share no prompt (no cache hit)
             record=self.sweep_path is not None,
             printer_for=self.printer_for,
             final_report=self.final_report,

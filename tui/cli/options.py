@@ -29,6 +29,7 @@ from rampwatch.drivers.run.prompt_shape import (
     shared_prefix_size,
 )
 from rampwatch.drivers.run.scrub import scrub_argv, scrub_header_arg
+from rampwatch.drivers.run.shards import parse_shard, parse_start_at, parse_workers
 from rampwatch.drivers.run.sweep_plan import KneeSearch, OpenLoopPlan
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.prometheus import Match, parse_match, parse_matchers
@@ -72,8 +73,8 @@ def open_loop_settings(args: argparse.Namespace) -> dict[str, Any]:
         raise BadInput("--arrivals starts conversations as users arrive (open loop): --lockstep does not apply")
     if rate is not None and args.stagger:
         raise BadInput("--arrivals times the conversations' starts itself: --stagger does not apply")
-    if rate is None and (args.max_live is not None or args.seed is not None):
-        raise BadInput("--max-live and --seed need --arrivals RATE")
+    if rate is None and args.max_live is not None:
+        raise BadInput("--max-live needs --arrivals RATE")
     if args.slo is not None:
         try:
             parse_slo(args.slo)
@@ -234,6 +235,34 @@ def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
         grace=args.grace,
         **request_settings(args),
         **prompt_shape_settings(args),
+        **worker_settings(args),
+    )
+
+
+def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """--workers, --workers-restart, --cluster, --workers-per-node and (run's) --shard and --start-at, checked."""
+    workers = parse_workers(args.workers)
+    if args.cluster is not None:
+        if args.cluster != "ray" and not args.cluster.startswith("ray://"):
+            raise BadInput(f"--cluster {args.cluster!r}: ray (a local Ray runtime) or ray://HOST:PORT")
+        if args.workers != "1":
+            raise BadInput("--cluster places its workers itself (--workers-per-node N on each node): not --workers")
+    elif args.workers_per_node != 1:
+        raise BadInput("--workers-per-node places workers on a cluster's nodes: it needs --cluster")
+    distributed = workers > 1 or args.cluster is not None
+    if args.workers_restart and not distributed:
+        raise BadInput("--workers-restart replaces a lost worker: it needs --workers N (N > 1) or --cluster")
+    shard = parse_shard(args.shard) if getattr(args, "shard", None) else None
+    start_at = parse_start_at(args.start_at) if getattr(args, "start_at", None) else None
+    if shard is not None and distributed:
+        raise BadInput("--shard is one process's part of a run: not with --workers or --cluster")
+    return dict(
+        workers=workers,
+        workers_restart=args.workers_restart,
+        cluster=args.cluster,
+        workers_per_node=args.workers_per_node,
+        shard=shard,
+        start_at=start_at,
     )
 
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from rampwatch.tui.cli.argtypes import duration, positive_float, positive_int, session_counts
+from rampwatch.tui.cli.spec.workers import add_worker_args
 
 
 def add_ramp_args(
@@ -101,6 +102,7 @@ def add_ramp_args(
         help="with --time-limit: cancel turns still in flight S seconds after the limit (default 0: let them finish)",
     )
     add_prompt_shape_args(p)
+    add_worker_args(p)
 
 
 def add_request_args(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ from rampwatch.tui.cli.argtypes import positive_int
 from rampwatch.tui.cli.spec.common import add_server_watch_args
 from rampwatch.tui.cli.spec.ramp import add_ramp_args
 from rampwatch.tui.cli.spec.trace import add_trace_replay_args
+from rampwatch.tui.cli.spec.workers import add_shard_args
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -21,6 +22,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     add_trace_replay_args(p)
     add_open_loop_args(p)
     add_pin_arg(p)
+    add_shard_args(p)
     add_server_watch_args(p)
 
 
@@ -57,7 +59,9 @@ def add_open_loop_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         "--seed",
         type=int,
         metavar="N",
-        help="seed of the arrival times (default: drawn, and recorded in the header so the run can be repeated)",
+        help="seed of the run: its prompts (the same seed sends the same text, so a second run against a server "
+        "still caching the first hits its cache) and, with --arrivals, its arrival times (default: arrival times "
+        "drawn and recorded in the header, prompts from a fresh salt)",
     )
     p.add_argument(
         "--max-live",

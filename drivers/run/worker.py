@@ -1,0 +1,265 @@
+"""A driver worker (--workers N): `python -m rampwatch.drivers.run.worker`, one of N processes that each drive
+a share of a run's sessions behind one coordinator (drivers/run/workers.py), which alone probes, scrapes,
+records and shows. Its stamps are taken on its own event loop, so N workers stream N times what one loop can.
+
+It reads WorkerStart from stdin, says Hello, answers the clock exchange, and once told Begin (the run's t = 0 on
+its own clock) runs its sessions: the same sessions, prompts and sizes the one driver would make for them
+(session_maker.py), at the run-wide lockstep barrier (RemoteGate). Its events go to stdout as the recording has
+them, with its id on its sessions' plans and its loop-lag reports. It dies with the coordinator (lifetime).
+"""
+
+from __future__ import annotations
+
+import sys
+
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # as in child.py: no CLI imports
+
+import asyncio  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+from collections import Counter  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import httpx  # noqa: E402
+import msgspec  # noqa: E402
+
+from rampwatch.drivers.client.session import SessionRunner  # noqa: E402
+from rampwatch.drivers.model import events as ev  # noqa: E402
+from rampwatch.drivers.model.clock import RunClock  # noqa: E402
+from rampwatch.drivers.net.tls import tls_context  # noqa: E402
+from rampwatch.drivers.run import event_loop, lifetime, pipe  # noqa: E402
+from rampwatch.drivers.run import worker_wire as ww  # noqa: E402
+from rampwatch.drivers.run.arrivals import ArrivingSession, run_arrivals  # noqa: E402
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED  # noqa: E402
+from rampwatch.drivers.run.loop_lag import LoopLagMonitor  # noqa: E402
+from rampwatch.drivers.run.memory import keep_survivors_frozen, set_up_heap_frozen  # noqa: E402
+from rampwatch.drivers.run.prompt_shape import load_corpus  # noqa: E402
+from rampwatch.drivers.run.session_maker import SessionMaker  # noqa: E402
+from rampwatch.drivers.run.stopping import wait_all  # noqa: E402
+
+_encode = msgspec.json.Encoder().encode
+
+
+class RemoteGate:
+    """The run-wide TurnGate as this worker sees it: its sessions' arrivals at the barrier go to the coordinator,
+    whose gate counts every worker's; its counts come back (GateState), and a session waits on them."""
+
+    def __init__(self, send: Callable[[object], None], lockstep: bool):
+        self.send, self.lockstep = send, lockstep
+        self.live = 0
+        self.time_up = False
+        self._finished: Counter[int] = Counter()
+        self._changed = asyncio.Event()
+
+    def update(self, state: ww.GateState) -> None:
+        self.live, self.time_up = state.live, state.time_up
+        if state.turn:
+            self._finished[state.turn] = state.finished
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def before(self, turn: int) -> bool:
+        if self.lockstep and turn > 1:
+            while not (self.time_up or self._finished[turn - 1] >= self.live):
+                await self._changed.wait()
+        return not self.time_up
+
+    def after(self, turn: int) -> None:
+        self.send(ww.GateAfter(turn=turn))
+
+    def join(self, session: str = "") -> None:
+        self.send(ww.GateJoin(session=session))
+
+    def leave(self, session: str = "") -> None:
+        self.send(ww.GateLeave(session=session))
+
+
+class _SessionGate:
+    """One session's view of the RemoteGate: it names the session when it joins or leaves (the coordinator keeps
+    each worker's live sessions, to end them if the worker is lost)."""
+
+    def __init__(self, gate: RemoteGate, sid: str):
+        self.gate, self.sid = gate, sid
+
+    @property
+    def time_up(self) -> bool:
+        return self.gate.time_up
+
+    async def before(self, turn: int) -> bool:
+        return await self.gate.before(turn)
+
+    def after(self, turn: int) -> None:
+        self.gate.after(turn)
+
+    def join(self) -> None:
+        self.gate.join(self.sid)
+
+    def leave(self) -> None:
+        self.gate.leave(self.sid)
+
+
+class ShardDriver:
+    """Drives one worker's sessions; `send` takes each line for the coordinator (events and replies)."""
+
+    def __init__(self, start: ww.WorkerStart, write_line: Callable[[bytes], None], flush: Callable[[], None]):
+        self.start, self.cfg, self.worker = start, start.config, start.worker
+        self.write_line, self.flush = write_line, flush
+        self.clock = RunClock()  # its origin is the coordinator's t = 0, set at Begin
+        self.gate = RemoteGate(self.send, self.cfg.lockstep)
+        self.begun = asyncio.Event()
+        self.tasks: list[asyncio.Task[bool]] = []
+        self.runners: list[SessionRunner] = []
+        self._clients: list[httpx.AsyncClient] = []
+        self._stopped = False
+        self.arrivals: list[float] | None = None  # open loop: every session's arrival (Begin's)
+
+    def send(self, message: object) -> None:
+        """A control message: written at once (the barrier and the clock exchange wait on it)."""
+        self.write_line(ww.encode(message))
+        self.flush()
+
+    def emit(self, e: ev.AnyEvent) -> None:
+        if isinstance(e, ev.SessionPlanned | ev.ClientLag):
+            e.worker = self.worker
+        self.write_line(_encode(e))
+
+    def command(self, message: ww.ToWorker) -> None:
+        if isinstance(message, ww.Ping):
+            self.send(ww.Pong(n=message.n, clock=self.clock.origin + self.clock()))
+        elif isinstance(message, ww.Begin):
+            self.clock.origin = message.origin
+            self.arrivals = message.arrivals
+            self.begun.set()
+        elif isinstance(message, ww.GateState):
+            self.gate.update(message)
+        elif isinstance(message, ww.Stop):
+            self.stop()
+
+    def stop(self) -> None:
+        """Cancel the turns in flight (each ends recorded as cancelled); before Begin, start none."""
+        self._stopped = True
+        self.begun.set()
+        for t in self.tasks:
+            t.cancel()
+
+    def _client_for(self) -> httpx.AsyncClient:
+        client = httpx.AsyncClient(
+            trust_env=False,
+            verify=self._tls,
+            timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
+        )
+        self._clients.append(client)
+        return client
+
+    async def run(self) -> None:
+        cfg, start = self.cfg, self.start
+        self._tls = tls_context(cfg.ca_bundle, cfg.insecure)
+        maker = SessionMaker(
+            cfg, start.plan, load_corpus(cfg.corpus), self.emit, self.clock, self._tls, self._client_for
+        )
+        self.send(ww.Hello(worker=self.worker, pid=os.getpid(), node=socket.gethostname()))
+        await self.begun.wait()
+        failed = False
+        if not self._stopped:
+            with set_up_heap_frozen():
+                failed = await self._drive(maker)
+        for client in self._clients:
+            await client.aclose()
+        self.send(ww.WorkerDone(failed=failed))
+
+    async def _drive(self, maker: SessionMaker) -> bool:
+        cfg, arrivals = self.cfg, self.arrivals
+        lag = LoopLagMonitor(self.emit, self.clock)
+        background = [asyncio.create_task(lag.run()), asyncio.create_task(keep_survivors_frozen())]
+        try:
+            if arrivals is not None:
+                # --max-live over N workers: each keeps its share live (a cap per worker, not one run-wide).
+                share = -(-cfg.max_live // self.start.workers) if cfg.max_live else None
+
+                def arriving(k: int, at: float) -> ArrivingSession:
+                    gate = _SessionGate(self.gate, f"s{k}")
+                    r = maker.session(k, gate)
+                    r.arrival = at
+                    self.runners.append(r)
+                    return ArrivingSession(r, gate, self.emit)
+
+                pairs = [(k, arrivals[k - 1]) for k in self.start.sessions]
+                await run_arrivals(pairs, self.clock, cfg.time_limit, share, arriving, self.tasks)
+            else:
+                for k in self.start.sessions:
+                    r = maker.session(k, _SessionGate(self.gate, f"s{k}"))
+                    self.runners.append(r)
+                    self.emit(r.plan_event())
+                    self.tasks.append(asyncio.create_task(_staggered(r, (k - 1) * cfg.stagger)))
+            await wait_all(self.tasks)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for t in self.tasks:
+                t.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            for t in background:
+                t.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            lag.flush(self.clock())
+        return any(r.failed for r in self.runners)
+
+
+async def _staggered(runner: SessionRunner, delay: float) -> bool:
+    if delay > 0:
+        await asyncio.sleep(delay)
+    return await runner.run()
+
+
+async def serve(start: ww.WorkerStart, out_fd: int, pending: bytes) -> int:
+    loop = asyncio.get_running_loop()
+    writer = await pipe.PipeWriter.open(out_fd, heartbeat=False)
+    driver = ShardDriver(start, writer.write_line, writer.flush)
+
+    def command(line: bytes) -> None:
+        try:
+            driver.command(ww.decode_to_worker(line))
+        except Exception:  # noqa: BLE001 - a garbled command is ignored, never fatal
+            return
+
+    lifetime.handle_stop_signals(loop, lambda sig: driver.stop())
+    splitter = pipe.LineSplitter(command)
+    splitter.feed(pending)
+
+    class _Commands(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            splitter.feed(data)
+
+        def eof_received(self) -> bool:
+            driver.stop()  # the coordinator is gone
+            return False
+
+    await loop.connect_read_pipe(_Commands, os.fdopen(0, "rb", buffering=0))
+    await driver.run()
+    await writer.close()
+    return 0
+
+
+def main() -> int:
+    lifetime.die_with_parent()
+    first, rest = pipe.first_line(0)
+    try:
+        start = ww.decode_to_worker(first)
+    except Exception as e:  # noqa: BLE001
+        print(f"rampwatch worker: bad start message: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(start, ww.WorkerStart):
+        print("rampwatch worker: the first message must be WorkerStart", file=sys.stderr)
+        return 2
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        return event_loop.run(serve(start, out_fd, rest))
+    except Exception as e:  # noqa: BLE001
+        print(f"rampwatch worker crashed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_CRASHED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""What the coordinator and its driver workers (--workers N, --cluster) say to each other, one JSON message a line.
+
+Coordinator -> worker: WorkerStart first (the run's configuration and everything the coordinator measured while
+preparing, so every worker makes the same sessions), then Ping, Begin (the run's clock origin on the worker's own
+clock: its sessions start), GateState (the run-wide lockstep barrier and time limit) and Stop (cancel the turns in
+flight and finish: the time limit's grace, an interrupted run).
+Worker -> coordinator: the run's events, as the recording has them, and Hello, Pong, GateAfter/GateJoin/GateLeave
+(its sessions at the barrier) and WorkerDone. A local worker talks over its stdin/stdout; a Ray actor over calls
+that carry the same lines (drivers/run/ray_workers.py)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from rampwatch.drivers.client.prompts import Lead
+from rampwatch.drivers.client.ramp import Calibration
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.pipe import dec_hook, enc_hook
+
+
+class SessionPlan(msgspec.Struct, kw_only=True):
+    """What every session of a run is made from: the coordinator's, the same on every worker."""
+
+    salt: str
+    model: str
+    calibration: Calibration
+    lead: Lead
+    sessions: int  # the run's ramp sessions, all workers together
+
+
+class WorkerStart(msgspec.Struct, tag="w_start", kw_only=True):
+    config: RunConfig
+    plan: SessionPlan
+    worker: int
+    workers: int  # how many there are
+    sessions: list[int]  # the sessions (1-based) this worker runs
+
+
+class Ping(msgspec.Struct, tag="w_ping"):
+    n: int
+
+
+class Begin(msgspec.Struct, tag="w_begin"):
+    origin: float  # the run's t = 0 on this worker's time.perf_counter()
+    arrivals: list[float] | None = None  # open loop: session k arrives at arrivals[k - 1], on the run's clock
+
+
+class GateState(msgspec.Struct, tag="w_gate"):
+    live: int  # sessions live over the whole run
+    turn: int  # the turn whose count changed (0: none)
+    finished: int  # sessions that have finished it, over the whole run
+    time_up: bool = False
+
+
+class Stop(msgspec.Struct, tag="w_stop"):
+    """Cancel the turns in flight (each recorded cancelled) and finish."""
+
+
+class Hello(msgspec.Struct, tag="w_hello"):
+    worker: int
+    pid: int
+    node: str
+
+
+class Pong(msgspec.Struct, tag="w_pong"):
+    n: int
+    clock: float  # the worker's time.perf_counter() when it answered
+
+
+class GateAfter(msgspec.Struct, tag="w_after"):
+    turn: int
+
+
+class GateJoin(msgspec.Struct, tag="w_join"):
+    session: str
+
+
+class GateLeave(msgspec.Struct, tag="w_leave"):
+    session: str
+
+
+class WorkerDone(msgspec.Struct, tag="w_done"):
+    failed: bool  # a session of its own had a failed turn
+
+
+ToWorker = WorkerStart | Ping | Begin | GateState | Stop
+FromWorker = Hello | Pong | GateAfter | GateJoin | GateLeave | WorkerDone
+
+encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
+decode_to_worker = msgspec.json.Decoder(ToWorker, dec_hook=dec_hook).decode
+decode_from_worker = msgspec.json.Decoder(ev.AnyEvent | FromWorker).decode

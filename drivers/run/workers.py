@@ -1,0 +1,318 @@
+"""The coordinator's side of --workers N: start the driver workers, give each its share of the sessions, set
+their clocks to the run's, hold the lockstep barrier for all of them, pass their events on, and account for a
+worker that dies. The coordinator (the Run) alone probes, scrapes, receives spans and records.
+
+A worker is reached through a link (LocalWorker here: a process over its stdin/stdout; a Ray actor in
+ray_workers.py) that sends it messages and hands back its lines."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run import lifetime, pipe
+from rampwatch.drivers.run import worker_wire as ww
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.pacing import TurnGate
+from rampwatch.drivers.run.shards import sessions_of
+
+PINGS = 8  # clock exchanges at the start: the one with the shortest round trip sets the worker's clock
+CLOCK_EVERY_S = 5.0  # then one exchange this often, recorded (WorkerClock)
+START_WAIT_S = 60.0  # how long a worker may take to start and say Hello
+STOP_WAIT_S = 30.0  # how long stopping workers may take to cancel their turns and send what they have
+LOST = "worker lost"  # the error of a turn in flight on a worker that died
+HOLD_S = 0.25  # the coordinator holds events this long to merge the workers' in time order (EventHub.hold)
+
+
+class WorkerLink(Protocol):
+    """One worker, however it is reached."""
+
+    def start(self, message: ww.WorkerStart, on_line: Callable[[bytes], None], on_exit: Callable[[str], None]) -> None:
+        """Start it with `message`; its lines go to `on_line`; `on_exit(why)` once it is gone."""
+
+    def send(self, message: object) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def stderr_tail(self) -> str: ...
+
+
+class LocalWorker:
+    """A worker process on this machine: `python -m rampwatch.drivers.run.worker`, which dies with this one."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stderr = tempfile.TemporaryFile()
+
+    def start(self, message: ww.WorkerStart, on_line: Callable[[bytes], None], on_exit: Callable[[str], None]) -> None:
+        self.proc = proc = lifetime.adopt(
+            subprocess.Popen(
+                [sys.executable, "-m", "rampwatch.drivers.run.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                start_new_session=True,  # Ctrl-C reaches the coordinator, which stops the workers
+                env=lifetime.child_env(),
+            )
+        )
+        self.send(message)
+        loop = asyncio.get_running_loop()
+        splitter = pipe.LineSplitter(on_line)
+
+        def exited() -> None:
+            if proc.poll() is None:
+                loop.call_later(0.02, exited)
+            else:
+                on_exit(describe_exit(proc.returncode))
+
+        class _Reader(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                splitter.feed(data)
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                exited()
+
+        assert proc.stdout is not None
+        stream = os.fdopen(os.dup(proc.stdout.fileno()), "rb", buffering=0)
+        proc.stdout.close()
+        asyncio.ensure_future(loop.connect_read_pipe(_Reader, stream))
+
+    def send(self, message: object) -> None:
+        proc = self.proc
+        if proc is None or proc.stdin is None or proc.poll() is not None:
+            return
+        try:
+            proc.stdin.write(ww.encode(message) + b"\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # it is dying: its exit says so
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            lifetime.end(self.proc, wait=2.0)
+
+    def stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        lines = [ln for ln in self._stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else ""
+
+
+def describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class _Worker:
+    """What the coordinator knows of one worker."""
+
+    def __init__(self, index: int, link: WorkerLink, sessions: list[int]):
+        self.index, self.link, self.sessions = index, link, sessions
+        self.live = {f"s{k}" for k in sessions}  # its sessions that have not ended (closed loop: all, at first)
+        self.in_flight: dict[tuple[str, int], None] = {}  # its turns sent and not done
+        self.hello: asyncio.Future[ww.Hello] = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.pongs: dict[int, asyncio.Future[float]] = {}
+        self.origin = 0.0  # the run's t = 0 on its clock
+
+
+class WorkerPool:
+    """Drives a run's sessions on N workers; `run()` returns once every worker finished or was lost, and a
+    cancellation stops them (their turns in flight end cancelled). `failed`: a worker had a failed turn, or was
+    lost."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        plan: ww.SessionPlan,
+        emit: Callable[[ev.AnyEvent], None],
+        clock: Callable[[], float],
+        gate: TurnGate,
+        links: Callable[[int], WorkerLink],
+        workers: int,
+        arrivals: Callable[[], list[float] | None] = lambda: None,
+    ):
+        """`links(i)` reaches worker i; `arrivals()`, asked as the workers begin, gives an open loop's arrival
+        times on the run's clock (None: a closed loop)."""
+        self.cfg, self.plan, self.emit, self.clock, self.gate = cfg, plan, emit, clock, gate
+        self.links, self.n, self.arrivals = links, workers, arrivals
+        self.failed = False
+        self.workers: list[_Worker] = []
+        self._ping = 0
+        self._closed = False  # run() has returned: a worker's exit now is ours (killed at the end), not a loss
+        gate.listeners.append(self._gate_changed)
+
+    # -- the run ------------------------------------------------------------------
+
+    async def run(self) -> bool:
+        clocks: asyncio.Task | None = None
+        try:
+            await self._start()
+            clocks = asyncio.create_task(self._keep_clocks())
+            await asyncio.gather(*(w.done for w in self.workers))
+        except asyncio.CancelledError:
+            await self._stop()
+            raise
+        finally:
+            if clocks is not None:
+                clocks.cancel()
+            for w in self.workers:
+                if not w.done.done():  # it did not stop when asked: what it had in flight is lost
+                    self._on_exit(w, f"did not stop within {STOP_WAIT_S:g}s and was killed")
+                w.link.kill()
+            self._closed = True
+        return not self.failed
+
+    async def _start(self) -> None:
+        for i in range(self.n):
+            sessions = sessions_of(i, self.n, self.plan.sessions)
+            w = _Worker(i, self.links(i), sessions)
+            self.workers.append(w)
+            message = ww.WorkerStart(config=self.cfg, plan=self.plan, worker=i, workers=self.n, sessions=sessions)
+            w.link.start(message, lambda line, w=w: self._on_line(w, line), lambda why, w=w: self._on_exit(w, why))
+        for w in self.workers:
+            done, _ = await asyncio.wait([w.hello, w.done], timeout=START_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+            if w.hello not in done:
+                tail = w.link.stderr_tail()
+                raise RuntimeError(f"worker {w.index} did not start" + (f": {tail}" if tail else ""))
+        for w in self.workers:
+            w.origin = await self._set_clock(w)
+        arrivals = self.arrivals()
+        for w in self.workers:
+            hello = w.hello.result()
+            w.link.send(ww.Begin(origin=w.origin, arrivals=arrivals))
+            names = [f"s{k}" for k in w.sessions]
+            self.emit(ev.WorkerStarted(t=self.clock(), worker=w.index, pid=hello.pid, node=hello.node, sessions=names))
+        for w in self.workers:
+            await self._measure(w)
+
+    async def _stop(self) -> None:
+        """Tell every worker to cancel its turns and finish; kill what has not within STOP_WAIT_S."""
+        for w in self.workers:
+            w.link.send(ww.Stop())
+        pending = [w.done for w in self.workers if not w.done.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=STOP_WAIT_S)
+
+    # -- clocks -------------------------------------------------------------------
+
+    async def _exchange(self, w: _Worker) -> tuple[float, float, float]:
+        """One ping-pong: (sent, the worker's reading, received), on time.perf_counter of each side."""
+        self._ping += 1
+        n = self._ping
+        pong = w.pongs[n] = asyncio.get_running_loop().create_future()
+        sent = time.perf_counter()
+        w.link.send(ww.Ping(n=n))
+        try:
+            theirs = await asyncio.wait_for(pong, timeout=10.0)
+        finally:
+            w.pongs.pop(n, None)
+        return sent, theirs, time.perf_counter()
+
+    async def _set_clock(self, w: _Worker) -> float:
+        """The run's t = 0 on the worker's clock, from the exchange with the shortest round trip."""
+        best = min([await self._exchange(w) for _ in range(PINGS)], key=lambda x: x[2] - x[0])
+        sent, theirs, received = best
+        origin = getattr(self.clock, "origin", 0.0)
+        return origin + theirs - (sent + received) / 2
+
+    async def _measure(self, w: _Worker) -> None:
+        """Record how far the worker's run clock is from ours now, give or take half the round trip."""
+        if w.done.done():
+            return
+        try:
+            sent, theirs, received = await self._exchange(w)
+        except TimeoutError:
+            return  # a worker too busy to answer in 10 s: its lag reports say so
+        origin = getattr(self.clock, "origin", 0.0)
+        offset = (theirs - w.origin) - ((sent + received) / 2 - origin)
+        self.emit(ev.WorkerClock(t=self.clock(), worker=w.index, offset_s=offset, uncertainty_s=(received - sent) / 2))
+
+    async def _keep_clocks(self) -> None:
+        while True:
+            await asyncio.sleep(CLOCK_EVERY_S)
+            for w in self.workers:
+                await self._measure(w)
+
+    # -- what the workers say -----------------------------------------------------
+
+    def _on_line(self, w: _Worker, line: bytes) -> None:
+        try:
+            message = ww.decode_from_worker(line)
+        except Exception as e:  # noqa: BLE001 - one bad line is said, never the end of the run
+            self.emit(ev.Notice(t=self.clock(), level="error", message=f"worker {w.index}: unreadable line ({e})"))
+            return
+        if isinstance(message, ev.Event):
+            if isinstance(message, ev.RequestSent):
+                w.in_flight[(message.session, message.turn)] = None
+            elif isinstance(message, ev.TurnDone):
+                w.in_flight.pop((message.session, message.turn), None)
+            self.emit(message)
+        elif isinstance(message, ww.GateAfter):
+            self.gate.after(message.turn)
+        elif isinstance(message, ww.GateJoin):
+            w.live.add(message.session)
+            self.gate.join()
+        elif isinstance(message, ww.GateLeave):
+            if message.session in w.live:
+                w.live.discard(message.session)
+                self.gate.leave()
+        elif isinstance(message, ww.Pong):
+            pong = w.pongs.get(message.n)
+            if pong is not None and not pong.done():
+                pong.set_result(message.clock)
+        elif isinstance(message, ww.Hello):
+            if not w.hello.done():
+                w.hello.set_result(message)
+        elif isinstance(message, ww.WorkerDone):
+            self.failed |= message.failed
+            if not w.done.done():
+                w.done.set_result(None)
+
+    def _on_exit(self, w: _Worker, why: str) -> None:
+        """The worker's process is gone: if it had not finished, it was lost, and so are its turns in flight."""
+        if w.done.done() or self._closed:
+            return
+        tail = w.link.stderr_tail()
+        reason = why + (f": {tail}" if tail and "killed" not in why else "")
+        t = self.clock()
+        for session, turn in list(w.in_flight):
+            self.emit(ev.TurnDone(t=t, session=session, turn=turn, status="failed", error=LOST))
+        lost = sorted(w.live, key=lambda s: int(s[1:]) if s[1:].isdigit() else 0)
+        self.emit(ev.WorkerLost(t=t, worker=w.index, reason=reason, sessions=lost, turns_lost=len(w.in_flight)))
+        self.emit(
+            ev.Notice(
+                t=t,
+                level="error",
+                message=f"worker {w.index} lost ({reason}): {len(w.in_flight)} turns in flight failed, "
+                f"{len(lost)} sessions end ({', '.join(lost[:8])}{'…' if len(lost) > 8 else ''})",
+            )
+        )
+        w.in_flight.clear()
+        for _ in lost:
+            self.gate.leave()
+        w.live.clear()
+        self.failed = True
+        w.done.set_result(None)
+
+    def _gate_changed(self, turn: int) -> None:
+        """The run-wide barrier moved: every worker hears its counts."""
+        gate = self.gate
+        state = ww.GateState(
+            live=gate.live, turn=turn, finished=gate.finished(turn) if turn else 0, time_up=gate.time_up
+        )
+        for w in self.workers:
+            if not w.done.done():
+                w.link.send(state)

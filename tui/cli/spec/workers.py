@@ -1,0 +1,52 @@
+"""The flags that spread a run's sessions over driver processes (run, demo, sweep) and machines (run's shards)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rampwatch.tui.cli.argtypes import positive_int
+
+
+def add_worker_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--workers",
+        default="1",
+        metavar="N|auto",
+        help="drive the sessions from N worker processes behind this one (one recording, one UI, one report); "
+        "auto: one per core beyond the first (default 1: this process drives them)",
+    )
+    p.add_argument(
+        "--workers-restart",
+        action="store_true",
+        help="with --workers or --cluster: replace a worker that died; its sessions go on at their next turn "
+        "(default: they end, reported as lost)",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="ray|ray://HOST:PORT",
+        help="run the workers as Ray actors: ray starts a local Ray runtime, ray://HOST:PORT joins a running "
+        "cluster (needs the rampwatch[ray] extra)",
+    )
+    p.add_argument(
+        "--workers-per-node",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="with --cluster: worker actors on each node (default 1)",
+    )
+
+
+def add_shard_args(p: argparse.ArgumentParser) -> None:
+    """run's: one shard of a run that several rampwatch processes share without talking (a Kubernetes Indexed Job)."""
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only shard I (0-based) of N of a seeded run: sessions k with (k-1) mod N = I; with --seed "
+        "and --start-at, so the N shards are one run (merge them with report --merge)",
+    )
+    p.add_argument(
+        "--start-at",
+        metavar="TIME",
+        help="start the sessions at this wall-clock time, ISO 8601 (2026-12-03T20:00:00Z) or Unix seconds: "
+        "how separate shards start together",
+    )
