@@ -85,7 +85,7 @@ class ClientCheck:
         stamps.append((rec, times))
         while stamps[0][1][-1] < times[-1] - KEPT_S * self.k:
             stamps.popleft()
-        for by in {worker, None}:  # its own worker's windows, and a report of no worker's (it covers every turn)
+        for by in (worker, None) if worker is not None else (None,):  # its worker's, and no worker's (every turn's)
             for window in self._windows.get(by, ()):
                 self._judge(rec, times, window, by)
 
