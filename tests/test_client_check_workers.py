@@ -110,7 +110,7 @@ def test_the_report_gives_each_workers_lag_cpu_and_busy_turns():
     ) in lines
     assert (
         "client w1: lag worst 40.0 ms (its own work 12.5 ms), CPU 83% (peak 90% of a second); "
-        "1 turns client busy, 1 by its own work"
+        "1 turn client busy, 1 by its own work"
     ) in lines
     client = next(i for i, line in enumerate(lines) if line.startswith("client: "))
     assert lines[client].startswith("client: event-loop lag worst 40 ms")  # the run's worst, of any worker

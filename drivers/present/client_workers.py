@@ -24,5 +24,6 @@ def client_worker_line(w: ClientWorker) -> str:
         cpu = f"CPU {w.cpu_share:.0%}{peak}"
     else:
         cpu = "CPU not recorded"
-    busy = f"{w.busy_turns} turns client busy" + (f", {w.busy_own_turns} by its own work" if own else "")
+    busy = f"{w.busy_turns} turn{'' if w.busy_turns == 1 else 's'} client busy"
+    busy += f", {w.busy_own_turns} by its own work" if own else ""
     return f"client {name}: lag worst {w.lag_max_ms:.1f} ms{own}, {cpu}; {busy}"
