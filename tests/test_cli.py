@@ -100,9 +100,9 @@ GOODPUT_KEYS = {
 
 
 def documented_keys(block: str) -> set[str]:
-    """The keys docs/measurement.md's JSON schema lists for `"block": null | {...}`."""
+    """The keys docs/measurement.md's JSON schema lists for `"block": null | {...}` (or `null | [{...}]`)."""
     doc = (Path(__file__).parent.parent / "docs" / "measurement.md").read_text()
-    start = doc.index(f'"{block}": null | {{')
+    start = doc.index(f'"{block}": null | ')
     inner = doc[doc.index("{", start) + 1 : doc.index("}", start)]
     return {k.strip().strip('"') for k in inner.split(",") if k.strip()}
 
@@ -150,8 +150,11 @@ def test_report_json_schema(recorded):
         "goodput",
         "reuse",
         "affinity",
+        "client_workers",
     }
     assert rep["affinity"] is None  # one server: no turn's backend to tell
+    (loop,) = rep["client_workers"]  # one driver: its loop's lag and CPU, of no worker
+    assert set(loop) == documented_keys("client_workers") and loop["worker"] is None and loop["cpu_s"] >= 0
     assert set(rep["run"]) == {
         "schema",
         "rampwatch_version",
@@ -174,7 +177,7 @@ def test_report_json_schema(recorded):
         "time_scale",
         "trace",
     }
-    assert rep["run"]["schema"] == 8 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 9 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from rampwatch.drivers.model.affinity import Affinity, RunAffinity, run_affinity, session_affinity
+from rampwatch.drivers.model.client_check import ClientWorker, client_workers
 from rampwatch.drivers.model.deployment import router_workers
 from rampwatch.drivers.model.endpoints import EndpointView, is_router
 from rampwatch.drivers.model.events import Endpoint, PromptShape, TraceRun
@@ -23,7 +24,7 @@ from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow, turn_row
 from rampwatch.drivers.model.turns import TurnRecord
 
-REPORT_SCHEMA = 8  # the JSON report's schema (docs/measurement.md: "The JSON report"); bump on any change
+REPORT_SCHEMA = 9  # the JSON report's schema (docs/measurement.md: "The JSON report"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):
@@ -165,6 +166,8 @@ class Report(msgspec.Struct):
     goodput: Goodput | None = None  # --slo: the turns and conversations that met it (None: no SLO given)
     reuse: Reuse | None = None  # --trace: the prefix-cache reuse delivered against the trace's ideal (None: no trace)
     affinity: RunAffinity | None = None  # every session's stay on its backend (None: no turn's backend was told)
+    # Each driver loop's lag, CPU and busy turns (--workers N: one a worker; one driver: worker null); None: no lag
+    client_workers: list[ClientWorker] | None = None
 
 
 class SpanFigures(msgspec.Struct):
@@ -316,6 +319,7 @@ def build_report(state: RunState) -> Report:
         goodput=goodput(state),
         reuse=reuse(state),
         affinity=run_affinity(s.affinity for s in sessions),
+        client_workers=client_workers(state.client),
     )
 
 

@@ -193,7 +193,7 @@ class RunState:
         if rec is None:
             return
         rec.first_t = e.t
-        self.client.stamped(rec, [e.t])
+        self.client.stamped(rec, [e.t], s.worker)
         if not e.reasoning:
             rec.answer_t = e.t
         s.state = "reasoning" if e.reasoning else "decoding"
@@ -236,7 +236,7 @@ class RunState:
             for sp in self.sessions[sid].prefills_overlapping(lo, hi)
         ]
         add_gaps(rec, times, spans)
-        self.client.stamped(rec, times)
+        self.client.stamped(rec, times, s.worker)  # judged by its own worker's loop
         rec.chunks += len(times)
         s.chunks_arrived(times)
 

@@ -14,6 +14,7 @@ from rampwatch.drivers.model.gaps import GapStats
 from rampwatch.drivers.model.reuse import ReuseTally
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow
+from rampwatch.drivers.present.client_workers import client_worker_lines
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
 from rampwatch.drivers.present.routing import affinity_lines, move_note, router_lines
 from rampwatch.drivers.present.turn_text import REST_UNSPLIT, engine_timing_hint
@@ -111,6 +112,7 @@ def summary_lines(rep: Report) -> list[str]:
             f"client: {worst}; {busy} of {len(turns)} turns client busy{of_busy} "
             "(a stamp taken while it ran over 5 ms late)"
         )
+    lines += client_worker_lines(rep)  # --workers N: each worker's loop, its CPU and the turns it marked
     lines += open_loop_lines(rep)
     lines += reuse_lines(rep)
     lines += affinity_lines(rep) + router_lines(rep)

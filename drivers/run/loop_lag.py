@@ -10,11 +10,14 @@ off, and says whether the driver's own work (the CPU its process spent in the pa
 or the machine (the OS or a VM's host waking it late, or taking the core mid-pass; a disk wait, since the
 recording is written from this loop, reads the same). On any other loop (or clock, whose reads are not
 stamped at the loop's wakes) a late timer leaves a window from when it was due to a tick after it woke, all
-the driver's own."""
+the driver's own.
+Each report also says how much CPU the process spent over its second (time.process_time, every thread of the
+process), and, in a driver worker (--workers N), whose loop it was: that worker's windows mark only its turns."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from rampwatch.drivers.model import events as ev
@@ -30,8 +33,18 @@ REPORT_S = 1.0
 class LoopLagMonitor:
     """Emits one ClientLag a second: the lag's p50/p99/max and the windows in which the loop ran late."""
 
-    def __init__(self, emit: Callable[[ev.AnyEvent], None], clock: Callable[[], float], tick_s: float = TICK_S):
+    def __init__(
+        self,
+        emit: Callable[[ev.AnyEvent], None],
+        clock: Callable[[], float],
+        tick_s: float = TICK_S,
+        worker: int | None = None,
+        cpu: Callable[[], float] = time.process_time,
+    ):
         self.emit, self.clock, self.tick_s = emit, clock, tick_s
+        self.worker = worker  # the driver worker whose loop this watches (None: the run's one driver)
+        self.cpu = cpu  # the process's CPU seconds so far
+        self._cpu_since = cpu()  # at the last report (or when this was made)
         self._lags: list[float] = []
         self._max = 0.0
         self._own_max = 0.0
@@ -49,6 +62,7 @@ class LoopLagMonitor:
         self.split = self._loop is not None  # a second with no late wake is the driver's, 0 ms, too
         self._offset = -clock.origin if isinstance(clock, RunClock) else 0.0
         started = self._since = clock()
+        self._cpu_since = self.cpu()  # the CPU of its second from here, not the setup before
         due = started + self.tick_s
         while True:
             if self._loop is None:
@@ -113,6 +127,8 @@ class LoopLagMonitor:
         worst, own_max = self._max, self._own_max
         self._lags, self._busy, self._busy_own, self._max, self._own_max = [], [], [], 0.0, 0.0
         if lags or busy:  # a window noted since the last tick (the run's last) is kept too
+            cpu = self.cpu()
+            cpu_s, self._cpu_since = cpu - self._cpu_since, cpu  # since the last report: no second left out
             self.emit(
                 ev.ClientLag(
                     t=now,
@@ -122,6 +138,8 @@ class LoopLagMonitor:
                     busy=busy,
                     own_max_ms=1000 * own_max if self.split else None,
                     busy_own=own if self.split else [],
+                    worker=self.worker,
+                    cpu_s=cpu_s,
                 )
             )
 

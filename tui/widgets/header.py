@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from rampwatch.drivers.model.client_check import RecentLag
 from rampwatch.drivers.model.goodput import per_min
 from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.fmt import clock
 from rampwatch.tui.widgets.base import ChangingStatic
+
+
+def client_lag_text(lag: RecentLag) -> str:
+    """`client lag 12ms`; `(os)`: the machine woke the loop late, not its own work; `(w3, os)`: worker 3's loop,
+    the worst of several."""
+    whose = f"w{lag.worker}" if lag.worker is not None else ""
+    cause = ", ".join(c for c in (whose, "os" if lag.machines else "") if c)
+    return f"client lag {lag.ms:.0f}ms" + (f" ({cause})" if cause else "")
 
 
 def per_min_text(rate: float | None) -> str:
@@ -33,10 +42,9 @@ def header_text(state: RunState, now: float, mode: str, recording: str | None) -
         style="bold white on red" if alarm else "bold black on yellow" if "replay" in mode else "bold black on green",
     )
     t.append(f" {clock(now)} ", style="bold")
-    lag = state.client.lag_ms(now)
+    lag = state.client.recent_lag(now)
     if lag is not None:  # the driver's own stamps may be late by as much: said before anything else
-        cause = " (os)" if state.client.lag_is_machines() else ""  # the machine woke it late, not its own work
-        t.append(f" client lag {lag:.0f}ms{cause} ", style="bold black on yellow")
+        t.append(f" {client_lag_text(lag)} ", style="bold black on yellow")
     if h is not None:
         modes = [
             m
