@@ -37,7 +37,7 @@ from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.run_header import run_header
 from rampwatch.drivers.run.samplers import Samplers
 from rampwatch.drivers.run.session_maker import SessionMaker, conversation
-from rampwatch.drivers.run.shards import check_workers, sessions_of, seeded_salt
+from rampwatch.drivers.run.shards import check_workers, seeded_salt, sessions_of
 from rampwatch.drivers.run.stopping import stop_early, time_limit, wait_all
 from rampwatch.drivers.run.trace_run import TraceReplay
 from rampwatch.drivers.run.worker_wire import SessionPlan

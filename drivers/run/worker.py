@@ -119,7 +119,7 @@ class ShardDriver:
         self.flush()
 
     def emit(self, e: ev.AnyEvent) -> None:
-        if isinstance(e, ev.SessionPlanned | ev.ClientLag):
+        if isinstance(e, ev.SessionPlanned):
             e.worker = self.worker
         self.write_line(_encode(e))
 
@@ -170,7 +170,7 @@ class ShardDriver:
 
     async def _drive(self, maker: SessionMaker) -> bool:
         cfg, arrivals = self.cfg, self.arrivals
-        lag = LoopLagMonitor(self.emit, self.clock)
+        lag = LoopLagMonitor(self.emit, self.clock, worker=self.worker)
         background = [asyncio.create_task(lag.run()), asyncio.create_task(keep_survivors_frozen())]
         try:
             if arrivals is not None:
