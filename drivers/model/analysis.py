@@ -23,8 +23,9 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow, turn_row
 from rampwatch.drivers.model.turns import TurnRecord
+from rampwatch.drivers.model.workers import WorkerFigures, worker_figures
 
-REPORT_SCHEMA = 9  # the JSON report's schema (docs/measurement.md: "The JSON report"); bump on any change
+REPORT_SCHEMA = 10  # the JSON report's schema (docs/measurement.md: "The JSON report"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):
@@ -168,6 +169,7 @@ class Report(msgspec.Struct):
     affinity: RunAffinity | None = None  # every session's stay on its backend (None: no turn's backend was told)
     # Each driver loop's lag, CPU and busy turns (--workers N: one a worker; one driver: worker null); None: no lag
     client_workers: list[ClientWorker] | None = None
+    workers: list[WorkerFigures] | None = None  # --workers N, --cluster, merged shards: each worker (None: one driver)
 
 
 class SpanFigures(msgspec.Struct):
@@ -320,6 +322,7 @@ def build_report(state: RunState) -> Report:
         reuse=reuse(state),
         affinity=run_affinity(s.affinity for s in sessions),
         client_workers=client_workers(state.client),
+        workers=worker_figures(state.workers),
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from rampwatch.drivers.model import events as ev
 
 
@@ -54,3 +56,35 @@ class WorkerLedger:
     @property
     def lost_workers(self) -> list[ev.WorkerLost]:
         return [v.lost for v in self.by_id.values() if v.lost is not None]
+
+
+class WorkerFigures(msgspec.Struct):
+    """One driver worker in the report: where it ran, what it ran, how well its clock agreed, whether it was lost."""
+
+    worker: int
+    node: str
+    pid: int
+    sessions: list[str]
+    clock_offset_ms: float | None  # its worst |offset| + uncertainty over the run (None: not measured, a shard)
+    lost: str | None = None  # why it was lost (None: it finished)
+    lost_sessions: list[str] = []  # its sessions that ended with it
+    lost_turns: int = 0  # its turns in flight, recorded failed `worker lost`
+
+
+def worker_figures(ledger: WorkerLedger) -> list[WorkerFigures] | None:
+    """Every worker, in order; None for a run of one driver."""
+    if not ledger.by_id:
+        return None
+    return [
+        WorkerFigures(
+            worker=v.worker,
+            node=v.node,
+            pid=v.pid,
+            sessions=v.sessions,
+            clock_offset_ms=1000 * v.worst_offset_s if v.offset_s is not None else None,
+            lost=v.lost.reason if v.lost is not None else None,
+            lost_sessions=list(v.lost.sessions) if v.lost is not None else [],
+            lost_turns=v.lost.turns_lost if v.lost is not None else 0,
+        )
+        for _, v in sorted(ledger.by_id.items())
+    ]

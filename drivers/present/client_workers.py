@@ -1,5 +1,6 @@
-"""The client's check per driver worker (--workers N): each worker's loop lag, its CPU and the turns it marked,
-a line a worker under the report's `client:` line. A run of one driver has none: its `client:` line says all."""
+"""The driver workers (--workers N) in the report: each worker's loop lag, its CPU and the turns it marked, a line a
+worker under the report's `client:` line; where they ran, how well their clocks agreed, and any worker lost. A run
+of one driver has none: its `client:` line says all."""
 
 from __future__ import annotations
 
@@ -27,3 +28,27 @@ def client_worker_line(w: ClientWorker) -> str:
     busy = f"{w.busy_turns} turn{'' if w.busy_turns == 1 else 's'} client busy"
     busy += f", {w.busy_own_turns} by its own work" if own else ""
     return f"client {name}: lag worst {w.lag_max_ms:.1f} ms{own}, {cpu}; {busy}"
+
+
+def worker_lines(rep: Report) -> list[str]:
+    """`workers: 2 (w0 on gpu-a: 32 sessions, w1 on gpu-b: 32 sessions); clocks agree within 0.4 ms`, and a line
+    for each worker lost: what it had in flight and which sessions ended with it."""
+    workers = rep.workers or []
+    if not workers:
+        return []
+    where = ", ".join(f"w{w.worker}{f' on {w.node}' if w.node else ''}: {len(w.sessions)} sessions" for w in workers)
+    offsets = [w.clock_offset_ms for w in workers if w.clock_offset_ms is not None]
+    clocks = (
+        f"; clocks agree within {max(offsets):.1f} ms (figures across workers carry it)"
+        if offsets
+        else "; clocks not measured (shards: as good as their hosts' wall clocks)"
+    )
+    lines = [f"workers: {len(workers)} ({where}){clocks}"]
+    for w in workers:
+        if w.lost is not None:
+            ended = ", ".join(w.lost_sessions) or "none"
+            lines.append(
+                f"worker w{w.worker} LOST ({w.lost}): {w.lost_turns} turn{'' if w.lost_turns == 1 else 's'} in flight "
+                f"failed as `worker lost`; sessions that ended with it: {ended}"
+            )
+    return lines

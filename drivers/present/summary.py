@@ -14,7 +14,7 @@ from rampwatch.drivers.model.gaps import GapStats
 from rampwatch.drivers.model.reuse import ReuseTally
 from rampwatch.drivers.model.stats import median
 from rampwatch.drivers.model.turn_row import TurnRow
-from rampwatch.drivers.present.client_workers import client_worker_lines
+from rampwatch.drivers.present.client_workers import client_worker_lines, worker_lines
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
 from rampwatch.drivers.present.routing import affinity_lines, move_note, router_lines
 from rampwatch.drivers.present.turn_text import REST_UNSPLIT, engine_timing_hint
@@ -113,6 +113,7 @@ def summary_lines(rep: Report) -> list[str]:
             "(a stamp taken while it ran over 5 ms late)"
         )
     lines += client_worker_lines(rep)  # --workers N: each worker's loop, its CPU and the turns it marked
+    lines += worker_lines(rep)  # ... where they ran, their clocks, any worker lost
     lines += open_loop_lines(rep)
     lines += reuse_lines(rep)
     lines += affinity_lines(rep) + router_lines(rep)

@@ -189,14 +189,13 @@ class WorkerPool:
                 raise RuntimeError(f"worker {w.index} did not start" + (f": {tail}" if tail else ""))
         for w in self.workers:
             w.origin = await self._set_clock(w)
-        arrivals = self.arrivals()
-        for w in self.workers:
             hello = w.hello.result()
-            w.link.send(ww.Begin(origin=w.origin, arrivals=arrivals))
             names = [f"s{k}" for k in w.sessions]
             self.emit(ev.WorkerStarted(t=self.clock(), worker=w.index, pid=hello.pid, node=hello.node, sessions=names))
+            await self._measure(w)  # while it is idle: the clock as set, before its sessions load it
+        arrivals = self.arrivals()
         for w in self.workers:
-            await self._measure(w)
+            w.link.send(ww.Begin(origin=w.origin, arrivals=arrivals))
 
     async def _stop(self) -> None:
         """Tell every worker to cancel its turns and finish; kill what has not within STOP_WAIT_S."""
@@ -232,10 +231,11 @@ class WorkerPool:
         """Record how far the worker's run clock is from ours now, give or take half the round trip."""
         if w.done.done():
             return
-        try:
-            sent, theirs, received = await self._exchange(w)
+        try:  # the best of three: a round trip that met a busy loop says little
+            exchanges = [await self._exchange(w) for _ in range(3)]
         except TimeoutError:
             return  # a worker too busy to answer in 10 s: its lag reports say so
+        sent, theirs, received = min(exchanges, key=lambda x: x[2] - x[0])
         origin = getattr(self.clock, "origin", 0.0)
         offset = (theirs - w.origin) - ((sent + received) / 2 - origin)
         self.emit(ev.WorkerClock(t=self.clock(), worker=w.index, offset_s=offset, uncertainty_s=(received - sent) / 2))
