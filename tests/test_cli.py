@@ -151,7 +151,9 @@ def test_report_json_schema(recorded):
         "reuse",
         "affinity",
         "client_workers",
+        "workers",
     }
+    assert rep["workers"] is None  # one driver: no workers to list
     assert rep["affinity"] is None  # one server: no turn's backend to tell
     (loop,) = rep["client_workers"]  # one driver: its loop's lag and CPU, of no worker
     assert set(loop) == documented_keys("client_workers") and loop["worker"] is None and loop["cpu_s"] >= 0
@@ -177,7 +179,7 @@ def test_report_json_schema(recorded):
         "time_scale",
         "trace",
     }
-    assert rep["run"]["schema"] == 9 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 10 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",

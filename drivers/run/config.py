@@ -98,7 +98,6 @@ class RunConfig:
     # --trace: the sessions, their turns, sizes and due times come from this trace (drivers/run/trace_run.py)
     trace: TraceOptions | None = None
     workers: int = 1  # --workers: driver processes running the sessions behind this one (1: this one runs them)
-    workers_restart: bool = False  # --workers-restart: a lost worker is replaced, its sessions go on
     cluster: str | None = None  # --cluster ray[://HOST:PORT]: the workers are Ray actors over the cluster's nodes
     workers_per_node: int = 1  # --workers-per-node: with --cluster, actors on each node
     shard: tuple[int, int] | None = None  # --shard I/N: run only shard I of N of a seeded run (drivers/run/shards.py)

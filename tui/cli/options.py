@@ -240,7 +240,7 @@ def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """--workers, --workers-restart, --cluster, --workers-per-node and (run's) --shard and --start-at, checked."""
+    """--workers, --cluster, --workers-per-node and (run's) --shard and --start-at, checked."""
     workers = parse_workers(args.workers)
     if args.cluster is not None:
         if args.cluster != "ray" and not args.cluster.startswith("ray://"):
@@ -250,15 +250,12 @@ def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
     elif args.workers_per_node != 1:
         raise BadInput("--workers-per-node places workers on a cluster's nodes: it needs --cluster")
     distributed = workers > 1 or args.cluster is not None
-    if args.workers_restart and not distributed:
-        raise BadInput("--workers-restart replaces a lost worker: it needs --workers N (N > 1) or --cluster")
     shard = parse_shard(args.shard) if getattr(args, "shard", None) else None
     start_at = parse_start_at(args.start_at) if getattr(args, "start_at", None) else None
     if shard is not None and distributed:
         raise BadInput("--shard is one process's part of a run: not with --workers or --cluster")
     return dict(
         workers=workers,
-        workers_restart=args.workers_restart,
         cluster=args.cluster,
         workers_per_node=args.workers_per_node,
         shard=shard,

@@ -16,12 +16,6 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
         "auto: one per core beyond the first (default 1: this process drives them)",
     )
     p.add_argument(
-        "--workers-restart",
-        action="store_true",
-        help="with --workers or --cluster: replace a worker that died; its sessions go on at their next turn "
-        "(default: they end, reported as lost)",
-    )
-    p.add_argument(
         "--cluster",
         metavar="ray|ray://HOST:PORT",
         help="run the workers as Ray actors: ray starts a local Ray runtime, ray://HOST:PORT joins a running "
