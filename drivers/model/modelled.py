@@ -1,6 +1,8 @@
-"""The modelled clock: a demo's simulated engine runs `time_scale` times faster than the engine it models, so
-its recording's times (wall clock, kept raw) are read multiplied by that factor. RunState applies this to every
-event it folds, the one place, so the live UI, replay and report all show the seed's units alike."""
+"""The times events carry, read on another clock: a demo's simulated engine runs `time_scale` times faster than
+the engine it models, so its recording's times (wall clock, kept raw) are read multiplied by that factor
+(`modelled`); a shard's recording starts its own clock, so a merge of shards moves each one's times onto the
+earliest shard's (`shifted`). RunState applies the factor to every event it folds, the one place, so the live
+UI, replay and report all show the seed's units alike."""
 
 from __future__ import annotations
 
@@ -8,12 +10,16 @@ import msgspec
 
 from rampwatch.drivers.model import events as ev
 
-# Each event kind's times and durations besides `t` (the engine's measured in its sped-up time).
-_TIMES: dict[type, tuple[str, ...]] = {
-    ev.TurnDone: ("engine_prefill_s", "queued_s", "engine_decode_s", "prefill_leg_s"),
-    ev.EngineSpan: ("queued_s", "prefill_s", "ttft_s", "decode_s", "e2e_s"),
+# Each event kind's instants on the run clock besides `t` (TokenTimes' times and ClientLag's busy windows are
+# lists, handled in the functions): scaled with a sped-up engine, shifted with a shard's start.
+_INSTANTS: dict[type, tuple[str, ...]] = {
     ev.SessionPlanned: ("arrival",),
     ev.RequestSent: ("due",),
+}
+# ... and its durations (the engine's measured in its sped-up time): scaled, never shifted.
+_DURATIONS: dict[type, tuple[str, ...]] = {
+    ev.TurnDone: ("engine_prefill_s", "queued_s", "engine_decode_s", "prefill_leg_s"),
+    ev.EngineSpan: ("queued_s", "prefill_s", "ttft_s", "decode_s", "e2e_s"),
     ev.UserPause: ("seconds",),
 }
 
@@ -37,8 +43,23 @@ def modelled(e: ev.AnyEvent, k: float) -> ev.AnyEvent:
         changes["times"] = [t * k for t in e.times]
     elif isinstance(e, ev.ClientLag):
         changes["busy"] = [(a * k, b * k) for a, b in e.busy]
-    for name in _TIMES.get(type(e), ()):
+    for name in (*_INSTANTS.get(type(e), ()), *_DURATIONS.get(type(e), ())):
         value = getattr(e, name)
         if value is not None:
             changes[name] = value * k
+    return msgspec.structs.replace(e, **changes)
+
+
+def shifted(e: ev.AnyEvent, dt: float, **changes: object) -> ev.AnyEvent:
+    """`e` with its instants on the run clock moved `dt` seconds later (its durations as they were), and
+    `changes` made too: a copy, for a merged shard whose clock started `dt` after the earliest one's."""
+    changes["t"] = e.t + dt
+    if isinstance(e, ev.TokenTimes):
+        changes["times"] = [t + dt for t in e.times]
+    elif isinstance(e, ev.ClientLag):
+        changes["busy"] = [(a + dt, b + dt) for a, b in e.busy]
+    for name in _INSTANTS.get(type(e), ()):
+        value = getattr(e, name)
+        if value is not None:
+            changes[name] = value + dt
     return msgspec.structs.replace(e, **changes)

@@ -1,5 +1,5 @@
-"""`rampwatch export`: a recording as a self-contained HTML page and/or an SVG; an open-loop sweep's capacity
-curve; the Grafana dashboard."""
+"""`rampwatch export`: a recording (or a run's shards merged) as a self-contained HTML page and/or an SVG; an
+open-loop sweep's capacity curve; the Grafana dashboard."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rampwatch.drivers.present.sweep_table import render_capacity
 from rampwatch.drivers.run.config import BadInput
 from rampwatch.drivers.run.sweep import SweepFile, read_sweep_file
 from rampwatch.tui.cli.errors import fail
-from rampwatch.tui.cli.files import load_state, write_file
+from rampwatch.tui.cli.files import load_run, load_state, write_file
 
 # Shipped beside the UI (package data of rampwatch.tui).
 GRAFANA_DASHBOARD = Path(__file__).resolve().parents[1] / "grafana-dashboard.json"
@@ -24,16 +24,16 @@ GRAFANA_DASHBOARD = Path(__file__).resolve().parents[1] / "grafana-dashboard.jso
 def execute(args: argparse.Namespace, argv: list[str]) -> int:
     if args.grafana_dashboard:
         code = write_file(args.grafana_dashboard, GRAFANA_DASHBOARD.read_text())
-        if code or args.path is None:
+        if code or (args.path is None and not args.merge):
             return code
-    if args.path is None:
-        return fail("export needs a recording (RUN), or --grafana-dashboard OUT")
+    if args.path is None and not args.merge:
+        return fail("export needs a recording (RUN), --merge PART... (a run's shards) or --grafana-dashboard OUT")
     if not args.html and not args.svg:
         return fail("export needs --html OUT and/or --svg OUT")
-    sweep = read_sweep_file(args.path)
+    sweep = read_sweep_file(args.path) if args.path is not None and not args.merge else None
     if sweep is not None:
         return export_capacity(args, sweep)
-    state = load_state(args.path, args.skip_bad_lines)
+    state = load_run(args.path, args.merge, args.skip_bad_lines, "export")
     code = 0
     if args.html:
         code = code or write_file(args.html, picture.run_html(state, summary_lines(build_report(state))))

@@ -1,4 +1,5 @@
-"""`rampwatch report`: the per-turn tables of a recording, as the live run printed them."""
+"""`rampwatch report`: the per-turn tables of a recording (or of a run's shards merged), as the live run printed
+them."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import sys
 
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.present.report import render
-from rampwatch.tui.cli.files import load_state
+from rampwatch.tui.cli.files import load_run
 
 
 def execute(args: argparse.Namespace, argv: list[str]) -> int:
-    sys.stdout.write(render(build_report(load_state(args.path, args.skip_bad_lines)), args.format))
+    state = load_run(args.path, args.merge, args.skip_bad_lines, "report")
+    sys.stdout.write(render(build_report(state), args.format))
     return 0

@@ -13,6 +13,24 @@ def add_skip_bad_lines_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-bad-lines", action="store_true", help="read past corrupt lines instead of stopping")
 
 
+def add_merge_arg(p: argparse.ArgumentParser, many: bool = False) -> None:
+    """--merge PART...: the recordings of one run's shards (run --shard I/N), read as that one run."""
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        action="append" if many else "store",
+        default=[] if many else None,
+        metavar="PART",
+        help=(
+            "one more run, merged from the recordings of its shards (run --shard I/N; repeatable: one --merge per run, "
+            "its column after the RUNs)"
+            if many
+            else "the run, merged from the recordings of its shards (run --shard I/N), instead of a recording"
+        ),
+    )
+
+
 def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", type=Path, metavar="PATH", help="the recording (.jsonl) to replay")
     p.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed, 0.25 to 64 (default 1)")
@@ -31,10 +49,11 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "paths",
         type=Path,
-        nargs="+",
+        nargs="*",
         metavar="RUN",
         help="recordings (.jsonl) or sweep files (.sweep.json), in the order their columns appear",
     )
+    add_merge_arg(p, many=True)
     p.add_argument("--format", choices=FORMATS, default="table", help="table (default), md, csv or json")
     p.add_argument(
         "--baseline", metavar="RUN", help="the run the per-turn ratios divide by: its path or label (default the first)"
@@ -60,6 +79,7 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
         nargs="?",
         help="the recording (.jsonl) to draw, or an open-loop sweep's file (.sweep.json): its capacity curve",
     )
+    add_merge_arg(p)
     p.add_argument(
         "--grafana-dashboard",
         type=Path,
@@ -79,6 +99,9 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", type=Path, metavar="PATH", help="the recording (.jsonl) to tabulate")
+    p.add_argument(
+        "path", type=Path, metavar="PATH", nargs="?", help="the recording (.jsonl) to tabulate (or --merge PART...)"
+    )
+    add_merge_arg(p)
     p.add_argument("--format", choices=FORMATS, default="table", help="table (default), md, csv or json")
     add_skip_bad_lines_arg(p)

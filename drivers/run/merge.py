@@ -1,0 +1,160 @@
+"""--merge: the recordings of a run's shards (run --shard I/N, each its own process, often its own machine) read
+as the one run they are: one header, one stream of events in time order, which every reader (the fold, report,
+compare, export) takes as it takes a single recording.
+
+Each shard's clock starts at its header's `started_at`; its times are moved onto the earliest shard's clock by
+the difference of those wall-clock starts, so per-turn figures (one shard's clock each) are exact and orderings
+across shards are as good as the machines' clocks agree (NTP), which a recording cannot tell."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+
+import msgspec
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.modelled import shifted
+from rampwatch.drivers.run.config import BadInput
+from rampwatch.drivers.run.recording import Recording
+
+# What the servers said: every shard scraped the same servers and GPUs, so only one shard's are kept (two shards'
+# samples of one counter, interleaved on clocks that differ, would count its growth twice and zig-zag).
+SERVER_SIDE = (ev.MetricsSample, ev.MetricsError, ev.GpuSample, ev.GpuUnavailable)
+
+# How bad a way to end is: the merged run ended the worst way any of its shards did.
+_WORST = ("done", "time-limit", "saturated", "failed", "interrupted", "crashed")
+
+
+class Merged(msgspec.Struct):
+    recording: Recording  # the one run: its header says which parts it was merged from
+    notes: list[str]  # what the reader should be told (a shard missing, a shard that did not end)
+
+
+def _start(path: str, header: ev.Header) -> datetime:
+    try:
+        return datetime.fromisoformat(header.started_at)
+    except ValueError:
+        raise BadInput(
+            f"{path}: its header has no start time ({header.started_at!r}): cannot put it on the other shards' clock"
+        ) from None
+
+
+def check_shards(parts: list[tuple[str, Recording]]) -> None:
+    """BadInput, in one line, unless `parts` are distinct shards of one run: each recorded with --shard, all of
+    the same N, salt and seed, no shard and no session twice."""
+    if not parts:
+        raise BadInput("--merge needs the shard recordings of one run (run --shard I/N)")
+    first_path, first = parts[0][0], parts[0][1].header
+    by_shard: dict[int, str] = {}
+    by_session: dict[str, str] = {}
+    for path, rec in parts:
+        h = rec.header
+        if h.shard is None:
+            raise BadInput(f"{path}: not a shard (recorded without --shard I/N); --merge reads the shards of one run")
+        i, n = h.shard
+        if first.shard is not None and n != first.shard[1]:
+            raise BadInput(
+                f"not shards of one run: {path} is shard {i}/{n}, {first_path} shard {first.shard[0]}/{first.shard[1]}"
+            )
+        if h.salt != first.salt or h.seed != first.seed:
+            raise BadInput(
+                f"not shards of one run: {path} has salt {h.salt or '-'} (seed {h.seed}), "
+                f"{first_path} salt {first.salt or '-'} (seed {first.seed})"
+            )
+        if i in by_shard:
+            raise BadInput(f"{by_shard[i]} and {path} are both shard {i}/{n}: give each shard once")
+        by_shard[i] = path
+        _start(path, h)
+        for e in rec.events:
+            if isinstance(e, ev.SessionPlanned):
+                if by_session.get(e.session, path) != path:
+                    raise BadInput(
+                        f"not shards of one run: session {e.session} is in {by_session[e.session]} and {path}"
+                    )
+                by_session[e.session] = path
+
+
+def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
+    """The one run that shard recordings `parts` (path, recording) make; BadInput where they are not one run's.
+    Shards may be missing (a pod that failed): the run is what the others recorded, and a note says so."""
+    check_shards(parts)
+    parts = sorted(parts, key=lambda p: p[1].header.shard or (0, 0))
+    starts = [_start(path, rec.header) for path, rec in parts]
+    origin = min(starts)
+    shifts = [(s - origin).total_seconds() for s in starts]
+    # The servers' side from one shard: the lowest that has any.
+    server_part = next(
+        (k for k, (_, rec) in enumerate(parts) if any(isinstance(e, SERVER_SIDE) for e in rec.events)), None
+    )
+    streams: list[Iterator[ev.AnyEvent]] = []
+    ends: list[tuple[int, ev.RunEnded]] = []
+    for k, ((_, rec), dt) in enumerate(zip(parts, shifts)):
+        shard = rec.header.shard
+        assert shard is not None  # check_shards
+        end = next((e for e in reversed(rec.events) if isinstance(e, ev.RunEnded)), None)
+        if end is not None:
+            ends.append((shard[0], msgspec.structs.replace(end, t=end.t + dt)))
+        streams.append(_part_events(rec, shard[0], dt, keep_servers=k == server_part))
+    first = parts[0][1].header
+    n = first.shard[1] if first.shard is not None else len(parts)
+    present = [rec.header.shard[0] for _, rec in parts if rec.header.shard is not None]
+    notes: list[str] = []
+    missing = [i for i in range(n) if i not in present]
+    if missing:
+        notes.append(
+            f"merged shards {','.join(map(str, present))} of {n} ({len(missing)} missing: shard "
+            f"{','.join(map(str, missing))}); the run is what the others recorded"
+        )
+    ended = {i for i, _ in ends}
+    unended = [i for i in present if i not in ended]
+    if unended:
+        notes.append(
+            f"shard {','.join(map(str, unended))} of {n} has no end (killed, or still running): the merged run has "
+            "none either"
+        )
+    header = msgspec.structs.replace(
+        first,
+        shard=None,
+        started_at=parts[starts.index(origin)][1].header.started_at,
+        sessions=sum(rec.header.sessions for _, rec in parts),
+        workers=len(parts),
+        merged_from=[path for path, _ in parts],
+    )
+    events: list[ev.AnyEvent] = [ev.Notice(t=0.0, level="warn", message=notes[0])] if missing else []
+    events += heapq.merge(*streams, key=lambda e: e.t)
+    if ends and not unended:
+        events.append(_worst_end(ends, n))
+    truncated = any(rec.truncated_tail for _, rec in parts)
+    return Merged(recording=Recording(header=header, events=events, truncated_tail=truncated), notes=notes)
+
+
+def _part_events(rec: Recording, shard: int, dt: float, keep_servers: bool) -> Iterator[ev.AnyEvent]:
+    """One shard's events on the merged clock, in its own order: its sessions and its loop's lag tagged with the
+    shard as their worker, a WorkerStarted first (the shard as a worker, on the host it ran on); its end left for
+    the merged one, and the servers' side left out unless this is the shard they are kept from."""
+    sessions = [e.session for e in rec.events if isinstance(e, ev.SessionPlanned)]
+    yield ev.WorkerStarted(t=dt, worker=shard, pid=0, node=rec.header.host, sessions=sessions)
+    for e in rec.events:
+        if isinstance(e, ev.RunEnded) or (not keep_servers and isinstance(e, SERVER_SIDE)):
+            continue
+        if isinstance(e, ev.SessionPlanned | ev.ClientLag) and e.worker is None:
+            yield shifted(e, dt, worker=shard)
+        else:
+            yield shifted(e, dt)
+
+
+def _worst_end(ends: list[tuple[int, ev.RunEnded]], n: int) -> ev.RunEnded:
+    """One end for the merged run: the worst status any shard ended with (its exit code and error, the shard
+    named), at the latest shard's end."""
+    shard, worst = max(ends, key=lambda se: _WORST.index(se[1].status) if se[1].status in _WORST else len(_WORST))
+    error = f"shard {shard}/{n}: {worst.error}" if worst.error else None
+    return ev.RunEnded(t=max(e.t for _, e in ends), status=worst.status, exit_code=worst.exit_code, error=error)
+
+
+def read_shards(paths: list[Path], read: Callable[[Path], Recording]) -> Merged:
+    """The shard recordings at `paths`, each read by `read(path)` (read_recording, or a reader that notes what it
+    skipped), merged."""
+    return merge_shards([(str(p), read(p)) for p in paths])
