@@ -74,7 +74,6 @@ def split(rec: Recording, n: int = SHARDS, earlier: list[float] = EARLIER_S, sal
             shard=(i, n),
             seed=7,
             salt=salt or rec.header.salt,
-            sessions=sum(isinstance(e, ev.SessionPlanned) and e.role == "ramp" for e in events),
             started_at=(started - timedelta(seconds=earlier[i])).isoformat(timespec="milliseconds"),
         )
         out.append(Recording(header=header, events=[modelled.shifted(e, earlier[i]) for e in events]))
@@ -171,8 +170,9 @@ def test_the_merged_stream(whole):
     assert sorted(state.workers.by_id) == [0, 1, 2] and state.workers.clock_uncertainty_s is None
 
 
-def open_loop_shard(i: int, ttfts: list[float], salt: str = "x") -> Recording:
-    """Shard i of 2 of an open-loop run: one session a turn, each turn's TTFT given (4096 new tokens each)."""
+def open_loop_shard(i: int, ttfts: list[float], salt: str = "x", sessions: int = 5) -> Recording:
+    """Shard i of 2 of an open-loop run of `sessions`: one session a turn, each turn's TTFT given (4096 new tokens
+    each)."""
     header = ev.Header(
         rampwatch_version="t",
         command=["rampwatch"],
@@ -180,7 +180,7 @@ def open_loop_shard(i: int, ttfts: list[float], salt: str = "x") -> Recording:
         server="http://s",
         model="m",
         engine="vllm",
-        sessions=len(ttfts),
+        sessions=sessions,
         salt=salt,
         seed=7,
         arrivals_per_s=1.0,
@@ -236,11 +236,34 @@ def test_the_worst_end_and_a_missing_shard():
     assert end.t == 100.0 and merged.notes == []  # a's end; b's (its clock started 1 s later) was at 91 s
     alone = merge_shards([("b.jsonl", open_loop_shard(1, [2.0]))])
     assert alone.notes == ["merged shards 1 of 2 (1 missing: shard 0); the run is what the others recorded"]
-    assert isinstance(alone.recording.events[0], ev.Notice) and alone.recording.header.sessions == 1
+    assert isinstance(alone.recording.events[0], ev.Notice) and alone.recording.header.sessions == 5  # the run's
     b.events.pop()
     unended = merge_shards([("a.jsonl", a), ("b.jsonl", b)])
     assert not any(isinstance(e, ev.RunEnded) for e in unended.recording.events)
     assert unended.notes == ["shard 1 of 2 has no end (killed, or still running): the merged run has none either"]
+
+
+def test_one_baseline_a_run():
+    """--one-shot: every shard ran the baseline (none knows it is not alone); the lowest shard's is the run's, the
+    others' are left out, and said."""
+
+    def with_baseline(rec: Recording, ttft: float) -> Recording:
+        t = 50.0
+        baseline = [
+            ev.SessionPlanned(t=t, session="one-shot", schedule=[4096], salt="z", role="one-shot"),
+            ev.RequestSent(t=t, session="one-shot", turn=1, target_tokens=4096, new_tokens_est=4096, body_bytes=1),
+            ev.FirstToken(t=t + ttft, session="one-shot", turn=1),
+            ev.TurnDone(t=t + ttft, session="one-shot", turn=1, status="ok", prompt_tokens=4096, completion_tokens=1),
+        ]
+        return msgspec.structs.replace(rec, events=baseline + rec.events)
+
+    a, b = with_baseline(open_loop_shard(0, [1.0]), 4.0), with_baseline(open_loop_shard(1, [2.0]), 9.0)
+    merged = merge_shards([("b.jsonl", b), ("a.jsonl", a)])
+    assert merged.notes == ["shard 1 also ran the one-shot baseline: shard 0's is the run's, theirs are left out"]
+    done = [e for e in merged.recording.events if isinstance(e, ev.TurnDone) and e.session == "one-shot"]
+    assert [e.t for e in done] == [54.0]
+    started = {e.worker: e.sessions for e in merged.recording.events if isinstance(e, ev.WorkerStarted)}
+    assert started == {0: ["one-shot", "s1"], 1: ["s2"]}
 
 
 def test_what_is_not_one_runs_shards_is_refused():
@@ -249,6 +272,7 @@ def test_what_is_not_one_runs_shards_is_refused():
         ([a, msgspec.structs.replace(b, header=msgspec.structs.replace(b.header, shard=None))], "not a shard"),
         ([a, msgspec.structs.replace(b, header=msgspec.structs.replace(b.header, shard=(1, 3)))], "is shard 1/3"),
         ([a, open_loop_shard(1, [2.0], salt="y")], "has salt y"),
+        ([a, open_loop_shard(1, [2.0], sessions=6)], "is of a run of 6 sessions"),
         ([a, a], "are both shard 0/2"),
         ([a, msgspec.structs.replace(b, events=a.events)], "session s1 is in"),
         ([a, msgspec.structs.replace(b, header=msgspec.structs.replace(b.header, started_at=""))], "no start time"),
@@ -282,7 +306,7 @@ def test_a_missing_shard_is_reported_with_a_note(whole, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "merged shards 0,2 of 3 (1 missing: shard 1)" in p.stderr
     rep = json.loads(p.stdout)
-    assert [s["id"] for s in rep["sessions"]] == ["s1", "s3"] and rep["run"]["sessions"] == 2
+    assert [s["id"] for s in rep["sessions"]] == ["s1", "s3"] and rep["run"]["sessions"] == 2  # those recorded
 
 
 def test_compare_and_export_read_a_merged_run(whole, tmp_path):

@@ -44,7 +44,8 @@ def _start(path: str, header: ev.Header) -> datetime:
 
 def check_shards(parts: list[tuple[str, Recording]]) -> None:
     """BadInput, in one line, unless `parts` are distinct shards of one run: each recorded with --shard, all of
-    the same N, salt and seed, no shard and no session twice."""
+    the same N, salt, seed and sessions, no shard and no ramp session twice (each shard runs its own one-shot
+    baseline: see merge_shards)."""
     if not parts:
         raise BadInput("--merge needs the shard recordings of one run (run --shard I/N)")
     first_path, first = parts[0][0], parts[0][1].header
@@ -64,12 +65,16 @@ def check_shards(parts: list[tuple[str, Recording]]) -> None:
                 f"not shards of one run: {path} has salt {h.salt or '-'} (seed {h.seed}), "
                 f"{first_path} salt {first.salt or '-'} (seed {first.seed})"
             )
+        if h.sessions != first.sessions:
+            raise BadInput(
+                f"not shards of one run: {path} is of a run of {h.sessions} sessions, {first_path} of {first.sessions}"
+            )
         if i in by_shard:
             raise BadInput(f"{by_shard[i]} and {path} are both shard {i}/{n}: give each shard once")
         by_shard[i] = path
         _start(path, h)
         for e in rec.events:
-            if isinstance(e, ev.SessionPlanned):
+            if isinstance(e, ev.SessionPlanned) and e.role == "ramp":
                 if by_session.get(e.session, path) != path:
                     raise BadInput(
                         f"not shards of one run: session {e.session} is in {by_session[e.session]} and {path}"
@@ -89,6 +94,10 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
     server_part = next(
         (k for k, (_, rec) in enumerate(parts) if any(isinstance(e, SERVER_SIDE) for e in rec.events)), None
     )
+    # Every shard runs the one-shot baseline (--one-shot; none knows it is not alone): the lowest shard's is the
+    # run's, the others' are left out (and said).
+    baselines = [_baselines(rec) for _, rec in parts]
+    baseline_part = next((k for k, ids in enumerate(baselines) if ids), None)
     streams: list[Iterator[ev.AnyEvent]] = []
     ends: list[tuple[int, ev.RunEnded]] = []
     for k, ((_, rec), dt) in enumerate(zip(parts, shifts)):
@@ -97,16 +106,23 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
         end = next((e for e in reversed(rec.events) if isinstance(e, ev.RunEnded)), None)
         if end is not None:
             ends.append((shard[0], msgspec.structs.replace(end, t=end.t + dt)))
-        streams.append(_part_events(rec, shard[0], dt, keep_servers=k == server_part))
+        drop = baselines[k] if k != baseline_part else set()
+        streams.append(_part_events(rec, shard[0], dt, keep_servers=k == server_part, drop_sessions=drop))
     first = parts[0][1].header
     n = first.shard[1] if first.shard is not None else len(parts)
-    present = [rec.header.shard[0] for _, rec in parts if rec.header.shard is not None]
+    present = [shard_of(rec) for _, rec in parts]
     notes: list[str] = []
     missing = [i for i in range(n) if i not in present]
     if missing:
         notes.append(
             f"merged shards {','.join(map(str, present))} of {n} ({len(missing)} missing: shard "
             f"{','.join(map(str, missing))}); the run is what the others recorded"
+        )
+    extra = [shard_of(rec) for k, (_, rec) in enumerate(parts) if baselines[k] and k != baseline_part]
+    if baseline_part is not None and extra:
+        notes.append(
+            f"shard {','.join(map(str, extra))} also ran the one-shot baseline: shard "
+            f"{shard_of(parts[baseline_part][1])}'s is the run's, theirs are left out"
         )
     ended = {i for i, _ in ends}
     unended = [i for i in present if i not in ended]
@@ -119,7 +135,7 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
         first,
         shard=None,
         started_at=parts[starts.index(origin)][1].header.started_at,
-        sessions=sum(rec.header.sessions for _, rec in parts),
+        sessions=first.sessions,  # every shard's header says the run's (check_shards)
         workers=len(parts),
         merged_from=[path for path, _ in parts],
     )
@@ -131,14 +147,28 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
     return Merged(recording=Recording(header=header, events=events, truncated_tail=truncated), notes=notes)
 
 
-def _part_events(rec: Recording, shard: int, dt: float, keep_servers: bool) -> Iterator[ev.AnyEvent]:
+def shard_of(rec: Recording) -> int:
+    return rec.header.shard[0] if rec.header.shard is not None else 0
+
+
+def _baselines(rec: Recording) -> set[str]:
+    """The one-shot baseline sessions a recording planned."""
+    return {e.session for e in rec.events if isinstance(e, ev.SessionPlanned) and e.role == "one-shot"}
+
+
+def _part_events(
+    rec: Recording, shard: int, dt: float, keep_servers: bool, drop_sessions: set[str]
+) -> Iterator[ev.AnyEvent]:
     """One shard's events on the merged clock, in its own order: its sessions and its loop's lag tagged with the
     shard as their worker, a WorkerStarted first (the shard as a worker, on the host it ran on); its end left for
-    the merged one, and the servers' side left out unless this is the shard they are kept from."""
-    sessions = [e.session for e in rec.events if isinstance(e, ev.SessionPlanned)]
+    the merged one, the servers' side left out unless this is the shard they are kept from, and the sessions of
+    `drop_sessions` left out."""
+    sessions = [e.session for e in rec.events if isinstance(e, ev.SessionPlanned) and e.session not in drop_sessions]
     yield ev.WorkerStarted(t=dt, worker=shard, pid=0, node=rec.header.host, sessions=sessions)
     for e in rec.events:
         if isinstance(e, ev.RunEnded) or (not keep_servers and isinstance(e, SERVER_SIDE)):
+            continue
+        if drop_sessions and getattr(e, "session", None) in drop_sessions:
             continue
         if isinstance(e, ev.SessionPlanned | ev.ClientLag) and e.worker is None:
             yield shifted(e, dt, worker=shard)
