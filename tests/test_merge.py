@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import typing
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,7 +24,7 @@ from rampwatch.drivers.model.stats import median, quantile
 from rampwatch.drivers.run.config import BadInput
 from rampwatch.drivers.run.merge import merge_shards
 from rampwatch.drivers.run.recording import Recorder, Recording, read_recording
-from tests.conftest import drive, rw
+from tests.conftest import drive, rw, rw_started, small_run
 
 SHARDS = 3
 # How much earlier than the whole run each shard's clock started (a pod started before --start-at, or later
@@ -137,6 +138,38 @@ def test_the_merged_shards_report_the_whole_run(whole, tmp_path):
     assert table.stdout == rw("report", str(original), "--format", "csv").stdout
 
 
+def test_real_shards_of_a_simulated_run_merge_into_one_run(tmp_path):
+    """Three `run --shard I/3` processes of one seeded six-session run against one simulated engine, starting
+    together at --start-at: their merge is the run, s1..s6 with every turn, each shard a worker, the servers'
+    samples of one shard."""
+    from rampwatch.drivers.sim.profiles import make_profile
+    from tests.simhost import ThreadedSim
+
+    if "--shard" not in rw("run", "--help", env={"COLUMNS": "200"}).stdout:
+        pytest.skip("run --shard I/N is not on this branch yet (issue 36's run side)")
+    parts = [tmp_path / f"part-{i}.jsonl" for i in range(SHARDS)]
+    with ThreadedSim(make_profile("tiny")) as sim:
+        start = f"{time.time() + 8:.3f}"  # every process up and probing by then
+        shard = ["--sessions", "6", "--seed", "7", "--start-at", start]
+        runs = [
+            rw_started(*small_run(sim.url, *shard, "--shard", f"{i}/{SHARDS}", "--record", str(part)))
+            for i, part in enumerate(parts)
+        ]
+        for p in runs:
+            _, err = p.communicate(timeout=180)
+            assert p.returncode == 0, err[-2000:]
+    rep = report_json("--merge", *map(str, parts))
+    assert [s["id"] for s in rep["sessions"]] == [f"s{k}" for k in range(1, 7)]
+    assert all(len(s["turns"]) == 2 and all(t["ttft_s"] for t in s["turns"]) for s in rep["sessions"])
+    assert rep["run"]["status"] == "done" and rep["run"]["sessions"] == 6
+    recs = [read_recording(p) for p in parts]
+    merged = merge_shards([(str(p), r) for p, r in zip(parts, recs)]).recording
+    planned = {e.session: e.worker for e in merged.events if isinstance(e, ev.SessionPlanned)}
+    assert planned == {f"s{k}": (k - 1) % SHARDS for k in range(1, 7)}
+    samples = [sum(isinstance(e, ev.MetricsSample) for e in r.events) for r in [*recs, merged]]
+    assert samples[-1] == samples[0] > 0  # shard 0's, not every shard's
+
+
 def test_the_merged_stream(whole):
     """One header (no shard, every part named, the sessions summed), each shard a worker on its host, its sessions
     and loop lag tagged with it, the servers' samples of one shard only, one end, and times in order."""
@@ -241,6 +274,50 @@ def test_the_worst_end_and_a_missing_shard():
     unended = merge_shards([("a.jsonl", a), ("b.jsonl", b)])
     assert not any(isinstance(e, ev.RunEnded) for e in unended.recording.events)
     assert unended.notes == ["shard 1 of 2 has no end (killed, or still running): the merged run has none either"]
+
+
+def closed_loop_shard(i: int, sessions: list[str], planned_at: float) -> Recording:
+    """Shard i of 2 of a closed-loop run of 4 sessions, its sessions planned at `planned_at`, one turn each."""
+    header = ev.Header(
+        rampwatch_version="t",
+        command=["rampwatch"],
+        mode="run",
+        server="http://s",
+        sessions=4,
+        salt="x",
+        seed=7,
+        shard=(i, 2),
+        started_at="2026-12-03T20:00:00.000+00:00",
+    )
+    events: list[ev.AnyEvent] = [
+        ev.SessionPlanned(t=planned_at, session=sid, schedule=[1000], salt=f"x-{sid}") for sid in sessions
+    ]
+    for sid in sessions:
+        events += [
+            ev.RequestSent(t=1.0, session=sid, turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=1),
+            ev.FirstToken(t=1.5, session=sid, turn=1),
+            ev.TurnDone(t=2.0, session=sid, turn=1, status="ok", prompt_tokens=1000, completion_tokens=1),
+        ]
+    return Recording(header=header, events=[*events, ev.RunEnded(t=3.0, status="done", exit_code=0)])
+
+
+def test_a_closed_loops_sessions_are_planned_in_their_order():
+    """Shard 1 planned s2 and s4 before shard 0 planned s1 and s3: the run plans s1, s2, s3, s4 (as one driver
+    does, and as --warmup N's first N conversations count), at the earliest plan's time."""
+    a, b = closed_loop_shard(0, ["s1", "s3"], 0.010), closed_loop_shard(1, ["s2", "s4"], 0.001)
+    merged = merge_shards([("a.jsonl", a), ("b.jsonl", b)]).recording
+    planned = [e for e in merged.events if isinstance(e, ev.SessionPlanned)]
+    assert [(e.session, e.t, e.worker) for e in planned] == [
+        ("s1", 0.001, 0),
+        ("s2", 0.001, 1),
+        ("s3", 0.001, 0),
+        ("s4", 0.001, 1),
+    ]
+    state = RunState(merged.header)
+    for e in merged.events:
+        state.apply(e)
+    assert [s.id for s in build_report(state).sessions] == ["s1", "s2", "s3", "s4"]
+    assert [state.sessions[sid].order for sid in ("s1", "s2", "s3", "s4")] == [1, 2, 3, 4]
 
 
 def test_one_baseline_a_run():

@@ -98,7 +98,7 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
     # run's, the others' are left out (and said).
     baselines = [_baselines(rec) for _, rec in parts]
     baseline_part = next((k for k, ids in enumerate(baselines) if ids), None)
-    streams: list[Iterator[ev.AnyEvent]] = []
+    streams: list[list[ev.AnyEvent]] = []
     ends: list[tuple[int, ev.RunEnded]] = []
     for k, ((_, rec), dt) in enumerate(zip(parts, shifts)):
         shard = rec.header.shard
@@ -107,7 +107,7 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
         if end is not None:
             ends.append((shard[0], msgspec.structs.replace(end, t=end.t + dt)))
         drop = baselines[k] if k != baseline_part else set()
-        streams.append(_part_events(rec, shard[0], dt, keep_servers=k == server_part, drop_sessions=drop))
+        streams.append(list(_part_events(rec, shard[0], dt, keep_servers=k == server_part, drop_sessions=drop)))
     first = parts[0][1].header
     n = first.shard[1] if first.shard is not None else len(parts)
     present = [shard_of(rec) for _, rec in parts]
@@ -140,11 +140,34 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
         merged_from=[path for path, _ in parts],
     )
     events: list[ev.AnyEvent] = [ev.Notice(t=0.0, level="warn", message=notes[0])] if missing else []
-    events += heapq.merge(*streams, key=lambda e: e.t)
+    opening = _opening(streams)  # taken out of the streams
+    events += heapq.merge(opening, *streams, key=lambda e: e.t)
     if ends and not unended:
         events.append(_worst_end(ends, n))
     truncated = any(rec.truncated_tail for _, rec in parts)
     return Merged(recording=Recording(header=header, events=events, truncated_tail=truncated), notes=notes)
+
+
+def _opening(streams: list[list[ev.AnyEvent]]) -> list[ev.AnyEvent]:
+    """A closed loop's ramp sessions, every shard's planned together in their order (s1, s2, ...) as one driver
+    plans them, at the earliest plan's time (the others' moved earlier by the shards' difference in start, a few
+    ms; a plan's time is no figure's): taken out of `streams`. Else each shard's would come in a block (s1, s4,
+    s2, s5, ...), and --warmup N's first N conversations would not be s1..sN. An open loop's plans stay at their
+    times: they arrive in their order."""
+    opening: list[ev.AnyEvent] = []
+    for stream in streams:
+        planned = [isinstance(e, ev.SessionPlanned) and e.role == "ramp" and e.arrival is None for e in stream]
+        opening += [e for e, p in zip(stream, planned) if p]
+        stream[:] = [e for e, p in zip(stream, planned) if not p]
+    if not opening:
+        return []
+    t0 = min(e.t for e in opening)
+    return [msgspec.structs.replace(e, t=t0) for e in sorted(opening, key=lambda e: _session_order(e.session))]
+
+
+def _session_order(session: str) -> tuple[int, str]:
+    """s1, s2, ..., s10 in number order (a session's id is s and its 1-based number); any other id after, by name."""
+    return (int(session[1:]), "") if session[:1] == "s" and session[1:].isdigit() else (1 << 62, session)
 
 
 def shard_of(rec: Recording) -> int:
