@@ -111,26 +111,10 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
     first = parts[0][1].header
     n = first.shard[1] if first.shard is not None else len(parts)
     present = [shard_of(rec) for _, rec in parts]
-    notes: list[str] = []
     missing = [i for i in range(n) if i not in present]
-    if missing:
-        notes.append(
-            f"merged shards {','.join(map(str, present))} of {n} ({len(missing)} missing: shard "
-            f"{','.join(map(str, missing))}); the run is what the others recorded"
-        )
+    unended = [i for i in present if i not in {i for i, _ in ends}]
     extra = [shard_of(rec) for k, (_, rec) in enumerate(parts) if baselines[k] and k != baseline_part]
-    if baseline_part is not None and extra:
-        notes.append(
-            f"shard {','.join(map(str, extra))} also ran the one-shot baseline: shard "
-            f"{shard_of(parts[baseline_part][1])}'s is the run's, theirs are left out"
-        )
-    ended = {i for i, _ in ends}
-    unended = [i for i in present if i not in ended]
-    if unended:
-        notes.append(
-            f"shard {','.join(map(str, unended))} of {n} has no end (killed, or still running): the merged run has "
-            "none either"
-        )
+    notes = _notes(n, present, missing, unended, extra, shard_of(parts[baseline_part][1]) if extra else 0)
     header = msgspec.structs.replace(
         first,
         shard=None,
@@ -146,6 +130,32 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
         events.append(_worst_end(ends, n))
     truncated = any(rec.truncated_tail for _, rec in parts)
     return Merged(recording=Recording(header=header, events=events, truncated_tail=truncated), notes=notes)
+
+
+def _notes(
+    n: int, present: list[int], missing: list[int], unended: list[int], extra: list[int], baseline: int
+) -> list[str]:
+    """What the reader is told of a merge: the shards missing (first: the merged run's log says it too), those that
+    did not end, the one-shot baselines left out."""
+
+    def said(shards: list[int]) -> str:
+        return ",".join(map(str, shards))
+
+    notes = []
+    if missing:
+        notes.append(
+            f"merged shards {said(present)} of {n} ({len(missing)} missing: shard {said(missing)}); the run is what "
+            "the others recorded"
+        )
+    if unended:
+        notes.append(
+            f"shard {said(unended)} of {n} has no end (killed, or still running): the merged run has none either"
+        )
+    if extra:
+        notes.append(
+            f"shard {said(extra)} also ran the one-shot baseline: shard {baseline}'s is the run's, theirs are left out"
+        )
+    return notes
 
 
 def _opening(streams: list[list[ev.AnyEvent]]) -> list[ev.AnyEvent]:
