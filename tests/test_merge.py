@@ -132,7 +132,12 @@ def test_the_merged_shards_report_the_whole_run(whole, tmp_path):
     merged = report_json("--merge", *map(str, [parts[2], parts[0], parts[1]]))
     assert [s["id"] for s in merged["sessions"]] == ["s1", "s2", "s3"]
     assert sum(len(s["turns"]) for s in merged["sessions"]) == 6
-    approx(merged, report_json(str(original)))
+    # Each shard is a worker with its own loop (here each part carries the whole run's lag reports): those differ.
+    assert [w["worker"] for w in merged.pop("workers")] == [0, 1, 2]
+    assert [w["worker"] for w in merged.pop("client_workers")] == [0, 1, 2]
+    whole_report = report_json(str(original))
+    assert whole_report.pop("workers") is None and len(whole_report.pop("client_workers")) == 1
+    approx(merged, whole_report)
     table = rw("report", "--merge", *map(str, parts), "--format", "csv")
     assert table.returncode == 0 and table.stderr == ""
     assert table.stdout == rw("report", str(original), "--format", "csv").stdout
@@ -141,12 +146,11 @@ def test_the_merged_shards_report_the_whole_run(whole, tmp_path):
 def test_real_shards_of_a_simulated_run_merge_into_one_run(tmp_path):
     """Three `run --shard I/3` processes of one seeded six-session run against one simulated engine, starting
     together at --start-at: their merge is the run, s1..s6 with every turn, each shard a worker, the servers'
-    samples of one shard."""
+    samples of one shard; and its per-turn report is that of the same seeded run on `--workers 3` (against an
+    engine of its own, so neither finds the other's prompts cached)."""
     from rampwatch.drivers.sim.profiles import make_profile
     from tests.simhost import ThreadedSim
 
-    if "--shard" not in rw("run", "--help", env={"COLUMNS": "200"}).stdout:
-        pytest.skip("run --shard I/N is not on this branch yet (issue 36's run side)")
     parts = [tmp_path / f"part-{i}.jsonl" for i in range(SHARDS)]
     with ThreadedSim(make_profile("tiny")) as sim:
         start = f"{time.time() + 8:.3f}"  # every process up and probing by then
@@ -168,6 +172,18 @@ def test_real_shards_of_a_simulated_run_merge_into_one_run(tmp_path):
     assert planned == {f"s{k}": (k - 1) % SHARDS for k in range(1, 7)}
     samples = [sum(isinstance(e, ev.MetricsSample) for e in r.events) for r in [*recs, merged]]
     assert samples[-1] == samples[0] > 0  # shard 0's, not every shard's
+    one = tmp_path / "workers-3.jsonl"
+    with ThreadedSim(make_profile("tiny")) as sim:
+        out = rw(*small_run(sim.url, "--sessions", "6", "--seed", "7", "--workers", "3", "--record", str(one)))
+    assert out.returncode == 0, out.stderr[-2000:]
+
+    def per_turn(r: dict) -> dict:
+        keys = ("turn", "error", "needle", "context_tokens", "new_tokens", "cached_tokens", "output_tokens")
+        return {s["id"]: [{k: t.get(k) for k in keys} for t in s["turns"]] for s in r["sessions"]}
+
+    workers = report_json(str(one))
+    assert per_turn(workers) == per_turn(rep) and len(per_turn(rep)) == 6
+    assert [w["sessions"] for w in workers["workers"]] == [w["sessions"] for w in rep["workers"]]
 
 
 def test_the_merged_stream(whole):

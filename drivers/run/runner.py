@@ -271,7 +271,7 @@ class Run:
                 for k in own:
                     emit(session(k).plan_event())
             baseline = None
-            if cfg.one_shot:
+            if cfg.one_shot and (cfg.shard is None or cfg.shard[0] == 0):  # a sharded run's one baseline: shard 0's
                 baseline = SessionRunner(
                     "one-shot",
                     self.one_shot_conversation(),
