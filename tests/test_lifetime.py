@@ -228,6 +228,24 @@ def test_demo_ui_takes_its_driver_and_engine_along(tmp_path, launched, sig):
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+@pytest.mark.parametrize("ui", [False, True], ids=["headless", "ui"])
+def test_demo_with_workers_takes_its_workers_along(tmp_path, launched, sig, ui):
+    """--workers 2: the engine, (with the UI) the driver, and its two worker processes end with the command."""
+    rec = tmp_path / "run.jsonl"
+    argv = [*rampwatch_cmd(), "demo", "--workers", "2", "--record", str(rec), *SLOW_DEMO]
+    cmd = Launched(argv + (["--headless"] if not ui else []), tmp_path / "out", terminal=ui)
+    launched.append(cmd)
+    cmd.wait_for(4 if ui else 3, "the simulated engine, the driver and its workers")
+    wait_for_first_request(rec)
+    assert cmd.end_with(sig) == exit_code_for(sig), cmd.output()
+    if ui:
+        assert_recording_closed(rec, sig)
+    elif sig != signal.SIGKILL:
+        last = read_recording(rec).events[-1]
+        assert isinstance(last, ev.RunEnded) and last.exit_code == 128 + sig
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_demo_web_takes_its_engine_web_server_and_pages_along(tmp_path, launched, sig):
     port = free_port()
     rec = tmp_path / "run.jsonl"

@@ -1,0 +1,173 @@
+"""--workers N: a run's sessions driven from N worker processes behind one coordinator, as a user runs it. The
+same seed makes the same sessions whatever N is; the lockstep barrier spans the workers; a worker that dies loses
+its turns in flight, not the run; bad flags get one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.sim.profiles import make_profile
+from tests import procs
+from tests.conftest import ROOT, rampwatch_cmd, report_json, rw, small_run
+from tests.simhost import ThreadedSim
+
+
+def seeded_run(tmp_path: Path, workers: int, *extra: str) -> tuple[Path, list[ev.AnyEvent]]:
+    """A seeded four-session run on `workers` workers against a simulated engine of its own."""
+    record = tmp_path / f"w{workers}.jsonl"
+    with ThreadedSim(make_profile("fast")) as sim:
+        args = ["--sessions", "4", "--seed", "11", "--workers", str(workers), "--record", str(record), *extra]
+        out = rw(*small_run(sim.url, *args, schedule="1k,2k,4k"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return record, list(read_recording(record).events)
+
+
+def planned(events: list[ev.AnyEvent]) -> dict[str, ev.SessionPlanned]:
+    return {e.session: e for e in events if isinstance(e, ev.SessionPlanned)}
+
+
+def prompts(events: list[ev.AnyEvent]) -> dict[tuple[str, int], int | None]:
+    return {(e.session, e.turn): e.prompt_tokens for e in events if isinstance(e, ev.TurnDone)}
+
+
+def test_the_same_seed_makes_the_same_sessions_on_one_or_two_workers(tmp_path):
+    """Seed 11 on 1 and on 2 workers: the same salts, schedules, needles and prompt token counts, turn by turn;
+    on 2, s1 and s3 on w0 and s2 and s4 on w1, each worker started, its clock measured, its loop checked."""
+    one_path, one = seeded_run(tmp_path, 1)
+    two_path, two = seeded_run(tmp_path, 2)
+    a, b = planned(one), planned(two)
+    assert sorted(a) == sorted(b) == ["s1", "s2", "s3", "s4"]
+    for sid in a:
+        assert (a[sid].salt, a[sid].schedule, a[sid].needle_sha) == (b[sid].salt, b[sid].schedule, b[sid].needle_sha)
+    assert prompts(one) == prompts(two) and len(prompts(one)) == 12
+    assert {sid: p.worker for sid, p in b.items()} == {"s1": 0, "s2": 1, "s3": 0, "s4": 1}
+    assert all(p.worker is None for p in a.values())
+    started = sorted((e.worker, e.sessions) for e in two if isinstance(e, ev.WorkerStarted))
+    assert started == [(0, ["s1", "s3"]), (1, ["s2", "s4"])]
+    clocks = [e for e in two if isinstance(e, ev.WorkerClock)]
+    assert {c.worker for c in clocks} == {0, 1}
+    assert all(abs(c.offset_s) <= c.uncertainty_s + 0.005 for c in clocks)  # one machine: one monotonic clock
+    assert {e.worker for e in two if isinstance(e, ev.ClientLag)} == {0, 1}
+    assert read_recording(two_path).header.workers == 2
+    times = [e.t for e in two if not isinstance(e, ev.RunEnded)]
+    assert times == sorted(times)  # the workers' events merged in time order
+    rep = report_json(two_path)
+    assert [w["sessions"] for w in rep["workers"]] == [["s1", "s3"], ["s2", "s4"]]
+    assert rep["run"]["status"] == "done" and report_json(one_path)["workers"] is None
+
+
+def test_the_same_seed_draws_the_same_arrivals_on_any_number_of_workers(tmp_path):
+    """An open loop: the seed's arrival times, counted from the drive's start, are the same on 1 and 2 workers;
+    each worker starts its own sessions at them."""
+    arrivals = ("--arrivals", "240/min")
+    _, one = seeded_run(tmp_path, 1, *arrivals)
+    _, two = seeded_run(tmp_path, 2, *arrivals)
+
+    def offsets(events: list[ev.AnyEvent]) -> dict[str, float]:
+        p = planned(events)
+        first = min(e.arrival for e in p.values() if e.arrival is not None)
+        return {sid: e.arrival - first for sid, e in p.items() if e.arrival is not None}
+
+    assert offsets(one) == pytest.approx(offsets(two), abs=1e-9) and len(offsets(two)) == 4
+    for e in planned(two).values():
+        assert e.arrival is not None and e.arrival <= e.t < e.arrival + 0.5
+    assert prompts(one) == prompts(two)
+
+
+@pytest.mark.serial  # timing: the pair's TTFT ratio
+def test_the_lockstep_demo_keeps_its_shape_with_its_sessions_on_two_workers(tmp_path):
+    """The two-session lockstep demo with s1 on w0 and s2 on w1: each turn starts on both within a few ms (the
+    barrier spans the workers), so the one queued behind the other's prefill waits twice as long, turn by turn."""
+    record = tmp_path / "demo.jsonl"
+    out = rw("demo", "--headless", "--workers", "2", "--scale-to", "256k", "--record", str(record), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    events = list(read_recording(record).events)
+    assert {sid: p.worker for sid, p in planned(events).items()} == {"s1": 0, "s2": 1}
+    sent: dict[int, list[float]] = {}
+    for e in events:
+        if isinstance(e, ev.RequestSent):
+            sent.setdefault(e.turn, []).append(e.t)
+    assert all(len(ts) == 2 and max(ts) - min(ts) < 0.05 for ts in sent.values()), sent
+    rep = report_json(record)
+    ratios = [s["ratio"] for s in rep["turn_spread"]]
+    assert len(ratios) == len(sent) > 5 and all(1.8 < r < 2.2 for r in ratios), ratios
+
+
+@pytest.mark.serial  # a run at real speed, a worker killed mid-turn
+def test_a_killed_worker_loses_its_turns_in_flight_and_the_run_goes_on(tmp_path):
+    """SIGKILL to worker 1 while its turn is in flight: that turn fails as `worker lost`, its sessions end and
+    are reported, the lockstep barrier lets the others go on to their last turn, the run exits 1, and no process
+    is left."""
+    record = tmp_path / "run.jsonl"
+    argv = [*rampwatch_cmd(), "demo", "--headless", "--workers", "2", "--sessions", "4", "--time-scale", "1"]
+    argv += ["--schedule", "2k,4k,8k,16k", "--record", str(record)]
+    proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = wait_for_in_flight_turn(record, worker=1, proc=proc)
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+        children = psutil.Process().children(recursive=True)
+        assert not [p for p in children if p.pid == pid or "rampwatch.drivers.run.worker" in " ".join(p.cmdline())]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err[-3000:]
+    events = list(read_recording(record).events)
+    (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
+    assert lost.worker == 1 and "SIGKILL" in lost.reason and lost.sessions == ["s2", "s4"] and lost.turns_lost >= 1
+    failed = [e for e in events if isinstance(e, ev.TurnDone) and e.error == "worker lost"]
+    assert len(failed) == lost.turns_lost and {e.session for e in failed} <= {"s2", "s4"}
+    done = {(e.session, e.turn) for e in events if isinstance(e, ev.TurnDone) and e.status == "ok"}
+    assert {(s, k) for s in ("s1", "s3") for k in range(1, 5)} <= done  # w0's sessions ran every turn
+    assert "worker w1 LOST (killed by SIGKILL)" in out
+    assert isinstance(events[-1], ev.RunEnded) and events[-1].status == "failed"
+
+
+def wait_for_in_flight_turn(record: Path, worker: int, proc: subprocess.Popen, timeout: float = 120) -> int:
+    """The pid of worker `worker` once the recording shows one of its turns sent and not done."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        if record.exists():
+            events = list(read_recording(record, skip_bad_lines=True).events)
+            pids = {e.worker: e.pid for e in events if isinstance(e, ev.WorkerStarted)}
+            mine = {e.session for e in events if isinstance(e, ev.SessionPlanned) and e.worker == worker}
+            sent = {(e.session, e.turn) for e in events if isinstance(e, ev.RequestSent) and e.session in mine}
+            done = {(e.session, e.turn) for e in events if isinstance(e, ev.TurnDone)}
+            if worker in pids and any(turn[1] >= 2 for turn in sent - done):
+                return pids[worker]
+        time.sleep(0.1)
+    pytest.fail(f"worker {worker} had no turn in flight within {timeout:.0f} s")
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--workers", "0"], "--workers"),
+        (["--workers", "many"], "--workers"),
+        (["--workers-per-node", "2"], "--cluster"),
+        (["--cluster", "slurm"], "--cluster"),
+        (["--shard", "3/3", "--seed", "1", "--start-at", "0"], "--shard"),
+        (["--shard", "0/3"], "--seed"),
+        (["--shard", "0/3", "--seed", "1", "--start-at", "0", "--lockstep"], "--lockstep"),
+        (["--shard", "0/2", "--seed", "1", "--start-at", "0", "--workers", "2"], "--shard"),
+        (["--workers", "2", "--one-shot"], "--one-shot"),
+        (["--start-at", "tomorrow"], "--start-at"),
+    ],
+)
+def test_bad_worker_flags_get_one_line_and_exit_2(flags, says):
+    with ThreadedSim(make_profile("fast")) as sim:
+        out = rw(*small_run(sim.url, "--no-record", *flags))
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr and says in lines[0], out.stderr
