@@ -18,7 +18,12 @@ Bars: driver CPU/chunk <= 1.5x bare (issue 8: unchanged by moving the
 driver into its own process); >= 10,000 chunks/s across 32 sessions.
 What the UI itself costs is tests/bench_ui.py's job (a real terminal).
 
-usage: python tests/bench_client.py [--sessions 32] [--tokens 2000] [--turns 2]
+With --workers 1,2 it runs instead the headless driver on each number of worker processes (issue 36), and
+prints chunks/s, CPU per chunk (the coordinator's and its workers' together), failed turns and the turns marked
+client busy by a worker's own work; bars: 2 workers >= 1.6x the chunks/s of 1 with the client the bottleneck,
+and at 512 sessions 0 failed turns and none busy by a worker's own work.
+
+usage: python tests/bench_client.py [--sessions 32] [--tokens 2000] [--turns 2] [--workers 1,2]
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -66,7 +72,7 @@ async def bare(url: str, sessions: int, tokens: int, turns: int) -> dict:
         return {"cpu": time.process_time() - cpu0, "wall": time.perf_counter() - t0, "chunks": chunks}
 
 
-def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool) -> dict:
+def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool, workers: int = 1) -> dict:
     """The driver headless in this process, or (`process`) in the driver
     process behind the UI; CPU is the driver's alone either way."""
     import resource
@@ -88,6 +94,7 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool) -
         output_tokens=tokens,
         ignore_eos=True,
         record=record,
+        workers=workers,
     )
     if process:
         driver = DriverProcess(cfg)
@@ -114,6 +121,9 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool) -
 
         event_loop.run(main())  # the driver's own loop, as `rampwatch run --headless` drives on
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        coordinator = cpu
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # its workers, if any (the engine is not our child)
+        cpu += usage.ru_utime + usage.ru_stime
         assert run.state is not None
         state = run.state
     rep = build_report(state)
@@ -125,6 +135,8 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool) -
         "chunks": chunks,
         "decode_tok_s_median": statistics.median(rates) if rates else None,
         "failed": sum(r.status != "ok" for r in state.turns),
+        "busy_own": sum(r.client_busy_own for r in state.turns),
+        "cpu_coordinator": None if process else coordinator,
         "recording_bytes": record.stat().st_size,
     }
 
@@ -133,14 +145,16 @@ def phase_main(args: argparse.Namespace) -> None:
     if args.phase == "bare":
         out = asyncio.run(bare(args.url, args.sessions, args.tokens, args.turns))
     else:
-        out = rampwatch(args.url, args.sessions, args.tokens, args.turns, process=args.phase == "driver")
+        process = args.phase == "driver"
+        out = rampwatch(args.url, args.sessions, args.tokens, args.turns, process, workers=args.phase_workers)
     print(json.dumps(out))
 
 
-def run_phase(phase: str, url: str, args: argparse.Namespace) -> dict:
+def run_phase(phase: str, url: str, args: argparse.Namespace, workers: int = 1) -> dict:
     cmd = [
         sys.executable,
         __file__,
+        *("--phase-workers", str(workers)),
         "--phase",
         phase,
         "--url",
@@ -180,6 +194,8 @@ def main() -> None:
     ap.add_argument("--step-ms", type=float, default=10.0, help="engine step time of the paced phases (default 10)")
     ap.add_argument("--phase", choices=("bare", "headless", "driver"), help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
+    ap.add_argument("--phase-workers", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--workers", help="compare the headless driver on these numbers of worker processes, e.g. 1,2")
     args = ap.parse_args()
     if args.phase:
         return phase_main(args)
@@ -188,6 +204,9 @@ def main() -> None:
 
     def sim(step_ms: float | None) -> ChildSim:
         return ChildSim(argparse.Namespace(profile="fast", step_ms=step_ms))
+
+    if args.workers:
+        return compare_workers([int(n) for n in args.workers.split(",")], args, sim(None))
 
     print(f"1M-token turn body built in {build_time() * 1000:.0f} ms")
     results = {}
@@ -231,6 +250,38 @@ def main() -> None:
         f"failed turns: {sum(r.get('failed', 0) for r in results.values())}; "
         f"recording {h['recording_bytes'] / 1e6:.1f} MB"
     )
+
+
+def compare_workers(counts: list[int], args: argparse.Namespace, engine) -> None:  # noqa: ANN001
+    """The headless driver on each number of workers against one fast engine: chunks/s, CPU per chunk."""
+    import psutil
+
+    results = {}
+    with engine as fast:
+        sim = psutil.Process(fast.proc.pid)
+        for n in counts:
+            before = sum(sim.cpu_times()[:2])
+            results[n] = run_phase("headless", fast.url, args, workers=n)
+            results[n]["cpu_engine"] = sum(sim.cpu_times()[:2]) - before  # what the engine took of the same cores
+    print(
+        f"\n{args.sessions} sessions x {args.turns} turns x {args.tokens} tokens from the simulated 'fast' engine, "
+        f"headless, recording on\n"
+    )
+    head = f"{'workers':<9}{'chunks':>9}{'chunks/s':>11}{'CPU µs/chunk':>14}{'coordinator':>13}"
+    print(head + f"{'failed':>8}{'busy (own)':>12}{'engine µs/chunk':>17}{'cores busy':>12}")
+    for n, r in results.items():
+        per = r["cpu"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
+        mine = r["cpu_coordinator"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")  # of that, its own
+        row = f"{n:<9}{r['chunks']:>9}{r['chunks'] / r['wall']:>11,.0f}{per:>14.1f}{mine:>13.1f}"
+        engine = r["cpu_engine"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
+        cores = (r["cpu"] + r["cpu_engine"]) / r["wall"]  # the client's and the engine's CPU over the run's wall time
+        print(row + f"{r['failed']:>8}{r['busy_own']:>12}{engine:>17.1f}{cores:>12.2f}")
+    base = results[counts[0]]
+    for n in counts[1:]:
+        r = results[n]
+        speedup = (r["chunks"] / r["wall"]) / (base["chunks"] / base["wall"])
+        print(f"{n} workers vs {counts[0]}: {speedup:.2f}x the chunks/s (bar >= 1.6x with the client the bottleneck)")
+    print(f"cores on this machine: {os.cpu_count()} (the engine, the coordinator and the workers share them)")
 
 
 if __name__ == "__main__":

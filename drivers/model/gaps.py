@@ -3,6 +3,7 @@ alone and while another session prefilled. The report, the panels and the export
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterable
 
@@ -52,12 +53,18 @@ def gap_stats(gaps: Iterable[float]) -> GapStats | None:
 
 def add_gaps(rec: TurnRecord, times: list[float], foreign: list[tuple[float, float | None]]) -> None:
     """Fold a batch of text chunks' arrival times into the turn's gaps: each gap counts as during another
-    session's prefill when its chunk arrived inside one of the `foreign` prefill spans (end None: in flight)."""
+    session's prefill when its chunk arrived inside one of the `foreign` prefill spans (end None: in flight).
+    The spans are merged into disjoint intervals and the batch's times (in arrival order) swept past them once:
+    hundreds of sessions prefilling at once made a check of every span for every chunk the fold's largest cost."""
+    during = _union(foreign)
+    i, n = 0, len(during)
     prev = rec.last_t
     for t in times:
         if prev is not None:
             dt = t - prev
-            if foreign and any(a <= t and (b is None or t < b) for a, b in foreign):
+            while i < n and during[i][1] <= t:
+                i += 1
+            if i < n and during[i][0] <= t:
                 rec.gaps_during.append(dt)
             else:
                 rec.gaps_alone.append(dt)
@@ -65,6 +72,18 @@ def add_gaps(rec: TurnRecord, times: list[float], foreign: list[tuple[float, flo
                 rec.max_gap = dt
         prev = t
     rec.last_t = prev
+
+
+def _union(spans: list[tuple[float, float | None]]) -> list[tuple[float, float]]:
+    """The half-open spans [start, end) (end None: still open) as disjoint intervals, in order."""
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted((a, math.inf if b is None else b) for a, b in spans):
+        if merged and a <= merged[-1][1]:
+            if b > merged[-1][1]:
+                merged[-1] = (merged[-1][0], b)
+        else:
+            merged.append((a, b))
+    return merged
 
 
 def turn_gaps(rec: TurnRecord) -> GapStats | None:

@@ -44,7 +44,7 @@ class EventHub:
         # With workers, events are held back until `release`, so those arriving from several processes go out in
         # time order (see hold).
         self._holding = False
-        self._held: list[tuple[float, int, ev.AnyEvent]] = []
+        self._held: list[tuple[float, int, ev.AnyEvent, bytes | None]] = []
         self._seq = 0
 
     def hold(self) -> None:
@@ -56,25 +56,27 @@ class EventHub:
         """Send on every held event up to time `upto`, in time order (inf: all, and hold no more)."""
         held = self._held
         while held and held[0][0] <= upto:
-            self._deliver(heapq.heappop(held)[2])
+            _, _, e, line = heapq.heappop(held)
+            self._deliver(e, line)
         if upto == float("inf"):
             self._holding = False
 
-    def emit(self, e: ev.AnyEvent) -> None:
+    def emit(self, e: ev.AnyEvent, line: bytes | None = None) -> None:
+        """`line`: the event already encoded (a worker's, as it sent it), so it is not encoded again."""
         if self._holding:
             self._seq += 1
-            heapq.heappush(self._held, (e.t, self._seq, e))
+            heapq.heappush(self._held, (e.t, self._seq, e, line))
             return
-        self._deliver(e)
+        self._deliver(e, line)
 
-    def _deliver(self, e: ev.AnyEvent) -> None:
+    def _deliver(self, e: ev.AnyEvent, line: bytes | None = None) -> None:
         self.t = max(self.t, e.t)
         if self.keep_events:
             self.events.append(e)
         if self.state is not None:
             self.state.apply(e)
         if self.recorder is not None or self.pipe is not None:
-            line = _encode(e)
+            line = line or _encode(e)
             # The pipe first, and flushed before the file is written: a driver killed at any moment leaves the
             # UI holding every event the file holds (in the file's order), so it can restore the rest; unless
             # the UI had fallen more than the OS pipe's buffer behind (the file is never held back for a UI).

@@ -137,7 +137,7 @@ class WorkerPool:
         self,
         cfg: RunConfig,
         plan: ww.SessionPlan,
-        emit: Callable[[ev.AnyEvent], None],
+        emit: Callable[..., None],
         clock: Callable[[], float],
         gate: TurnGate,
         links: Callable[[int], WorkerLink],
@@ -259,7 +259,7 @@ class WorkerPool:
                 w.in_flight[(message.session, message.turn)] = None
             elif isinstance(message, ev.TurnDone):
                 w.in_flight.pop((message.session, message.turn), None)
-            self.emit(message)
+            self.emit(message, line)  # recorded as the worker encoded it
         elif isinstance(message, ww.GateAfter):
             self.gate.after(message.turn)
         elif isinstance(message, ww.GateJoin):

@@ -370,6 +370,12 @@ class SimServer:
             pre, post = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":null}]}\n\n'
             thinking = pre  # text completions never reason
         sent = 0
+        pieces: dict[tuple[str, bool], bytes] = {}  # a word's whole SSE event, built once: the fast profile's cost
+
+        def piece(w: str, thinks: bool) -> bytes:
+            built = pieces[(w, thinks)] = head + (thinking if thinks else pre) + _enc(w) + post
+            return built
+
         try:
             if chat:
                 yield (
@@ -381,7 +387,12 @@ class SimServer:
                 await req.wake.wait()
                 req.wake.clear()
                 words, req.out = req.out, []
-                if words:
+                if words and not error_after and not drop_after and sent >= req.reasoning:
+                    # No fault to inject and no more thinking: each word's event as built once (the fast path).
+                    out = [pieces.get((w, False)) or piece(w, False) for w in words]
+                    sent += len(words)
+                    yield b"".join(out)
+                elif words:
                     out = []
                     for w in words:
                         sent += 1
@@ -402,7 +413,8 @@ class SimServer:
                                 yield b"".join(out)
                             self.engine.abort(req)
                             raise SimulatedDrop("simulated connection drop")
-                        out.append(head + (thinking if req.is_reasoning(sent - 1) else pre) + _enc(w) + post)
+                        thinks = req.is_reasoning(sent - 1)
+                        out.append(pieces.get((w, thinks)) or piece(w, thinks))
                     yield b"".join(out)
                 if req.finished:
                     break

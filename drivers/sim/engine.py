@@ -121,9 +121,26 @@ class SimRequest:
         """Tokens that must be in the pool before the next token can be sampled."""
         return self.prompt_tokens + max(0, self.generated - 1) if self.first_t else self.prompt_tokens
 
-    def next_word(self) -> str:
-        k = self.generated - self.reasoning
-        return _REASONING_WORDS[self.generated % len(_REASONING_WORDS)] if k < 0 else self.words[k % len(self.words)]
+    def next_word(self, ahead: int = 0) -> str:
+        """The word of generated token `generated + ahead`."""
+        g = self.generated + ahead
+        k = g - self.reasoning
+        return _REASONING_WORDS[g % len(_REASONING_WORDS)] if k < 0 else self.words[k % len(self.words)]
+
+    def next_words(self, n: int) -> list[str]:
+        """The words of the next `n` generated tokens: slices of the reply where they are all answer (a burst of the
+        'fast' profile), else one by one."""
+        k, words = self.generated - self.reasoning, self.words
+        if k < 0:
+            return [self.next_word(i) for i in range(n)]
+        out: list[str] = []
+        while n > 0:
+            i = k % len(words)
+            piece = words[i : i + n]
+            out += piece
+            k += len(piece)
+            n -= len(piece)
+        return out
 
     def is_reasoning(self, k: int) -> bool:
         """Whether generated token k (0-based) is thinking rather than answer."""
@@ -146,7 +163,8 @@ class StepStats:
 
     on_admit: Callable[[SimRequest], None] = lambda r: None
     on_first: Callable[[SimRequest], None] = lambda r: None
-    on_token: Callable[[SimRequest, float], None] = lambda r, dt: None
+    # `n` tokens at once: the first `dt` after the one before, the rest in the same step (0 s apart: a burst)
+    on_tokens: Callable[[SimRequest, float, int], None] = lambda r, dt, n: None
     on_finish: Callable[[SimRequest], None] = lambda r: None
     on_step: Callable[[int], None] = lambda n: None
     on_preempt: Callable[[SimRequest], None] = lambda r: None
@@ -309,14 +327,18 @@ class SimEngine:
             budget -= chunk
         return prefills, decodes
 
-    def _emit(self, req: SimRequest, now: float) -> None:
+    def _emit(self, req: SimRequest, now: float, n: int = 1) -> None:
+        """`n` tokens of `req` (a burst: several in one step, as speculative decoding gives them) in one call, so
+        the 'fast' profile's stream costs its process little beside the client it measures."""
         if req.first_t is None:
             req.first_t = now
             self.stats.on_first(req)
+            if n > 1:
+                self.stats.on_tokens(req, 0.0, n - 1)
         else:
-            self.stats.on_token(req, now - (req.last_t or now))
-        req.out.append(req.next_word())
-        req.generated += 1
+            self.stats.on_tokens(req, now - (req.last_t or now), n)
+        req.out.extend(req.next_words(n))
+        req.generated += n
         req.last_t = now
         if not req.wants_more():
             req.finished = True
@@ -343,11 +365,10 @@ class SimEngine:
                 self._emit(req, now)
         for req in decodes:
             # `burst` > 1 (the 'fast' profile) emits several tokens a step, as speculative decoding can.
-            for _ in range(self.profile.burst):
-                if req.finished:
-                    break
-                req.computed = req.prompt_tokens + req.generated
-                self._emit(req, now)
+            n = min(self.profile.burst, req.tokens_left())
+            if n and not req.finished:
+                req.computed = req.prompt_tokens + req.generated + n - 1
+                self._emit(req, now, n)
         self.stats.on_step(sum(c for _, c in prefills) + len(decodes))
 
     async def run(self) -> None:

@@ -7,7 +7,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from rampwatch.drivers.sim.engine import SimEngine, SimRequest, StepStats
-from rampwatch.drivers.sim.metrics_vllm import ITL_BUCKETS, REQ_BUCKETS, TTFT_BUCKETS
+from rampwatch.drivers.sim.metrics_vllm import ITL_BUCKETS, REQ_BUCKETS, TTFT_BUCKETS, observe_many
 from rampwatch.drivers.sim.profiles import SimProfile
 
 # SGLang's latency histograms: name: (help text, buckets), in the order SglangMetrics unpacks them.
@@ -62,18 +62,20 @@ class SglangMetrics:
             self.ttft.observe(r.first_t - r.taken)  # type: ignore[operator]
             self._generate()
 
-        def token(r: SimRequest, dt: float) -> None:
+        def tokens(r: SimRequest, dt: float, n: int) -> None:
             self.itl.observe(dt)
-            self._generate()
+            if n > 1:
+                observe_many(self.itl, 0.0, n - 1)
+            self._generate(n)
 
         def finish(r: SimRequest) -> None:
             self.e2e.observe(time.monotonic() - r.taken)
 
-        return StepStats(on_admit=admit, on_first=first, on_token=token, on_finish=finish)
+        return StepStats(on_admit=admit, on_first=first, on_tokens=tokens, on_finish=finish)
 
-    def _generate(self) -> None:
-        self.generation.inc()
-        self._generated += 1
+    def _generate(self, n: int = 1) -> None:
+        self.generation.inc(n)
+        self._generated += n
 
     def render(self, engine: SimEngine) -> bytes:
         self.running.set(engine.num_running)
