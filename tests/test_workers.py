@@ -161,7 +161,7 @@ def wait_for_in_flight_turn(record: Path, worker: int, proc: subprocess.Popen, t
         (["--shard", "0/3"], "--seed"),
         (["--shard", "0/3", "--seed", "1", "--start-at", "0", "--lockstep"], "--lockstep"),
         (["--shard", "0/2", "--seed", "1", "--start-at", "0", "--workers", "2"], "--shard"),
-        (["--workers", "2", "--one-shot"], "--one-shot"),
+        (["--workers", "2", "--trace", "tests/data/traces/aiperf.jsonl"], "--trace"),
         (["--start-at", "tomorrow"], "--start-at"),
     ],
 )
@@ -171,3 +171,18 @@ def test_bad_worker_flags_get_one_line_and_exit_2(flags, says):
     assert out.returncode == 2, out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr and says in lines[0], out.stderr
+
+
+def test_the_one_shot_baseline_runs_after_the_workers(tmp_path):
+    """--one-shot with workers: the ramps on the workers, then the baseline in the coordinator, alone."""
+    record = tmp_path / "one-shot.jsonl"
+    with ThreadedSim(make_profile("fast")) as sim:
+        out = rw(*small_run(sim.url, "--sessions", "2", "--workers", "2", "--one-shot", "--record", str(record)))
+    assert out.returncode == 0, out.stderr[-3000:]
+    events = list(read_recording(record).events)
+    base = planned(events)["one-shot"]
+    assert base.worker is None and base.role == "one-shot"
+    ramp_end = max(e.t for e in events if isinstance(e, ev.TurnDone) and e.session != "one-shot")
+    (sent,) = [e for e in events if isinstance(e, ev.RequestSent) and e.session == "one-shot"]
+    assert sent.t > ramp_end
+    assert report_json(record)["one_shot"] is not None

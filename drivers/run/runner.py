@@ -312,6 +312,8 @@ class Run:
                     # After the ramp, alone on the server, unless the time limit already stopped new turns.
                     gate.join()
                     runners.append(baseline)
+                    if pool is not None:  # the workers are done: the baseline is stamped here, on this loop
+                        background.append(asyncio.create_task(lag.run()))
                     await wait_all([asyncio.create_task(baseline.run())])
             finally:
                 for t in (watchdog, arriving, early):

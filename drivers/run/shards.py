@@ -70,10 +70,6 @@ def check_workers(cfg: RunConfig) -> None:
         if cfg.lockstep:
             raise BadInput("--lockstep needs one barrier for all sessions: shards never talk; use --workers N")
     if cfg.workers > 1 or cfg.cluster is not None:
-        for flag, given in (
-            ("--trace", cfg.trace is not None),
-            ("--one-shot", cfg.one_shot),
-            ("concurrency", cfg.concurrency is not None),
-        ):
+        for flag, given in (("--trace", cfg.trace is not None), ("concurrency", cfg.concurrency is not None)):
             if given:
                 raise BadInput(f"{flag} runs in one driver process for now: not with --workers or --cluster")
