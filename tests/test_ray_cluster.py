@@ -29,7 +29,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import worker_wire as ww
 from rampwatch.drivers.run.ray_workers import MISSING, ShardActor
 from tests import procs
-from tests.conftest import ROOT, free_port, missing, rampwatch_cmd, rw, sim_process
+from tests.conftest import ROOT, free_port, missing, rampwatch_cmd, report_json, rw, sim_process
 
 # A cluster of its own on loopback, whatever ~/.ray/auth_token an earlier local ray.init() left (Ray then turns on
 # token auth for a head, and a second node started without the token cannot join).
@@ -125,16 +125,23 @@ def _is_actor(p: psutil.Process, temp: str) -> bool:
     return False
 
 
+def _turns(record: Path) -> list[tuple]:
+    """The report's turns, what does not depend on timing: the same seed gives the same, however driven."""
+    keys = ("turn", "context_tokens", "new_tokens", "cached_tokens", "output_tokens", "needle", "error")
+    return sorted((s["id"], *(t[k] for k in keys)) for s in report_json(record)["sessions"] for t in s["turns"])
+
+
 @pytest.mark.serial  # two Ray nodes and a run: alone on the machine
 def test_a_run_over_two_ray_nodes_is_a_run_with_one_worker_on_each(ray_cluster, tmp_path):
     address, temp = ray_cluster
-    record = tmp_path / "run.jsonl"
+    record, local = tmp_path / "run.jsonl", tmp_path / "local.jsonl"
+    ramp = ["--headless", "--gpu", "none", "--sessions", "4", "--schedule", "1k,2k", "--seed", "7"]
     with sim_process("--profile", "fast") as (_, url):
-        p = rw(
-            "run", url, "--headless", "--gpu", "none", "--sessions", "4", "--schedule", "1k,2k",
-            "--cluster", address, "--record", str(record), env=RAY_ENV, timeout=240,
-        )  # fmt: skip
+        p = rw("run", url, *ramp, "--cluster", address, "--record", str(record), env=RAY_ENV, timeout=240)
+    with sim_process("--profile", "fast") as (_, url):  # a fresh server: the same seed would hit the first's cache
+        q = rw("run", url, *ramp, "--workers", "2", "--record", str(local), timeout=240)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert q.returncode == 0, q.stdout[-3000:] + q.stderr[-3000:]
     header = json.loads(record.read_text().splitlines()[0])
     assert header["workers"] == 2 and header["cluster"] == address
     events = _events(record)
@@ -150,6 +157,9 @@ def test_a_run_over_two_ray_nodes_is_a_run_with_one_worker_on_each(ray_cluster, 
     assert clocks and all(abs(e["offset_s"]) <= e["uncertainty_s"] + 0.01 for e in clocks), clocks
     assert "run: done" in p.stdout
     assert not [e for e in events if e["type"] == "Notice" and "dropped" in e.get("message", "")]
+    # The report is local workers' report: the same turns, sizes, cache hits and needles.
+    assert _turns(record) == _turns(local)
+    assert [w["worker"] for w in report_json(record)["client_workers"]] == [0, 1]
     assert not _actors_left(temp)
 
 
