@@ -29,7 +29,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import worker_wire as ww
 from rampwatch.drivers.run.ray_workers import MISSING, ShardActor
 from tests import procs
-from tests.conftest import ROOT, free_port, missing, rampwatch_cmd, report_json, rw, sim_process
+from tests.conftest import ROOT, Lines, free_port, missing, rampwatch_cmd, report_json, rw, sim_process
 
 # A cluster of its own on loopback, whatever ~/.ray/auth_token an earlier local ray.init() left (Ray then turns on
 # token auth for a head, and a second node started without the token cannot join).
@@ -62,8 +62,8 @@ def _ours(temp: str, port: int) -> list[psutil.Process]:
 
 
 def _stop(temp: str, port: int) -> list[str]:
-    """End this cluster's processes alone (`ray stop --force` would end every Ray process of this user, another
-    suite's too); returns what is still there afterwards."""
+    """End what is left of this cluster's processes, alone (`ray stop --force` would end every Ray process of this
+    user, another suite's too); returns what is still there afterwards."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         left = _ours(temp, port)
         for p in left:
@@ -80,32 +80,34 @@ def _stop(temp: str, port: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """Two Ray nodes on this machine, the head's client server on a free port; yields (ray://..., temp dir)."""
+    """Two Ray nodes on this machine, the head's client server on a free port; yields (ray://..., temp dir).
+
+    Each node is a `ray start --block` of this test's (procs.Popen: it ends with pytest, SIGKILL included), whose
+    end takes its node's processes along; then whatever is left of them is ended by process id."""
     ray = _ray_cli()
     temp = tempfile.mkdtemp(prefix="rw-ray-")  # short: Ray's socket paths live under it
     gcs, client, agent = free_port(), free_port(), free_port()
     env = {**os.environ, **RAY_ENV}
-    common = ["--num-cpus", "1", "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
+    common = ["--block", "--num-cpus", "1", "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
+    head = [ray, "start", "--head", "--port", str(gcs), "--ray-client-server-port", str(client)]
+    # an explicit port: with a random one, Ray Client could not start its per-client server here
+    head += ["--runtime-env-agent-port", str(agent), "--include-dashboard", "false", "--temp-dir", temp]
+    second = [ray, "start", "--address", f"127.0.0.1:{gcs}"]
+    nodes: list[subprocess.Popen] = []
     try:
-        procs.run(
-            [ray, "start", "--head", "--port", str(gcs), "--ray-client-server-port", str(client)]
-            # an explicit port: with a random one the client server could not start its per-client server here
-            + ["--runtime-env-agent-port", str(agent), "--include-dashboard", "false", "--temp-dir", temp]
-            + [*common, "--resources", '{"nodeA": 1}'],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        procs.run(
-            [ray, "start", "--address", f"127.0.0.1:{gcs}", *common, "--resources", '{"nodeB": 1}'],
-            env={**env, "RAY_TMPDIR": temp + "/b"},
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
+        for argv, resources, extra in ((head, "nodeA", {}), (second, "nodeB", {"RAY_TMPDIR": temp + "/b"})):
+            argv = [*argv, *common, "--resources", json.dumps({resources: 1})]
+            node = procs.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, **extra})
+            nodes.append(node)
+            out = Lines(node.stdout)
+            if out.wait_for("block forever", 120) is None:
+                raise AssertionError(f"Ray node {resources} did not start: {''.join(out.lines)[-3000:]}")
         yield f"ray://127.0.0.1:{client}", temp
     finally:
+        for node in reversed(nodes):
+            node.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                node.wait(timeout=60)
         left = _stop(temp, gcs)
         shutil.rmtree(temp, ignore_errors=True)
         assert not left, f"Ray processes left after the test cluster stopped: {left}"
@@ -223,6 +225,48 @@ def test_a_killed_ray_actor_is_a_worker_lost_and_the_others_finish(ray_cluster, 
     assert "worker 1 lost" in out + err
     assert not psutil.pid_exists(victim["pid"]) or psutil.Process(victim["pid"]).status() == psutil.STATUS_ZOMBIE
     time.sleep(1)  # ray.kill of the other actor is asynchronous
+    assert not _actors_left(temp)
+
+
+@pytest.mark.serial
+def test_an_interrupted_cluster_run_records_its_workers_turns_cancelled(ray_cluster, tmp_path):
+    """Ctrl-C: every worker cancels its turns in flight and sends them before its actor is killed."""
+    address, temp = ray_cluster
+    record = tmp_path / "run.jsonl"
+    schedule = ",".join(f"{k}k" for k in range(1, 13))
+    with sim_process("--time-scale", "0.25") as (_, url):
+        run = procs.Popen(
+            [*rampwatch_cmd(), "run", url, "--headless", "--gpu", "none", "--sessions", "4", "--schedule", schedule]
+            + ["--output-tokens", "256", "--cluster", address, "--record", str(record)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **RAY_ENV},
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and run.poll() is None:
+                time.sleep(0.2)
+                events = _events_so_far(record) if record.exists() else []
+                sent = {e.get("session") for e in events if e.get("type") == "RequestSent"}
+                if len(sent) == 4:
+                    break
+            run.send_signal(signal.SIGINT)
+            out, err = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    assert run.returncode == 130, out[-3000:] + err[-3000:]
+    events = _events(record)
+    sent = {(e["session"], e["turn"]) for e in events if e["type"] == "RequestSent"}
+    done = {(e["session"], e["turn"]): e for e in events if e["type"] == "TurnDone"}
+    assert sent == set(done)  # every turn sent has its end: the ones in flight cancelled, none lost
+    assert any(e["status"] == "cancelled" for e in done.values())
+    assert not [e for e in events if e["type"] == "WorkerLost"]
+    assert "Traceback" not in err, err[-3000:]
+    time.sleep(1)
     assert not _actors_left(temp)
 
 

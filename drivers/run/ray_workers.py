@@ -127,7 +127,7 @@ class ShardActor:
         t = self._driver.clock() if self._driver is not None else 0.0
         message = (
             f"worker {self.worker}: {self._dropped} events dropped so far: the coordinator fell behind "
-            f"(more than {self.cap >> 20} MiB waiting)"
+            f"(more than {self.cap / 2**20:.3g} MiB waiting)"
         )
         return _encode(ev.Notice(t=t, level="error", message=message))
 
@@ -232,8 +232,8 @@ class RayWorker:
             pass
 
     def kill(self) -> None:
-        if self._poll is not None and not self._poll.done():
-            self._poll.cancel()
+        """Kill the actor; its poll ends by itself once the take in flight fails (RayCluster.aclose waits for it:
+        a cancelled take's future is one Ray Client still sets, and says so loudly)."""
         if self.actor is not None:
             try:
                 self.cluster.ray.kill(self.actor)
@@ -252,6 +252,7 @@ class RayCluster:
         self.ray: Any = None
         self.nodes: list[tuple[str, str]] = []  # (node id, a name to show: host and the id's start)
         self._actor_class: Any = None
+        self._links: list[RayWorker] = []
 
     @property
     def count(self) -> int:
@@ -308,7 +309,18 @@ class RayCluster:
         ).remote(index, node)
 
     def link(self, index: int) -> RayWorker:
-        return RayWorker(self, index)
+        link = RayWorker(self, index)
+        self._links.append(link)
+        return link
+
+    async def aclose(self) -> None:
+        """Let the workers' polls end (their actors killed, each take in flight fails at once), then close."""
+        polls = [w._poll for w in self._links if w._poll is not None and not w._poll.done()]
+        if polls:
+            _, late = await asyncio.wait(polls, timeout=5.0)
+            for task in late:
+                task.cancel()
+        self.close()
 
     def close(self) -> None:
         """Disconnect; a runtime ray.init started here stops with it, someone's cluster never does."""

@@ -362,7 +362,7 @@ class Run:
                 await self.hub.recorder.drain(self.FINAL_WAIT_S)
             self.close()
             await self._close_clients()
-            self._close_cluster()
+            await self._close_cluster()
         return self.exit_code
 
     async def _listen_for_spans(self, listen: str) -> None:
@@ -487,13 +487,13 @@ class Run:
         if self.otlp is not None:
             await self.otlp.aclose()
         await self._close_clients()
-        self._close_cluster()
+        await self._close_cluster()
 
-    def _close_cluster(self) -> None:
+    async def _close_cluster(self) -> None:
         """--cluster: disconnect from Ray (a runtime started for the run stops; a cluster joined goes on)."""
         cluster, self.cluster = self.cluster, None
         if cluster is not None:
-            cluster.close()
+            await cluster.aclose()
 
     def mark(self, note: str) -> None:
         self.hub.emit(ev.Mark(t=self.clock(), note=note))
