@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -46,6 +47,9 @@ from rampwatch.drivers.run.workers import HOLD_S, LocalWorker, WorkerLink, Worke
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver
 from rampwatch.drivers.telemetry.prometheus import check_prometheus
+
+if TYPE_CHECKING:
+    from rampwatch.drivers.run.ray_workers import RayCluster
 
 FINISHED: tuple[ev.RunStatus, ...] = ("done", "failed", "time-limit", "saturated")  # ran to an end of its own
 
@@ -92,7 +96,7 @@ class Run:
         self.stop_when: Callable[[RunState], str | None] | None = None
         self.stopped_early: str | None = None
         self.trace: TraceReplay | None = None  # --trace: the sessions come from it
-        self.cluster = None  # --cluster: the Ray connection its workers are placed through (ray_workers.RayCluster)
+        self.cluster: RayCluster | None = None  # --cluster: the Ray connection its workers are placed through
 
     def _client_for(self) -> httpx.AsyncClient:
         """An httpx client of its own for one session's /health calls during an outage (or the probe's): httpx's
