@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -97,7 +98,7 @@ def ray_cluster():
     env = {**os.environ, **RAY_ENV}
     common = ["--block", "--num-cpus", "1", "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
     head = [ray, "start", "--head", "--port", str(gcs), "--ray-client-server-port", str(client)]
-    # an explicit port: with a random one, Ray Client could not start its per-client server here
+    # every port its own and free: another suite's Ray, or a Ray started before, is not this one
     head += ["--runtime-env-agent-port", str(agent), "--include-dashboard", "false", "--temp-dir", temp]
     second = [ray, "start", "--address", f"127.0.0.1:{gcs}"]
     nodes: list[subprocess.Popen] = []
@@ -285,6 +286,30 @@ def test_an_interrupted_cluster_run_records_its_workers_turns_cancelled(ray_clus
     assert not _actors_left(ray_cluster)
 
 
+@pytest.mark.serial
+def test_a_coordinator_behind_loses_events_counted_never_its_run(ray_cluster, tmp_path):
+    """Each actor's buffer shrunk to 100 bytes: every event line is longer, so every one is dropped; the control
+    lines still go (the run ends as it should), and the recording counts what each worker dropped."""
+    record = tmp_path / "run.jsonl"
+    env = {**RAY_ENV, "RAMPWATCH_RAY_BUFFER_BYTES": "100"}
+    with sim_process("--profile", "fast") as (_, url):
+        p = rw(
+            "run", url, "--headless", "--gpu", "none", "--sessions", "4", "--schedule", "1k,2k",
+            "--cluster", ray_cluster.address, "--record", str(record), env=env, timeout=240,
+        )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    events = _events(record)
+    assert not [e for e in events if e["type"] in ("RequestSent", "TurnDone")]  # the workers' events, all dropped
+    dropped: dict[str, int] = {}
+    for e in (e for e in events if e["type"] == "Notice"):
+        m = re.match(r"worker (\d+): (\d+) events dropped so far", e["message"])
+        if m:
+            dropped[m[1]] = int(m[2])  # the last says the total
+    assert set(dropped) == {"0", "1"} and min(dropped.values()) >= 2 * 4, dropped  # 2 sessions x 2 turns, and more
+    assert events[-1]["type"] == "RunEnded" and events[-1]["status"] == "done"
+    assert not _actors_left(ray_cluster)
+
+
 def _events_so_far(record: Path) -> list[dict]:
     out = []
     for line in record.read_text().splitlines()[1:]:
@@ -352,3 +377,29 @@ def test_an_actor_handles_commands_in_their_order_whatever_order_they_come_in():
     assert handled == []
     actor.command(1, b"a")
     assert handled == [b"a", b"b", b"c"]
+
+
+def test_a_ray_client_connection_its_proxy_aborted_is_tried_again(monkeypatch):
+    """Ray Client's proxy now and then fails to start a client's server: connect tries again (a stand-in Ray)."""
+    import types
+
+    from rampwatch.drivers.run import ray_workers
+    from rampwatch.drivers.run.config import RunConfig
+
+    tries: list[str] = []
+
+    def init(address=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        tries.append(address)
+        if len(tries) < 3:
+            raise ConnectionAbortedError("Initialization failure from server: Starting Ray client server failed")
+
+    node = {"NodeID": "ab" * 28, "Alive": True, "NodeName": "h", "Resources": {"node:__internal_head__": 1}}
+    fake = types.SimpleNamespace(
+        init=init, shutdown=lambda: None, is_initialized=lambda: True, nodes=lambda: [node], remote=lambda c: c
+    )
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(ray_workers.time, "sleep", lambda s: None)
+    cluster = ray_workers.RayCluster(RunConfig(url="http://x", cluster="ray://h:10001", workers_per_node=2))
+    assert cluster.connect() == 2
+    assert tries == ["ray://h:10001"] * 3
+    assert cluster.placement(1) == ("ab" * 28, "h/" + "ab" * 6)

@@ -18,6 +18,7 @@ the end) are always kept. Commands carry a sequence number: a threaded actor may
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -36,13 +37,24 @@ from rampwatch.drivers.run.config import BadInput, RunConfig
 
 MISSING = "--cluster needs Ray: pip install 'rampwatch[ray]'"
 CAP_BYTES = 64 << 20  # an actor's lines waiting for the coordinator, at most; past it events are dropped, counted
+CAP_ENV = "RAMPWATCH_RAY_BUFFER_BYTES"  # another cap, read on the coordinator (a test drops events with a tiny one)
 BATCH_BYTES = 4 << 20  # the most one take hands back
 BATCH_S = 0.02  # a take that found events (and no control line) waits this long for more: fewer, larger batches
 POLL_S = 0.5  # a take waits this long for a first line
 DROPPED_EVERY_S = 5.0  # a Notice of dropped events at most this often (and one at the end)
 CONTROL = b'{"type":"w_'  # how a control line (worker_wire's) starts: never dropped
+CONNECT_TRIES = 3  # Ray Client connections tried (see RayCluster.connect)
 
 _encode = msgspec.json.Encoder().encode
+
+
+def buffer_bytes() -> int:
+    """Each actor's cap: CAP_BYTES, or RAMPWATCH_RAY_BUFFER_BYTES where set (a number of bytes)."""
+    text = os.environ.get(CAP_ENV, "").strip()
+    try:
+        return int(text) if text else CAP_BYTES
+    except ValueError:
+        raise BadInput(f"{CAP_ENV}={text!r}: a number of bytes") from None
 
 
 def import_ray() -> Any:
@@ -127,7 +139,7 @@ class ShardActor:
         t = self._driver.clock() if self._driver is not None else 0.0
         message = (
             f"worker {self.worker}: {self._dropped} events dropped so far: the coordinator fell behind "
-            f"(more than {self.cap / 2**20:.3g} MiB waiting)"
+            f"(more than {f'{self.cap / 2**20:g} MiB' if self.cap >= 2**20 else f'{self.cap:,} bytes'} waiting)"
         )
         return _encode(ev.Notice(t=t, level="error", message=message))
 
@@ -270,7 +282,18 @@ class RayCluster:
         # ray.init sets its own SIGTERM handler (sys.exit): the run's own (an interrupted run's clean end) is kept.
         handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            ray.init(address=address, **kwargs)
+            for attempt in range(1, CONNECT_TRIES + 1):
+                try:
+                    ray.init(address=address, **kwargs)
+                    break
+                except ConnectionAbortedError:
+                    # Ray Client's proxy now and then fails to start this client's own server ("Starting Ray
+                    # client server failed", seen about once in ten fresh clusters here): the next try starts another.
+                    if attempt == CONNECT_TRIES:
+                        raise
+                    with contextlib.suppress(Exception):
+                        ray.shutdown()  # whatever the failed try left
+                    time.sleep(1.0)
         except Exception as e:  # noqa: BLE001 - unreachable, refused, the wrong version: one line
             text = " ".join(str(e).split())[:300]
             raise BadInput(f"--cluster {cluster}: cannot connect to Ray: {type(e).__name__}: {text}") from None
@@ -306,7 +329,7 @@ class RayCluster:
             num_cpus=0,  # --workers-per-node places them, not the nodes' CPU counts
             max_concurrency=4,  # a take waits while commands come in
             max_restarts=0,  # a dead worker is lost (its turns recorded so), never silently restarted
-        ).remote(index, node)
+        ).remote(index, node, buffer_bytes())
 
     def link(self, index: int) -> RayWorker:
         link = RayWorker(self, index)
