@@ -5,6 +5,7 @@ of the stamping loop's way is memory.py; how its sessions are waited for and sto
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 import sys
 import time
@@ -12,6 +13,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -41,10 +43,13 @@ from rampwatch.drivers.run.shards import check_workers, seeded_salt, sessions_of
 from rampwatch.drivers.run.stopping import stop_early, time_limit, wait_all
 from rampwatch.drivers.run.trace_run import TraceReplay
 from rampwatch.drivers.run.worker_wire import SessionPlan
-from rampwatch.drivers.run.workers import HOLD_S, LocalWorker, WorkerPool
+from rampwatch.drivers.run.workers import HOLD_S, LocalWorker, WorkerLink, WorkerPool
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver
 from rampwatch.drivers.telemetry.prometheus import check_prometheus
+
+if TYPE_CHECKING:
+    from rampwatch.drivers.run.ray_workers import RayCluster
 
 FINISHED: tuple[ev.RunStatus, ...] = ("done", "failed", "time-limit", "saturated")  # ran to an end of its own
 
@@ -91,6 +96,7 @@ class Run:
         self.stop_when: Callable[[RunState], str | None] | None = None
         self.stopped_early: str | None = None
         self.trace: TraceReplay | None = None  # --trace: the sessions come from it
+        self.cluster: RayCluster | None = None  # --cluster: the Ray connection its workers are placed through
 
     def _client_for(self) -> httpx.AsyncClient:
         """An httpx client of its own for one session's /health calls during an outage (or the probe's): httpx's
@@ -114,6 +120,12 @@ class Run:
         check_topology(cfg)
         check_direct(cfg)
         check_workers(cfg)
+        if cfg.cluster is not None:
+            # Ray is imported there alone, only when asked for; the header records the workers the cluster gives.
+            from rampwatch.drivers.run.ray_workers import RayCluster
+
+            self.cluster = RayCluster(cfg)
+            self.cfg = cfg = dataclasses.replace(cfg, workers=self.cluster.connect())
         if cfg.seed is not None:
             self.salt = seeded_salt(cfg.seed, cfg.salt_tag)  # the same prompts for the same seed, however run
         try:
@@ -237,7 +249,7 @@ class Run:
         background.append(asyncio.create_task(self._flush_loop()))
         background.append(asyncio.create_task(keep_survivors_frozen()))
         lag = LoopLagMonitor(emit, clock)
-        if cfg.mode != "watch" and cfg.workers == 1:  # with workers, each checks its own loop
+        if cfg.mode != "watch" and cfg.workers == 1 and cfg.cluster is None:  # with workers, each checks its own
             background.append(asyncio.create_task(lag.run()))
         runners: list[SessionRunner] = []
         status: ev.RunStatus = "done"
@@ -258,7 +270,7 @@ class Run:
                 runners.append(r)
                 return r
 
-            pool = self._pool(gate) if cfg.workers > 1 else None
+            pool = self._pool(gate) if cfg.workers > 1 or cfg.cluster is not None else None
             if pool is not None:
                 background.append(asyncio.create_task(self._release_loop()))
                 runners.append(pool)  # type: ignore[arg-type]  # its `failed` says whether any session failed
@@ -356,6 +368,7 @@ class Run:
                 await self.hub.recorder.drain(self.FINAL_WAIT_S)
             self.close()
             await self._close_clients()
+            await self._close_cluster()
         return self.exit_code
 
     async def _listen_for_spans(self, listen: str) -> None:
@@ -401,7 +414,9 @@ class Run:
         """--workers N: the sessions on N worker processes; their events held back a moment to merge in time
         order (hub.hold)."""
         self.hub.hold()
-        links = lambda i: LocalWorker()  # noqa: E731
+        links: Callable[[int], WorkerLink] = lambda i: LocalWorker()  # noqa: E731
+        if self.cluster is not None:  # --cluster: Ray actors over its nodes (ray_workers.py)
+            links = self.cluster.link
         return WorkerPool(
             self.cfg, self.plan(), self.hub.emit, self.clock, gate, links, self.cfg.workers, self.arrival_times
         )
@@ -478,6 +493,13 @@ class Run:
         if self.otlp is not None:
             await self.otlp.aclose()
         await self._close_clients()
+        await self._close_cluster()
+
+    async def _close_cluster(self) -> None:
+        """--cluster: disconnect from Ray (a runtime started for the run stops; a cluster joined goes on)."""
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            await cluster.aclose()
 
     def mark(self, note: str) -> None:
         self.hub.emit(ev.Mark(t=self.clock(), note=note))

@@ -112,6 +112,7 @@ class ShardDriver:
         self._clients: list[httpx.AsyncClient] = []
         self._stopped = False
         self.arrivals: list[float] | None = None  # open loop: every session's arrival (Begin's)
+        self.node = socket.gethostname()  # its Hello's; a Ray actor's names its Ray node too
 
     def send(self, message: object) -> None:
         """A control message: written at once (the barrier and the clock exchange wait on it)."""
@@ -158,7 +159,7 @@ class ShardDriver:
         maker = SessionMaker(
             cfg, start.plan, load_corpus(cfg.corpus), self.emit, self.clock, self._tls, self._client_for
         )
-        self.send(ww.Hello(worker=self.worker, pid=os.getpid(), node=socket.gethostname()))
+        self.send(ww.Hello(worker=self.worker, pid=os.getpid(), node=self.node))
         await self.begun.wait()
         failed = False
         if not self._stopped:

@@ -161,7 +161,9 @@ class WorkerPool:
         try:
             await self._start()
             clocks = asyncio.create_task(self._keep_clocks())
-            await asyncio.gather(*(w.done for w in self.workers))
+            # asyncio.wait, not gather: a cancelled gather cancels the futures it waits on, and _stop would then
+            # find every worker done and wait for none of them to send its cancelled turns.
+            await asyncio.wait([w.done for w in self.workers])
         except asyncio.CancelledError:
             await self._stop()
             raise

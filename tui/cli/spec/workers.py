@@ -18,8 +18,9 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cluster",
         metavar="ray|ray://HOST:PORT",
-        help="run the workers as Ray actors: ray starts a local Ray runtime, ray://HOST:PORT joins a running "
-        "cluster (needs the rampwatch[ray] extra)",
+        help="run the workers as Ray actors, --workers-per-node on each node (the coordinator stays here): ray "
+        "starts a local Ray runtime (or joins RAY_ADDRESS), ray://HOST:PORT joins a running cluster through its "
+        "Ray Client port (10001 unless its head set --ray-client-server-port); needs the rampwatch[ray] extra",
     )
     p.add_argument(
         "--workers-per-node",
