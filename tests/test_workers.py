@@ -133,8 +133,10 @@ def test_a_killed_worker_loses_its_turns_in_flight_and_the_run_goes_on(tmp_path)
     assert isinstance(events[-1], ev.RunEnded) and events[-1].status == "failed"
 
 
-def wait_for_in_flight_turn(record: Path, worker: int, proc: subprocess.Popen, timeout: float = 120) -> int:
-    """The pid of worker `worker` once the recording shows one of its turns sent and not done."""
+def wait_for_in_flight_turn(
+    record: Path, worker: int, proc: subprocess.Popen, timeout: float = 120, turn: int = 2
+) -> int:
+    """The pid of worker `worker` once the recording shows one of its turns (`turn` or later) sent and not done."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
@@ -144,7 +146,7 @@ def wait_for_in_flight_turn(record: Path, worker: int, proc: subprocess.Popen, t
             mine = {e.session for e in events if isinstance(e, ev.SessionPlanned) and e.worker == worker}
             sent = {(e.session, e.turn) for e in events if isinstance(e, ev.RequestSent) and e.session in mine}
             done = {(e.session, e.turn) for e in events if isinstance(e, ev.TurnDone)}
-            if worker in pids and any(turn[1] >= 2 for turn in sent - done):
+            if worker in pids and any(k >= turn for _, k in sent - done):
                 return pids[worker]
         time.sleep(0.1)
     pytest.fail(f"worker {worker} had no turn in flight within {timeout:.0f} s")
@@ -186,3 +188,64 @@ def test_the_one_shot_baseline_runs_after_the_workers(tmp_path):
     (sent,) = [e for e in events if isinstance(e, ev.RequestSent) and e.session == "one-shot"]
     assert sent.t > ramp_end
     assert report_json(record)["one_shot"] is not None
+
+
+def test_the_lockstep_barrier_holds_from_the_first_turn_across_workers(tmp_path):
+    """--lockstep with s2 staggered 2 s: s1 (on w0) sends turn 2 only after s2 (on w1) finished turn 1."""
+    record = tmp_path / "lockstep.jsonl"
+    with ThreadedSim(make_profile("fast")) as sim:
+        args = ["--sessions", "2", "--workers", "2", "--lockstep", "--stagger", "2", "--record", str(record)]
+        out = rw(*small_run(sim.url, *args, schedule="1k,2k"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    events = list(read_recording(record).events)
+    s2_first_done = next(e.t for e in events if isinstance(e, ev.TurnDone) and (e.session, e.turn) == ("s2", 1))
+    s1_second = next(e.t for e in events if isinstance(e, ev.RequestSent) and (e.session, e.turn) == ("s1", 2))
+    assert s1_second >= s2_first_done
+
+
+def test_the_time_limit_counts_from_start_at(tmp_path):
+    """--start-at 4 s away with --time-limit 3s: the sessions start at the agreed time and run until the limit
+    counted from then (the wait is not taken off it)."""
+    record = tmp_path / "start-at.jsonl"
+    with ThreadedSim(make_profile("tiny")) as sim:
+        start = f"{time.time() + 4:.3f}"
+        args = ["--sessions", "2", "--seed", "3", "--shard", "0/1", "--start-at", start, "--time-limit", "3s"]
+        out = rw(*small_run(sim.url, *args, "--record", str(record), schedule="1k,2k,4k,8k"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    events = list(read_recording(record).events)
+    sent = [e for e in events if isinstance(e, ev.RequestSent)]
+    assert sent and min(e.t for e in sent) > 3.0  # not before the agreed time (the probe took under a second)
+    assert any("waiting" in e.message and "--start-at" in e.message for e in events if isinstance(e, ev.Notice))
+
+
+@pytest.mark.serial  # process lifetimes, timed
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
+def test_an_open_loop_run_stopped_or_killed_takes_its_workers_along(tmp_path, sig):
+    """An open loop on two workers, arrivals still to come: Ctrl-C ends it (130) with every turn sent given an
+    end and no worker left; SIGKILL of rampwatch leaves no worker either (they die with it)."""
+    record = tmp_path / "open.jsonl"
+    with ThreadedSim(make_profile("tiny")) as sim:
+        argv = [*rampwatch_cmd(), *small_run(sim.url, "--arrivals", "120/min", "--sessions", "40", "--seed", "5")]
+        argv += ["--workers", "2", "--record", str(record)]
+        proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            pid = wait_for_in_flight_turn(record, worker=1, proc=proc, turn=1)
+            pids = [
+                e.pid for e in read_recording(record, skip_bad_lines=True).events if isinstance(e, ev.WorkerStarted)
+            ]
+            assert pid in pids and len(pids) == 2
+            proc.send_signal(sig)
+            proc.communicate(timeout=60)
+            _, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)], timeout=5)
+            assert not alive, f"{sig.name}: workers still running: {[p.pid for p in alive]}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130
+        events = list(read_recording(record).events)
+        sent = {(e.session, e.turn) for e in events if isinstance(e, ev.RequestSent)}
+        ended = {(e.session, e.turn) for e in events if isinstance(e, ev.TurnDone)}
+        assert sent and sent <= ended and isinstance(events[-1], ev.RunEnded)
+        assert not [e for e in events if isinstance(e, ev.WorkerLost)]

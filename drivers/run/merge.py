@@ -44,8 +44,8 @@ def _start(path: str, header: ev.Header) -> datetime:
 
 def check_shards(parts: list[tuple[str, Recording]]) -> None:
     """BadInput, in one line, unless `parts` are distinct shards of one run: each recorded with --shard, all of
-    the same N, salt, seed and sessions, no shard and no ramp session twice (each shard runs its own one-shot
-    baseline: see merge_shards)."""
+    the same N, salt, seed and sessions, no shard and no ramp session twice (only shard 0 runs the one-shot
+    baseline; shards recorded before that each ran one: see merge_shards)."""
     if not parts:
         raise BadInput("--merge needs the shard recordings of one run (run --shard I/N)")
     first_path, first = parts[0][0], parts[0][1].header
@@ -94,8 +94,8 @@ def merge_shards(parts: list[tuple[str, Recording]]) -> Merged:
     server_part = next(
         (k for k, (_, rec) in enumerate(parts) if any(isinstance(e, SERVER_SIDE) for e in rec.events)), None
     )
-    # Every shard runs the one-shot baseline (--one-shot; none knows it is not alone): the lowest shard's is the
-    # run's, the others' are left out (and said).
+    # With --one-shot, shard 0 alone runs the baseline; shards recorded before that each ran one: the lowest
+    # shard's is the run's, the others' are left out (and said).
     baselines = [_baselines(rec) for _, rec in parts]
     baseline_part = next((k for k, ids in enumerate(baselines) if ids), None)
     streams: list[list[ev.AnyEvent]] = []

@@ -96,6 +96,7 @@ class Run:
         self.stop_when: Callable[[RunState], str | None] | None = None
         self.stopped_early: str | None = None
         self.trace: TraceReplay | None = None  # --trace: the sessions come from it
+        self.limit_at = cfg.time_limit  # --time-limit on the run's clock (from --start-at's time, if given)
         self.cluster: RayCluster | None = None  # --cluster: the Ray connection its workers are placed through
 
     def _client_for(self) -> httpx.AsyncClient:
@@ -177,7 +178,7 @@ class Run:
         """What every session is made from, here or on a worker: the run's salt, calibration and lead."""
         model = self.info.model if self.info is not None else self.cfg.model or ""
         return SessionPlan(
-            salt=self.salt, model=model, calibration=self.calibration, lead=self.lead, sessions=self.cfg.sessions
+            salt=self.salt, model=model, calibration=self.calibration, lead=self.lead, sessions=self.ramp_sessions
         )
 
     def conversation(self, k: int) -> Conversation:
@@ -305,8 +306,8 @@ class Run:
                 starts = [(k - 1) * cfg.stagger for k in own] if not open_loop else []
                 tasks = [asyncio.create_task(self._staggered(r, d, slots)) for r, d in zip(runners, starts)]
             watchdog = None
-            if cfg.time_limit is not None:
-                watchdog = asyncio.create_task(time_limit(cfg.time_limit, cfg.grace, self.clock, emit, gate, tasks))
+            if self.limit_at is not None:
+                watchdog = asyncio.create_task(time_limit(self.limit_at, cfg.grace, self.clock, emit, gate, tasks))
             arriving = asyncio.create_task(arrivals()) if open_loop else None
             early = None
             if self.stop_when is not None:
@@ -399,7 +400,7 @@ class Run:
 
         times = self.arrival_times()
         assert times is not None
-        await run_arrivals([(k, times[k - 1]) for k in own], clock, cfg.time_limit, cfg.max_live, start, tasks)
+        await run_arrivals([(k, times[k - 1]) for k in own], clock, self.limit_at, cfg.max_live, start, tasks)
 
     def arrival_times(self) -> list[float] | None:
         """Open loop: each session's arrival on the run's clock, drawn from the seed and counted from now (not
@@ -417,9 +418,11 @@ class Run:
         links: Callable[[int], WorkerLink] = lambda i: LocalWorker()  # noqa: E731
         if self.cluster is not None:  # --cluster: Ray actors over its nodes (ray_workers.py)
             links = self.cluster.link
-        return WorkerPool(
+        pool = WorkerPool(
             self.cfg, self.plan(), self.hub.emit, self.clock, gate, links, self.cfg.workers, self.arrival_times
         )
+        pool.time_limit_at = self.limit_at
+        return pool
 
     async def _release_loop(self) -> None:
         while True:
@@ -432,11 +435,16 @@ class Run:
         if at is None:
             return
         wait = at - time.time()
+        when = datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
         if wait > 0:
-            when = datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
             self.hub.emit(ev.Notice(t=self.clock(), level="info", message=f"waiting {wait:.1f}s for --start-at {when}"))
             self.hub.flush()
             await asyncio.sleep(wait)
+        else:  # a shard that started late starts at once, and says by how much
+            message = f"--start-at {when} was {-wait:.1f}s ago: starting now, late"
+            self.hub.emit(ev.Notice(t=self.clock(), level="warn", message=message))
+        if self.cfg.time_limit is not None:  # counted from the agreed start, not from this process's
+            self.limit_at = self.clock() + self.cfg.time_limit
 
     async def _replay(self, opts: TurnOptions, gate: TurnGate, runners: list, tasks: list) -> None:
         """--trace: its sessions made as they start, each on the server it is pinned or spread to."""
@@ -466,7 +474,7 @@ class Run:
             runners.append(runner)
             return runner
 
-        await self.trace.dispatch(make, self.hub.emit, self.clock, opts.time_scale, tasks, until=cfg.time_limit)
+        await self.trace.dispatch(make, self.hub.emit, self.clock, opts.time_scale, tasks, until=self.limit_at)
 
     def _stopped_early(self, reason: str) -> None:
         self.stopped_early = reason

@@ -69,6 +69,8 @@ def check_workers(cfg: RunConfig) -> None:
             raise BadInput("--shard I/N is one part of a run: give every shard the same --seed and --start-at")
         if cfg.lockstep:
             raise BadInput("--lockstep needs one barrier for all sessions: shards never talk; use --workers N")
+        if cfg.trace is not None:
+            raise BadInput("--trace runs in one driver process for now: not with --shard")
     if cfg.workers > 1 or cfg.cluster is not None:
         for flag, given in (("--trace", cfg.trace is not None), ("concurrency", cfg.concurrency is not None)):
             if given:

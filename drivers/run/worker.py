@@ -110,6 +110,7 @@ class ShardDriver:
         self.tasks: list[asyncio.Task[bool]] = []
         self.runners: list[SessionRunner] = []
         self._clients: list[httpx.AsyncClient] = []
+        self._arriving: asyncio.Future[None] | None = None  # an open loop's arrivals, until stopped
         self._stopped = False
         self.arrivals: list[float] | None = None  # open loop: every session's arrival (Begin's)
         self.node = socket.gethostname()  # its Hello's; a Ray actor's names its Ray node too
@@ -140,6 +141,8 @@ class ShardDriver:
         """Cancel the turns in flight (each ends recorded as cancelled); before Begin, start none."""
         self._stopped = True
         self.begun.set()
+        if self._arriving is not None:
+            self._arriving.cancel()  # an open loop starts no more conversations
         for t in self.tasks:
             t.cancel()
 
@@ -186,7 +189,11 @@ class ShardDriver:
                     return ArrivingSession(r, gate, self.emit)
 
                 pairs = [(k, arrivals[k - 1]) for k in self.start.sessions]
-                await run_arrivals(pairs, self.clock, cfg.time_limit, share, arriving, self.tasks)
+                until = self.start.time_limit_at
+                self._arriving = asyncio.ensure_future(
+                    run_arrivals(pairs, self.clock, until, share, arriving, self.tasks)
+                )
+                await asyncio.wait([self._arriving])
             else:
                 for k in self.start.sessions:
                     r = maker.session(k, _SessionGate(self.gate, f"s{k}"))

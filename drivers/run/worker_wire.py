@@ -35,6 +35,7 @@ class WorkerStart(msgspec.Struct, tag="w_start", kw_only=True):
     worker: int
     workers: int  # how many there are
     sessions: list[int]  # the sessions (1-based) this worker runs
+    time_limit_at: float | None = None  # --time-limit on the run's clock: no conversation arrives after it
 
 
 class Ping(msgspec.Struct, tag="w_ping"):

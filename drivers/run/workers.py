@@ -95,8 +95,10 @@ class LocalWorker:
             pass  # it is dying: its exit says so
 
     def kill(self) -> None:
+        """SIGKILL, without waiting on the loop (it is reaped by its exit watch, or by lifetime at exit): a worker
+        here has been asked to stop and waited for already."""
         if self.proc is not None and self.proc.poll() is None:
-            lifetime.end(self.proc, wait=2.0)
+            self.proc.kill()
 
     def stderr_tail(self) -> str:
         self._stderr.seek(0)
@@ -115,6 +117,10 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+class WorkerUnreachable(Exception):
+    """A clock exchange got no answer: the worker died, or its loop is held for seconds."""
+
+
 class _Worker:
     """What the coordinator knows of one worker."""
 
@@ -126,6 +132,7 @@ class _Worker:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pongs: dict[int, asyncio.Future[float]] = {}
         self.origin = 0.0  # the run's t = 0 on its clock
+        self.lost = False
 
 
 class WorkerPool:
@@ -151,6 +158,7 @@ class WorkerPool:
         self.failed = False
         self.workers: list[_Worker] = []
         self._ping = 0
+        self.time_limit_at: float | None = cfg.time_limit  # no new conversation after it (open loop)
         self._closed = False  # run() has returned: a worker's exit now is ours (killed at the end), not a loss
         gate.listeners.append(self._gate_changed)
 
@@ -158,8 +166,10 @@ class WorkerPool:
 
     async def run(self) -> bool:
         clocks: asyncio.Task | None = None
+        started = False
         try:
             await self._start()
+            started = True
             clocks = asyncio.create_task(self._keep_clocks())
             # asyncio.wait, not gather: a cancelled gather cancels the futures it waits on, and _stop would then
             # find every worker done and wait for none of them to send its cancelled turns.
@@ -171,7 +181,7 @@ class WorkerPool:
             if clocks is not None:
                 clocks.cancel()
             for w in self.workers:
-                if not w.done.done():  # it did not stop when asked: what it had in flight is lost
+                if started and not w.done.done():  # it did not stop when asked: what it had in flight is lost
                     self._on_exit(w, f"did not stop within {STOP_WAIT_S:g}s and was killed")
                 w.link.kill()
             self._closed = True
@@ -182,7 +192,14 @@ class WorkerPool:
             sessions = sessions_of(i, self.n, self.plan.sessions)
             w = _Worker(i, self.links(i), sessions)
             self.workers.append(w)
-            message = ww.WorkerStart(config=self.cfg, plan=self.plan, worker=i, workers=self.n, sessions=sessions)
+            message = ww.WorkerStart(
+                config=self.cfg,
+                plan=self.plan,
+                worker=i,
+                workers=self.n,
+                sessions=sessions,
+                time_limit_at=self.time_limit_at,
+            )
             w.link.start(message, lambda line, w=w: self._on_line(w, line), lambda why, w=w: self._on_exit(w, why))
         for w in self.workers:
             done, _ = await asyncio.wait([w.hello, w.done], timeout=START_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
@@ -197,6 +214,9 @@ class WorkerPool:
             await self._measure(w)  # while it is idle: the clock as set, before its sessions load it
         arrivals = self.arrivals()
         for w in self.workers:
+            if arrivals is not None:
+                w.live.clear()  # an open loop's sessions count once they arrive (GateJoin)
+            w.link.send(self._gate_state(0))  # the barrier's counts before any session asks it
             w.link.send(ww.Begin(origin=w.origin, arrivals=arrivals))
 
     async def _stop(self) -> None:
@@ -217,10 +237,13 @@ class WorkerPool:
         sent = time.perf_counter()
         w.link.send(ww.Ping(n=n))
         try:
-            theirs = await asyncio.wait_for(pong, timeout=10.0)
+            await asyncio.wait([pong, w.done], timeout=10.0, return_when=asyncio.FIRST_COMPLETED)
         finally:
             w.pongs.pop(n, None)
-        return sent, theirs, time.perf_counter()
+        if not pong.done():
+            why = "it is gone" if w.done.done() else "no answer in 10 s"
+            raise WorkerUnreachable(f"worker {w.index}: no clock exchange ({why})")
+        return sent, pong.result(), time.perf_counter()
 
     async def _set_clock(self, w: _Worker) -> float:
         """The run's t = 0 on the worker's clock, from the exchange with the shortest round trip."""
@@ -235,8 +258,8 @@ class WorkerPool:
             return
         try:  # the best of three: a round trip that met a busy loop says little
             exchanges = [await self._exchange(w) for _ in range(3)]
-        except TimeoutError:
-            return  # a worker too busy to answer in 10 s: its lag reports say so
+        except WorkerUnreachable:
+            return  # gone (its exit says so), or too busy to answer in 10 s (its lag reports say so)
         sent, theirs, received = min(exchanges, key=lambda x: x[2] - x[0])
         origin = getattr(self.clock, "origin", 0.0)
         offset = (theirs - w.origin) - ((sent + received) / 2 - origin)
@@ -251,6 +274,8 @@ class WorkerPool:
     # -- what the workers say -----------------------------------------------------
 
     def _on_line(self, w: _Worker, line: bytes) -> None:
+        if self._closed or w.lost:
+            return  # what a worker says once it is counted lost, or once the run has ended, is not the run's
         try:
             message = ww.decode_from_worker(line)
         except Exception as e:  # noqa: BLE001 - one bad line is said, never the end of the run
@@ -306,15 +331,21 @@ class WorkerPool:
         for _ in lost:
             self.gate.leave()
         w.live.clear()
+        w.lost = True
         self.failed = True
         w.done.set_result(None)
 
     def _gate_changed(self, turn: int) -> None:
-        """The run-wide barrier moved: every worker hears its counts."""
-        gate = self.gate
-        state = ww.GateState(
-            live=gate.live, turn=turn, finished=gate.finished(turn) if turn else 0, time_up=gate.time_up
-        )
+        """The run-wide barrier moved: every worker hears its counts (a turn's count only in lockstep, where a
+        session waits on it; the time limit always)."""
+        if turn and not self.gate.lockstep:
+            return
+        state = self._gate_state(turn)
         for w in self.workers:
             if not w.done.done():
                 w.link.send(state)
+
+    def _gate_state(self, turn: int) -> ww.GateState:
+        gate = self.gate
+        finished = gate.finished(turn) if turn else 0
+        return ww.GateState(live=gate.live, turn=turn, finished=finished, time_up=gate.time_up)
