@@ -19,12 +19,10 @@ import sys
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 import asyncio  # noqa: E402
-import os  # noqa: E402
 
-from rampwatch.drivers.run import event_loop, lifetime, pipe  # noqa: E402
+from rampwatch.drivers.run import lifetime, pipe  # noqa: E402
 from rampwatch.drivers.run.config import BadInput  # noqa: E402
-from rampwatch.drivers.run.exitcodes import EXIT_CRASHED  # noqa: E402
-from rampwatch.drivers.run.runner import Run, crash_summary  # noqa: E402
+from rampwatch.drivers.run.runner import Run  # noqa: E402
 
 
 async def serve(start: pipe.DriverStart, out_fd: int, pending: bytes = b"") -> int:
@@ -64,7 +62,7 @@ async def serve(start: pipe.DriverStart, out_fd: int, pending: bytes = b"") -> i
             stop(cmd.signal)
 
     lifetime.handle_stop_signals(loop, stop)
-    await _listen(loop, command, on_eof=lambda: stop(None), pending=pending)
+    await pipe.listen(loop, command, on_eof=lambda: stop(None), pending=pending)
     try:
         code = await asyncio.shield(drive)
     except asyncio.CancelledError:
@@ -73,44 +71,9 @@ async def serve(start: pipe.DriverStart, out_fd: int, pending: bytes = b"") -> i
     return code
 
 
-async def _listen(loop: asyncio.AbstractEventLoop, on_line, on_eof, pending: bytes) -> None:  # noqa: ANN001
-    """Read commands from stdin as they come, on the run's loop."""
-    splitter = pipe.LineSplitter(on_line)
-    splitter.feed(pending)
-
-    class _Commands(asyncio.Protocol):
-        def data_received(self, data: bytes) -> None:
-            splitter.feed(data)
-
-        def eof_received(self) -> bool:
-            on_eof()
-            return False
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            on_eof()
-
-    await loop.connect_read_pipe(_Commands, os.fdopen(0, "rb", buffering=0))
-
-
 def main() -> int:
-    lifetime.die_with_parent()  # SIGTERM (a clean stop, the file finished) when the UI process dies
-    first, rest = pipe.first_line(0)
-    try:
-        start = pipe.decode_command(first)
-    except Exception as e:  # noqa: BLE001
-        print(f"rampwatch driver: bad start message: {crash_summary(e)}", file=sys.stderr)
-        return 2
-    if not isinstance(start, pipe.DriverStart):
-        print("rampwatch driver: the first message must be the run's configuration", file=sys.stderr)
-        return 2
-    # The event stream owns the real stdout; anything else printed goes to stderr.
-    out_fd = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        return event_loop.run(serve(start, out_fd, rest))
-    except Exception as e:  # noqa: BLE001 - the UI turns this exit code into "crashed"
-        print(f"rampwatch driver crashed: {crash_summary(e)}", file=sys.stderr)
-        return EXIT_CRASHED
+    # SIGTERM (a clean stop, the file finished) when the UI process dies
+    return pipe.child_main("driver", pipe.decode_command, pipe.DriverStart, "the run's configuration", serve)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -171,3 +172,57 @@ def first_line(fd: int) -> tuple[bytes, bytes]:
         data += chunk
     first, _, rest = data.partition(b"\n")
     return first, rest
+
+
+async def listen(
+    loop: asyncio.AbstractEventLoop, on_line: Callable[[bytes], None], on_eof: Callable[[], None], pending: bytes
+) -> None:
+    """Read commands from stdin as they come, on the run's loop (`pending`: what came with the first line);
+    `on_eof()` once the other end is gone."""
+    splitter = LineSplitter(on_line)
+    splitter.feed(pending)
+
+    class _Commands(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            splitter.feed(data)
+
+        def eof_received(self) -> bool:
+            on_eof()
+            return False
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            on_eof()
+
+    await loop.connect_read_pipe(_Commands, os.fdopen(0, "rb", buffering=0))
+
+
+def child_main(
+    name: str,
+    decode: Callable[[bytes], object],
+    kind: type,
+    what: str,
+    serve: Callable[[Any, int, bytes], Awaitable[int]],
+) -> int:
+    """A rampwatch child process (the driver behind the UI, a driver worker): it dies with its parent, reads its
+    start message (`kind`, decoded by `decode`) from stdin's first line, keeps the real stdout for its stream
+    (anything printed goes to stderr), and runs `serve(start, out_fd, rest)` on the driver's own loop."""
+    from rampwatch.drivers.run import event_loop, lifetime
+    from rampwatch.drivers.run.exitcodes import EXIT_CRASHED, crash_summary
+
+    lifetime.die_with_parent()  # SIGTERM when its parent dies, however it died
+    first, rest = first_line(0)
+    try:
+        start = decode(first)
+    except Exception as e:  # noqa: BLE001
+        print(f"rampwatch {name}: bad start message: {crash_summary(e)}", file=sys.stderr)
+        return 2
+    if not isinstance(start, kind):
+        print(f"rampwatch {name}: the first message must be {what}", file=sys.stderr)
+        return 2
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        return event_loop.run(serve(start, out_fd, rest))  # type: ignore[arg-type]
+    except Exception as e:  # noqa: BLE001 - its parent turns this exit code into "crashed"
+        print(f"rampwatch {name} crashed: {crash_summary(e)}", file=sys.stderr)
+        return EXIT_CRASHED

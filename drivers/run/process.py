@@ -14,7 +14,6 @@ import asyncio
 import collections
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run import lifetime, pipe
 from rampwatch.drivers.run.config import BadInput, RunConfig
-from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED, exit_reason
 
 TRIM_EVERY = 1024  # event lines received between looks at how much of the run the recording holds
 EXIT_WAIT_S = 30.0  # how long a stopping driver may take to cancel its turns and close the file
@@ -41,15 +40,7 @@ class DriverCrashed(Exception):
 
 
 def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "driver process did not exit"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"driver process killed by {name}"
-    return f"driver process exited with code {code}"
+    return f"driver process {exit_reason(code)}"
 
 
 class DriverProcess:

@@ -28,7 +28,7 @@ from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.net.tls import TlsError, tls_context
 from rampwatch.drivers.run.arrivals import ArrivingSession, arrival_times, run_arrivals
 from rampwatch.drivers.run.config import BadInput, RunConfig, check_direct, check_topology, default_record_path
-from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
+from rampwatch.drivers.run.exitcodes import EXIT_CRASHED, crash_summary
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.loop_lag import LoopLagMonitor
 from rampwatch.drivers.run.memory import keep_survivors_frozen, return_big_buffers_to_the_os, set_up_heap_frozen
@@ -38,7 +38,7 @@ from rampwatch.drivers.run.prompt_shape import corpus_reader, load_corpus, promp
 from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.run_header import run_header
 from rampwatch.drivers.run.samplers import Samplers
-from rampwatch.drivers.run.session_maker import SessionMaker, conversation
+from rampwatch.drivers.run.session_maker import SessionMaker, conversation, session_client
 from rampwatch.drivers.run.shards import check_workers, seeded_salt, sessions_of
 from rampwatch.drivers.run.stopping import stop_early, time_limit, wait_all
 from rampwatch.drivers.run.trace_run import TraceReplay
@@ -52,12 +52,6 @@ if TYPE_CHECKING:
     from rampwatch.drivers.run.ray_workers import RayCluster
 
 FINISHED: tuple[ev.RunStatus, ...] = ("done", "failed", "time-limit", "saturated")  # ran to an end of its own
-
-
-def crash_summary(e: BaseException) -> str:
-    """An exception in one line: its type and message."""
-    text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text}"[:300] if text else type(e).__name__
 
 
 class Run:
@@ -100,15 +94,7 @@ class Run:
         self.cluster: RayCluster | None = None  # --cluster: the Ray connection its workers are placed through
 
     def _client_for(self) -> httpx.AsyncClient:
-        """An httpx client of its own for one session's /health calls during an outage (or the probe's): httpx's
-        pool walks every connection on each request, so one pool shared by 64 sessions was costly; it opens no
-        connection until used (a session's /tokenize goes over its own streaming connection)."""
-        client = httpx.AsyncClient(
-            trust_env=False,  # no proxy from the environment: the same direct route as the streams
-            verify=self.tls,
-            timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
-        )
+        client = session_client(self.cfg, self.tls)  # closed with the run
         self._clients.append(client)
         return client
 

@@ -25,6 +25,18 @@ def conversation(cfg: RunConfig, plan: SessionPlan, corpus: Corpus | None, k: in
     return Conversation(f"{plan.salt}-s{k}", cfg.schedule, plan.calibration, plan.lead, source)
 
 
+def session_client(cfg: RunConfig, tls: ssl.SSLContext) -> httpx.AsyncClient:
+    """An httpx client of its own for one session's /health calls during an outage (or the probe's): httpx's
+    pool walks every connection on each request, so one pool shared by 64 sessions was costly; it opens no
+    connection until used (a session's /tokenize goes over its own streaming connection)."""
+    return httpx.AsyncClient(
+        trust_env=False,  # no proxy from the environment: the same direct route as the streams
+        verify=tls,
+        timeout=httpx.Timeout(cfg.request_timeout, connect=10.0),
+        limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
+    )
+
+
 class SessionMaker:
     """Makes session k's runner, emitting to `emit` on `clock`; `client_for()` gives each its own httpx client."""
 

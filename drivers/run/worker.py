@@ -27,14 +27,13 @@ from rampwatch.drivers.client.session import SessionRunner  # noqa: E402
 from rampwatch.drivers.model import events as ev  # noqa: E402
 from rampwatch.drivers.model.clock import RunClock  # noqa: E402
 from rampwatch.drivers.net.tls import tls_context  # noqa: E402
-from rampwatch.drivers.run import event_loop, lifetime, pipe  # noqa: E402
+from rampwatch.drivers.run import lifetime, pipe  # noqa: E402
 from rampwatch.drivers.run import worker_wire as ww  # noqa: E402
 from rampwatch.drivers.run.arrivals import ArrivingSession, run_arrivals  # noqa: E402
-from rampwatch.drivers.run.exitcodes import EXIT_CRASHED  # noqa: E402
 from rampwatch.drivers.run.loop_lag import LoopLagMonitor  # noqa: E402
 from rampwatch.drivers.run.memory import keep_survivors_frozen, set_up_heap_frozen  # noqa: E402
 from rampwatch.drivers.run.prompt_shape import load_corpus  # noqa: E402
-from rampwatch.drivers.run.session_maker import SessionMaker  # noqa: E402
+from rampwatch.drivers.run.session_maker import SessionMaker, session_client  # noqa: E402
 from rampwatch.drivers.run.stopping import wait_all  # noqa: E402
 
 _encode = msgspec.json.Encoder().encode
@@ -147,12 +146,7 @@ class ShardDriver:
             t.cancel()
 
     def _client_for(self) -> httpx.AsyncClient:
-        client = httpx.AsyncClient(
-            trust_env=False,
-            verify=self._tls,
-            timeout=httpx.Timeout(self.cfg.request_timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
-        )
+        client = session_client(self.cfg, self._tls)  # closed when its sessions are done
         self._clients.append(client)
         return client
 
@@ -232,41 +226,14 @@ async def serve(start: ww.WorkerStart, out_fd: int, pending: bytes) -> int:
             return
 
     lifetime.handle_stop_signals(loop, lambda sig: driver.stop())
-    splitter = pipe.LineSplitter(command)
-    splitter.feed(pending)
-
-    class _Commands(asyncio.Protocol):
-        def data_received(self, data: bytes) -> None:
-            splitter.feed(data)
-
-        def eof_received(self) -> bool:
-            driver.stop()  # the coordinator is gone
-            return False
-
-    await loop.connect_read_pipe(_Commands, os.fdopen(0, "rb", buffering=0))
+    await pipe.listen(loop, command, on_eof=driver.stop, pending=pending)  # EOF: the coordinator is gone
     await driver.run()
     await writer.close()
     return 0
 
 
 def main() -> int:
-    lifetime.die_with_parent()
-    first, rest = pipe.first_line(0)
-    try:
-        start = ww.decode_to_worker(first)
-    except Exception as e:  # noqa: BLE001
-        print(f"rampwatch worker: bad start message: {e}", file=sys.stderr)
-        return 2
-    if not isinstance(start, ww.WorkerStart):
-        print("rampwatch worker: the first message must be WorkerStart", file=sys.stderr)
-        return 2
-    out_fd = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        return event_loop.run(serve(start, out_fd, rest))
-    except Exception as e:  # noqa: BLE001
-        print(f"rampwatch worker crashed: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_CRASHED
+    return pipe.child_main("worker", ww.decode_to_worker, ww.WorkerStart, "WorkerStart", serve)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime, pipe
 from rampwatch.drivers.run import worker_wire as ww
 from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.exitcodes import exit_reason
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.shards import sessions_of
 
@@ -70,7 +71,7 @@ class LocalWorker:
             if proc.poll() is None:
                 loop.call_later(0.02, exited)
             else:
-                on_exit(describe_exit(proc.returncode))
+                on_exit(exit_reason(proc.returncode))
 
         class _Reader(asyncio.Protocol):
             def data_received(self, data: bytes) -> None:
@@ -104,17 +105,6 @@ class LocalWorker:
         self._stderr.seek(0)
         lines = [ln for ln in self._stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
         return lines[-1].strip() if lines else ""
-
-
-def describe_exit(code: int | None) -> str:
-    if code is not None and code < 0:
-        import signal
-
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 class WorkerUnreachable(Exception):
