@@ -115,5 +115,10 @@ def test_without_spans_the_counters_name_the_replica_of_turns_apart_and_call_ove
     assert len({t["served_by"] for t in s["turns"]}) == 1 and s["turns"][0]["served_by"] in ("r0", "r1")
     two = behind("consistent_hash", replicas, tmp_path, "--sessions", "2", "--lockstep", *paced, spans=False)
     sources = [t["served_by_source"] for x in two["sessions"] for t in x["turns"]]
-    assert sources in (["counters"] * 8, ["ambiguous"] * 8), sources
+    assert set(sources) <= {"counters", "ambiguous"} and len(sources) == 8, sources
+    # Whether a lockstep pair's turns overlap on the counters' samples is timing (all named, all ambiguous, or each
+    # way for some turns, as CI saw once); what is named is never a guess: one replica per session (consistent_hash).
+    for x in two["sessions"]:
+        named = {t["served_by"] for t in x["turns"] if t["served_by_source"] == "counters"}
+        assert len(named) <= 1 and named <= {"r0", "r1"}, x["turns"]
     print(f"counters named {sources.count('counters')} of {len(sources)} lockstep turns; the rest ambiguous")

@@ -43,15 +43,16 @@ class RemoteGate:
     """The run-wide TurnGate as this worker sees it: its sessions' arrivals at the barrier go to the coordinator,
     whose gate counts every worker's; its counts come back (GateState), and a session waits on them."""
 
-    def __init__(self, send: Callable[[object], None], lockstep: bool):
-        self.send, self.lockstep = send, lockstep
+    def __init__(self, send: Callable[[object], None], lockstep: bool, clock: Callable[[], float]):
+        self.send, self.lockstep, self.clock = send, lockstep, clock
         self.live = 0
         self.time_up = False
+        self._release_at = 0.0  # the latest counts' time to go, on the run's clock (the same on every worker)
         self._finished: Counter[int] = Counter()
         self._changed = asyncio.Event()
 
     def update(self, state: ww.GateState) -> None:
-        self.live, self.time_up = state.live, state.time_up
+        self.live, self.time_up, self._release_at = state.live, state.time_up, state.release_at
         if state.turn:
             self._finished[state.turn] = state.finished
         changed, self._changed = self._changed, asyncio.Event()
@@ -61,6 +62,11 @@ class RemoteGate:
         if self.lockstep and turn > 1:
             while not (self.time_up or self._finished[turn - 1] >= self.live):
                 await self._changed.wait()
+            # Every worker heard the counts that opened the barrier at its own moment: all go at the time they
+            # carry, so the sessions start together whatever the delivery took.
+            wait = self._release_at - self.clock()
+            if wait > 0 and not self.time_up:
+                await asyncio.sleep(wait)
         return not self.time_up
 
     def after(self, turn: int) -> None:
@@ -104,7 +110,7 @@ class ShardDriver:
         self.start, self.cfg, self.worker = start, start.config, start.worker
         self.write_line, self.flush = write_line, flush
         self.clock = RunClock()  # its origin is the coordinator's t = 0, set at Begin
-        self.gate = RemoteGate(self.send, self.cfg.lockstep)
+        self.gate = RemoteGate(self.send, self.cfg.lockstep, self.clock)
         self.begun = asyncio.Event()
         self.tasks: list[asyncio.Task[bool]] = []
         self.runners: list[SessionRunner] = []

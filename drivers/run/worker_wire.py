@@ -52,6 +52,7 @@ class GateState(msgspec.Struct, tag="w_gate"):
     turn: int  # the turn whose count changed (0: none)
     finished: int  # sessions that have finished it, over the whole run
     time_up: bool = False
+    release_at: float = 0.0  # on the run's clock: a session these counts let through starts then, on every worker
 
 
 class Stop(msgspec.Struct, tag="w_stop"):

@@ -29,6 +29,7 @@ CLOCK_EVERY_S = 5.0  # then one exchange this often, recorded (WorkerClock)
 START_WAIT_S = 60.0  # how long a worker may take to start and say Hello
 STOP_WAIT_S = 30.0  # how long stopping workers may take to cancel their turns and send what they have
 LOST = "worker lost"  # the error of a turn in flight on a worker that died
+RELEASE_S = 0.02  # lockstep: the barrier's counts name a time this far ahead, at which every worker lets go
 HOLD_S = 0.25  # the coordinator holds events this long to merge the workers' in time order (EventHub.hold)
 
 
@@ -338,4 +339,5 @@ class WorkerPool:
     def _gate_state(self, turn: int) -> ww.GateState:
         gate = self.gate
         finished = gate.finished(turn) if turn else 0
-        return ww.GateState(live=gate.live, turn=turn, finished=finished, time_up=gate.time_up)
+        at = self.clock() + RELEASE_S  # every worker hears it within this, and all go at once
+        return ww.GateState(live=gate.live, turn=turn, finished=finished, time_up=gate.time_up, release_at=at)
