@@ -5,7 +5,7 @@ split), so the driver can call it inline. Each finished turn is settled once its
 or for a prefill/decode split once the decode servers' counters show its transferred KV): then it is marked for
 --warmup, judged by --slo, logged and appended to `settled`, the list the exporter reads. What the panels ask of
 the folded state lives in panels.py; the deployment's shape in deployment.py; the servers' side of the fold
-(endpoints, GPUs) in servers_fold.py. (Over ~400 lines, about 460: one handler per event kind, read together as
+(endpoints, GPUs) in servers_fold.py. (Over ~400 lines, about 470: one handler per event kind, read together as
 the one fold of the sessions' turns; what has a job of its own lives beside it: the servers' fold, the spans',
 the transfers' and the backends' ledgers, the client check.)
 """

@@ -5,15 +5,12 @@ of the stamping loop's way is memory.py; how its sessions are waited for and sto
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import secrets
 import sys
-import time
 import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import httpx
 
@@ -40,16 +37,13 @@ from rampwatch.drivers.run.run_header import run_header
 from rampwatch.drivers.run.samplers import Samplers
 from rampwatch.drivers.run.session_maker import SessionMaker, conversation, session_client
 from rampwatch.drivers.run.shards import check_workers, seeded_salt, sessions_of
+from rampwatch.drivers.run.spread import Spread, on_workers
 from rampwatch.drivers.run.stopping import stop_early, time_limit, wait_all
 from rampwatch.drivers.run.trace_run import TraceReplay
 from rampwatch.drivers.run.worker_wire import SessionPlan
-from rampwatch.drivers.run.workers import HOLD_S, LocalWorker, WorkerLink, WorkerPool
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver
 from rampwatch.drivers.telemetry.prometheus import check_prometheus
-
-if TYPE_CHECKING:
-    from rampwatch.drivers.run.ray_workers import RayCluster
 
 FINISHED: tuple[ev.RunStatus, ...] = ("done", "failed", "time-limit", "saturated")  # ran to an end of its own
 
@@ -91,7 +85,7 @@ class Run:
         self.stopped_early: str | None = None
         self.trace: TraceReplay | None = None  # --trace: the sessions come from it
         self.limit_at = cfg.time_limit  # --time-limit on the run's clock (from --start-at's time, if given)
-        self.cluster: RayCluster | None = None  # --cluster: the Ray connection its workers are placed through
+        self.spread = Spread(self.hub, self.clock)  # where the sessions run: here, or on workers (--workers, --cluster)
 
     def _client_for(self) -> httpx.AsyncClient:
         client = session_client(self.cfg, self.tls)  # closed with the run
@@ -107,12 +101,7 @@ class Run:
         check_topology(cfg)
         check_direct(cfg)
         check_workers(cfg)
-        if cfg.cluster is not None:
-            # Ray is imported there alone, only when asked for; the header records the workers the cluster gives.
-            from rampwatch.drivers.run.ray_workers import RayCluster
-
-            self.cluster = RayCluster(cfg)
-            self.cfg = cfg = dataclasses.replace(cfg, workers=self.cluster.connect())
+        self.cfg = cfg = self.spread.connect(cfg)
         if cfg.seed is not None:
             self.salt = seeded_salt(cfg.seed, cfg.salt_tag)  # the same prompts for the same seed, however run
         try:
@@ -236,7 +225,7 @@ class Run:
         background.append(asyncio.create_task(self._flush_loop()))
         background.append(asyncio.create_task(keep_survivors_frozen()))
         lag = LoopLagMonitor(emit, clock)
-        if cfg.mode != "watch" and cfg.workers == 1 and cfg.cluster is None:  # with workers, each checks its own
+        if cfg.mode != "watch" and not on_workers(cfg):  # with workers, each checks its own loop
             background.append(asyncio.create_task(lag.run()))
         runners: list[SessionRunner] = []
         status: ev.RunStatus = "done"
@@ -249,7 +238,7 @@ class Run:
             open_loop = cfg.arrivals_per_s is not None or self.trace is not None
             own = self.own_sessions()
             gate = TurnGate(0 if open_loop else len(own), lockstep=cfg.lockstep)
-            await self._start_at()
+            self.limit_at = await self.spread.start_at(cfg) or self.limit_at
             maker = SessionMaker(cfg, self.plan(), self.corpus, emit, clock, self.tls, self._client_for)
 
             def session(k: int) -> SessionRunner:
@@ -257,9 +246,11 @@ class Run:
                 runners.append(r)
                 return r
 
-            pool = self._pool(gate) if cfg.workers > 1 or cfg.cluster is not None else None
+            pool = (
+                self.spread.pool(cfg, self.plan(), gate, self.arrival_times, self.limit_at) if on_workers(cfg) else None
+            )
             if pool is not None:
-                background.append(asyncio.create_task(self._release_loop()))
+                background.append(asyncio.create_task(self.spread.release_loop()))
                 runners.append(pool)  # type: ignore[arg-type]  # its `failed` says whether any session failed
                 open_loop = False  # the workers run the arrivals themselves
             elif self.trace is not None:
@@ -355,7 +346,7 @@ class Run:
                 await self.hub.recorder.drain(self.FINAL_WAIT_S)
             self.close()
             await self._close_clients()
-            await self._close_cluster()
+            await self.spread.aclose()
         return self.exit_code
 
     async def _listen_for_spans(self, listen: str) -> None:
@@ -396,41 +387,6 @@ class Run:
             return None
         begun = self.clock()
         return [begun + t for t in arrival_times(self.cfg.arrivals_per_s, self.ramp_sessions, self.seed)]
-
-    def _pool(self, gate: TurnGate) -> WorkerPool:
-        """--workers N: the sessions on N worker processes; their events held back a moment to merge in time
-        order (hub.hold)."""
-        self.hub.hold()
-        links: Callable[[int], WorkerLink] = lambda i: LocalWorker()  # noqa: E731
-        if self.cluster is not None:  # --cluster: Ray actors over its nodes (ray_workers.py)
-            links = self.cluster.link
-        pool = WorkerPool(
-            self.cfg, self.plan(), self.hub.emit, self.clock, gate, links, self.cfg.workers, self.arrival_times
-        )
-        pool.time_limit_at = self.limit_at
-        return pool
-
-    async def _release_loop(self) -> None:
-        while True:
-            await asyncio.sleep(HOLD_S / 4)
-            self.hub.release(self.clock() - HOLD_S)
-
-    async def _start_at(self) -> None:
-        """--start-at: wait for the agreed wall-clock time (shards start together), saying so."""
-        at = self.cfg.start_at
-        if at is None:
-            return
-        wait = at - time.time()
-        when = datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
-        if wait > 0:
-            self.hub.emit(ev.Notice(t=self.clock(), level="info", message=f"waiting {wait:.1f}s for --start-at {when}"))
-            self.hub.flush()
-            await asyncio.sleep(wait)
-        else:  # a shard that started late starts at once, and says by how much
-            message = f"--start-at {when} was {-wait:.1f}s ago: starting now, late"
-            self.hub.emit(ev.Notice(t=self.clock(), level="warn", message=message))
-        if self.cfg.time_limit is not None:  # counted from the agreed start, not from this process's
-            self.limit_at = self.clock() + self.cfg.time_limit
 
     async def _replay(self, opts: TurnOptions, gate: TurnGate, runners: list, tasks: list) -> None:
         """--trace: its sessions made as they start, each on the server it is pinned or spread to."""
@@ -487,13 +443,7 @@ class Run:
         if self.otlp is not None:
             await self.otlp.aclose()
         await self._close_clients()
-        await self._close_cluster()
-
-    async def _close_cluster(self) -> None:
-        """--cluster: disconnect from Ray (a runtime started for the run stops; a cluster joined goes on)."""
-        cluster, self.cluster = self.cluster, None
-        if cluster is not None:
-            await cluster.aclose()
+        await self.spread.aclose()
 
     def mark(self, note: str) -> None:
         self.hub.emit(ev.Mark(t=self.clock(), note=note))
