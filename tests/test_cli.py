@@ -179,7 +179,7 @@ def test_report_json_schema(recorded):
         "time_scale",
         "trace",
     }
-    assert rep["run"]["schema"] == 10 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
+    assert rep["run"]["schema"] == 11 and rep["run"]["sessions"] == 2 and rep["run"]["engine"] == "rampwatch-sim"
     assert rep["run"]["status"] == "done" and rep["one_shot"] is None
     turn_keys = {
         "turn",

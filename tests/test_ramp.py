@@ -3,12 +3,15 @@ from __future__ import annotations
 import random
 import re
 
+import msgspec
 import pytest
 
+from rampwatch.drivers.client.prompts import Corpus, CorpusReader
 from rampwatch.drivers.client.ramp import (
     SEED_SCHEDULE,
     Calibration,
     Conversation,
+    ConversationState,
     Filler,
     ScheduleError,
     parse_schedule,
@@ -168,3 +171,25 @@ def test_million_token_turn_comes_in_slices():
     pieces = list(conv.user_message(1, chars))
     assert sum(map(len, pieces)) == pytest.approx(4_000_000, rel=0.01)
     assert max(map(len, pieces)) <= Conversation.PIECE_CHARS + 1
+
+
+@pytest.mark.parametrize("corpus", [False, True], ids=["pseudo-words", "corpus"])
+def test_a_conversation_resumed_elsewhere_goes_on_as_it_would_have(corpus):
+    """--workers-restart: a copy of the conversation made afresh and given state() after turn 2 sends the same
+    turn 3 as the original, text and budget alike."""
+
+    def made() -> Conversation:
+        text = " ".join(f"word{i}" for i in range(20_000))  # no stretch repeats: a wrong place shows
+        source = CorpusReader(Corpus(path="c", text=text, files=1), 77) if corpus else None
+        return Conversation("resume-salt", [2048, 4096, 8192], source=source)
+
+    original = made()
+    for turn, prompt in ((1, 2050), (2, 4100)):
+        filler, _ = original.plan(turn)
+        "".join(original.user_message(turn, filler))
+        original.add_reply(prompt, 40)
+    copy = made()
+    copy.resume(msgspec.json.decode(msgspec.json.encode(original.state()), type=ConversationState))
+    assert copy.plan(3) == original.plan(3)
+    filler, _ = original.plan(3)
+    assert "".join(copy.user_message(3, filler)) == "".join(original.user_message(3, filler))

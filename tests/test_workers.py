@@ -133,6 +133,82 @@ def test_a_killed_worker_loses_its_turns_in_flight_and_the_run_goes_on(tmp_path)
     assert isinstance(events[-1], ev.RunEnded) and events[-1].status == "failed"
 
 
+@pytest.mark.serial  # a run at real speed, a worker killed mid-turn
+def test_a_killed_worker_is_replaced_and_its_sessions_go_on_at_their_next_turn(tmp_path):
+    """--workers-restart: SIGKILL to worker 1 mid-turn fails that turn as `worker lost`; a new worker (w2) picks
+    s2 and s4 up at their next turn with their history (the server finds their earlier turns in its prefix
+    cache), the lockstep barrier waits for them, every other turn is done, the run exits 1 (a turn failed), the
+    report says where they went, and no process is left."""
+    record = tmp_path / "run.jsonl"
+    argv = [*rampwatch_cmd(), "demo", "--headless", "--workers", "2", "--workers-restart", "--sessions", "4"]
+    argv += ["--time-scale", "1", "--schedule", "2k,4k,8k,16k", "--record", str(record)]
+    proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = wait_for_in_flight_turn(record, worker=1, proc=proc)
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+        children = psutil.Process().children(recursive=True)
+        assert not [p for p in children if "rampwatch.drivers.run.worker" in " ".join(p.cmdline())]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err[-3000:]
+    events = list(read_recording(record).events)
+    (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
+    assert lost.worker == 1 and lost.sessions == ["s2", "s4"] and lost.turns_lost >= 1 and lost.resumed_on == 2
+    (started,) = [e for e in events if isinstance(e, ev.WorkerStarted) and e.worker == 2]
+    assert started.replaces == 1 and started.pid != pid and set(started.sessions) <= {"s2", "s4"}
+    turns = {(e.session, e.turn): e for e in events if isinstance(e, ev.TurnDone)}
+    failed = {key for key, e in turns.items() if e.status != "ok"}
+    assert failed and all(turns[key].error == "worker lost" for key in failed)
+    assert set(turns) == {(s, k) for s in ("s1", "s2", "s3", "s4") for k in range(1, 5)}  # every turn ended
+    for session, lost_turn in failed:
+        later = [turns[(session, k)] for k in range(lost_turn + 1, 5)]
+        assert all(t.status == "ok" for t in later), later
+        if later and lost_turn > 1:  # its history went with it: the server finds the turns before in its cache
+            before = turns[(session, lost_turn - 1)]
+            assert later[0].cached_tokens >= 0.8 * before.prompt_tokens, (later[0], before)
+            assert abs(later[0].prompt_tokens - 2048 * 2**lost_turn) <= 0.05 * 2048 * 2**lost_turn  # on schedule
+    assert "worker w1 LOST (killed by SIGKILL)" in out and "went on at their next turn on w2" in out
+    workers = report_json(record)["workers"]
+    assert workers[1]["resumed_on"] == 2 and workers[2]["replaces"] == 1
+
+
+@pytest.mark.serial  # a worker killed mid-turn, arrivals still to come
+def test_an_open_loop_goes_on_with_a_lost_workers_arrivals_on_its_replacement(tmp_path):
+    """--workers-restart in an open loop: the conversations worker 1 had started go on at their next turn on w2,
+    and those still to arrive arrive there, at their own times; every session runs and every turn ends."""
+    record = tmp_path / "open.jsonl"
+    with ThreadedSim(make_profile("tiny", step_overhead_s=0.02)) as sim:  # turns of ~2 s: one is in flight
+        flags = ("--arrivals", "120/min", "--sessions", "8", "--seed", "5", "--ignore-eos")
+        argv = [*rampwatch_cmd(), *small_run(sim.url, *flags, schedule="4k,8k", output_tokens=100)]
+        argv += ["--workers", "2", "--workers-restart", "--record", str(record)]
+        proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            os.kill(wait_for_in_flight_turn(record, worker=1, proc=proc, turn=1), signal.SIGKILL)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 1, err[-3000:]
+    events = list(read_recording(record).events)
+    (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
+    (started,) = [e for e in events if isinstance(e, ev.WorkerStarted) and e.worker == 2]
+    assert lost.resumed_on == 2 and started.replaces == 1
+    plans = planned(events)
+    assert set(plans) == {f"s{k}" for k in range(1, 9)}  # every conversation arrived, w1's late ones included
+    arrived_late = {sid for sid, e in plans.items() if e.worker == 2}
+    assert arrived_late and all(plans[sid].arrival >= lost.t - 0.5 for sid in arrived_late)
+    assert arrived_late <= set(started.sessions) <= set(lost.sessions) | arrived_late
+    resumed = set(started.sessions) & set(lost.sessions)  # arrived on w1, its turn 1 lost: turn 2 on w2
+    assert resumed and lost.turns_lost >= 1
+    turns = {(e.session, e.turn): e for e in events if isinstance(e, ev.TurnDone)}
+    assert set(turns) == {(f"s{k}", t) for k in range(1, 9) for t in (1, 2)}
+    assert all(e.status == "ok" or e.error == "worker lost" for e in turns.values())
+
+
 def wait_for_in_flight_turn(
     record: Path, worker: int, proc: subprocess.Popen, timeout: float = 120, turn: int = 2
 ) -> int:
@@ -165,6 +241,7 @@ def wait_for_in_flight_turn(
         (["--shard", "0/2", "--seed", "1", "--start-at", "0", "--workers", "2"], "--shard"),
         (["--workers", "2", "--trace", "tests/data/traces/aiperf.jsonl"], "--trace"),
         (["--start-at", "tomorrow"], "--start-at"),
+        (["--workers-restart"], "--workers-restart"),
     ],
 )
 def test_bad_worker_flags_get_one_line_and_exit_2(flags, says):

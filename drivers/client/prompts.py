@@ -99,6 +99,12 @@ class CorpusReader:
             self.at = (self.at + len(piece)) % len(src)
         return "".join(out)
 
+    def where(self) -> list[int]:
+        return [self.at]
+
+    def go_to(self, where: list[int]) -> None:
+        self.at = where[0] % len(self.corpus.text)
+
 
 @dataclass(frozen=True)
 class Lead:

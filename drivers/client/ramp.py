@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
+
 from rampwatch.drivers.client.prompts import Lead
 
 # 32K, 64K, 128K, then +128K a turn to 896K, then 1M: ten turns.
@@ -137,6 +139,8 @@ class TextSource(Protocol):
     """Where a conversation's new text comes from: pseudo-words (Filler) or a corpus (CorpusReader)."""
 
     def text(self, chars: int) -> str: ...
+    def where(self) -> list[int]: ...
+    def go_to(self, where: list[int]) -> None: ...
 
 
 class Filler:
@@ -157,6 +161,13 @@ class Filler:
         cut = out.rfind(" ", 0, chars)
         return out[: cut if cut > 0 else chars]
 
+    def where(self) -> list[int]:
+        """Where its draw has got to (the generator's state), to go on from elsewhere (go_to)."""
+        return list(self._rng.getstate()[1])
+
+    def go_to(self, where: list[int]) -> None:
+        self._rng.setstate((3, tuple(where), None))  # version 3: CPython's Mersenne Twister state
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -174,6 +185,17 @@ class Calibration:
 # A turn's new text longer than this (~64K tokens) lands within ~0.2% as drawn; up to it, the server counts it
 # and its filler is fitted (Conversation.fit_turn).
 FIT_MAX_CHARS = 262_144
+
+
+class ConversationState(msgspec.Struct, kw_only=True):
+    """What a conversation has learnt and where its text has got to after a turn: with the session's history,
+    all a replacement worker needs to go on with it (--workers-restart)."""
+
+    chars_per_token: float
+    fixed_measured: tuple[int, int] | None
+    last_prompt_tokens: int | None
+    last_reply_tokens: int
+    source: list[int]  # its TextSource's place (where())
 
 
 class Conversation:
@@ -311,4 +333,20 @@ class Conversation:
         if prompt_tokens is not None:
             self.last_prompt_tokens = prompt_tokens
         self.last_reply_tokens = resent_tokens if resent_tokens is not None else completion_tokens
+        self._pending = None
+
+    def state(self) -> ConversationState:
+        return ConversationState(
+            chars_per_token=self.chars_per_token,
+            fixed_measured=self._fixed_measured,
+            last_prompt_tokens=self.last_prompt_tokens,
+            last_reply_tokens=self.last_reply_tokens,
+            source=self.filler.where(),
+        )
+
+    def resume(self, state: ConversationState) -> None:
+        """Go on from `state` (another process's copy of this conversation, state() after a turn)."""
+        self.chars_per_token, self._fixed_measured = state.chars_per_token, state.fixed_measured
+        self.last_prompt_tokens, self.last_reply_tokens = state.last_prompt_tokens, state.last_reply_tokens
+        self.filler.go_to(state.source)
         self._pending = None

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from rampwatch.drivers.client.chat import chat_body, encode_message
-from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation
+from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation, ConversationState
 from rampwatch.drivers.client.streamer import Outcome, TurnOptions, TurnPlan, TurnStreamer
 from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_connection
 from rampwatch.drivers.model import events as ev
@@ -61,6 +61,7 @@ class SessionRunner(TurnStreamer):
         self.arrival: float | None = None
         self._due: float | None = None
         self._first: tuple[bytes, str | None] | None = None  # turn 1's message, built ahead by prepare()
+        self.first_turn = 1  # a session picked up from a lost worker (resume) goes on from a later one
         self._think = random.Random(f"{conv.salt}-think")  # the user's pauses: drawn the same for the same salt
         # The server's own counts, where calibration found a /tokenize (None: usage alone corrects the budget).
         self.tokenizer = (
@@ -95,9 +96,9 @@ class SessionRunner(TurnStreamer):
         gate = self.gate
         self._due = self.arrival  # turn 1 is due when the conversation arrived
         try:
-            if self._first is None:
+            if self._first is None and self.first_turn == 1:
                 await self._measure_fixed_text()
-            for turn in range(1, len(self.conv.schedule) + 1):
+            for turn in range(self.first_turn, len(self.conv.schedule) + 1):
                 # Lockstep: the barrier first, then this session's own pause.
                 if (gate is not None and not await gate.before(turn)) or not await self._user_pause(turn):
                     self.notice("info", f"{self.sid}: time limit; stopped before turn {turn}")
@@ -117,6 +118,12 @@ class SessionRunner(TurnStreamer):
             if gate is not None:
                 gate.leave()
             self.conn.close()
+
+    def resume(self, turn: int, history: list[bytes], state: ConversationState) -> None:
+        """Go on at `turn` from where another process left this session (--workers-restart): its history
+        and what its conversation had learnt after the last turn it kept."""
+        self.first_turn, self.history = turn, history
+        self.conv.resume(state)
 
     async def prepare(self) -> None:
         """Ahead of the conversation's arrival (open loop): count the fixed text and build turn 1's message, so

@@ -25,7 +25,7 @@ from rampwatch.drivers.model.turn_row import TurnRow, turn_row
 from rampwatch.drivers.model.turns import TurnRecord
 from rampwatch.drivers.model.workers import WorkerFigures, worker_figures
 
-REPORT_SCHEMA = 10  # the JSON report's schema (docs/measurement.md: "The JSON report"); bump on any change
+REPORT_SCHEMA = 11  # the JSON report's schema (docs/measurement.md: "The JSON report"); bump on any change
 
 
 class SessionSummary(msgspec.Struct):

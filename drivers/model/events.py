@@ -321,6 +321,7 @@ class WorkerStarted(Event):
     pid: int
     node: str = ""  # the host it runs on
     sessions: list[str] = []
+    replaces: int | None = None  # --workers-restart: the lost worker whose sessions it picks up at their next turn
 
 
 class WorkerClock(Event):
@@ -340,6 +341,7 @@ class WorkerLost(Event):
     reason: str
     sessions: list[str] = []  # the sessions it ran that had not finished
     turns_lost: int = 0  # its turns in flight, each recorded as failed
+    resumed_on: int | None = None  # --workers-restart: the worker that picks its sessions up (None: they end)
 
 
 class EngineSpan(Event):

@@ -144,6 +144,12 @@ class RunState:
             worker=e.worker,
         )
 
+    def _on_worker_started(self, e: ev.WorkerStarted) -> None:
+        self.workers.started(e)
+        if e.replaces is not None:  # its sessions' turns from now on are stamped on its loop
+            for sid in e.sessions:
+                self._session(sid).worker = e.worker
+
     def _session(self, sid: str) -> SessionView:
         s = self.sessions.get(sid)
         if s is None:
@@ -460,7 +466,7 @@ _HANDLERS = {
     ev.ClientLag: RunState._on_client_lag,
     ev.EngineSpan: RunState._on_span,
     ev.TraceReceiverError: RunState._on_trace_error,
-    ev.WorkerStarted: lambda state, e: state.workers.started(e),
+    ev.WorkerStarted: RunState._on_worker_started,
     ev.WorkerClock: lambda state, e: state.workers.clock(e),
     ev.WorkerLost: lambda state, e: state.workers.lost(e),
     ev.RunEnded: RunState._on_ended,

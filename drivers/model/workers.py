@@ -20,6 +20,7 @@ class WorkerView:
     uncertainty_s: float | None = None  # ... its half round trip
     worst_offset_s: float = 0.0  # the largest |offset| + uncertainty seen: what cross-worker figures carry
     lost: ev.WorkerLost | None = None
+    replaces: int | None = None  # --workers-restart: the lost worker whose sessions it went on with
 
 
 class WorkerLedger:
@@ -36,7 +37,7 @@ class WorkerLedger:
 
     def started(self, e: ev.WorkerStarted) -> None:
         view = self._view(e.worker)
-        view.pid, view.node, view.sessions = e.pid, e.node, list(e.sessions)
+        view.pid, view.node, view.sessions, view.replaces = e.pid, e.node, list(e.sessions), e.replaces
 
     def clock(self, e: ev.WorkerClock) -> None:
         view = self._view(e.worker)
@@ -69,6 +70,8 @@ class WorkerFigures(msgspec.Struct):
     lost: str | None = None  # why it was lost (None: it finished)
     lost_sessions: list[str] = []  # its sessions that ended with it
     lost_turns: int = 0  # its turns in flight, recorded failed `worker lost`
+    resumed_on: int | None = None  # --workers-restart: the worker its sessions went on on (None: they ended)
+    replaces: int | None = None  # --workers-restart: the lost worker whose sessions it went on with
 
 
 def worker_figures(ledger: WorkerLedger) -> list[WorkerFigures] | None:
@@ -85,6 +88,8 @@ def worker_figures(ledger: WorkerLedger) -> list[WorkerFigures] | None:
             lost=v.lost.reason if v.lost is not None else None,
             lost_sessions=list(v.lost.sessions) if v.lost is not None else [],
             lost_turns=v.lost.turns_lost if v.lost is not None else 0,
+            resumed_on=v.lost.resumed_on if v.lost is not None else None,
+            replaces=v.replaces,
         )
         for _, v in sorted(ledger.by_id.items())
     ]

@@ -36,7 +36,11 @@ def worker_lines(rep: Report) -> list[str]:
     workers = rep.workers or []
     if not workers:
         return []
-    where = ", ".join(f"w{w.worker}{f' on {w.node}' if w.node else ''}: {len(w.sessions)} sessions" for w in workers)
+    where = ", ".join(
+        f"w{w.worker}{f' on {w.node}' if w.node else ''}: {len(w.sessions)} sessions"
+        + (f" from w{w.replaces}" if w.replaces is not None else "")
+        for w in workers
+    )
     offsets = [w.clock_offset_ms for w in workers if w.clock_offset_ms is not None]
     clocks = (
         f"; clocks agree within {max(offsets):.1f} ms (figures across workers carry it)"
@@ -46,9 +50,13 @@ def worker_lines(rep: Report) -> list[str]:
     lines = [f"workers: {len(workers)} ({where}){clocks}"]
     for w in workers:
         if w.lost is not None:
-            ended = ", ".join(w.lost_sessions) or "none"
+            sessions = ", ".join(w.lost_sessions) or "none"
+            if w.resumed_on is None:
+                went = f"sessions that ended with it: {sessions}"
+            else:
+                went = f"sessions that went on at their next turn on w{w.resumed_on}: {sessions} (and any to come)"
             lines.append(
                 f"worker w{w.worker} LOST ({w.lost}): {w.lost_turns} turn{'' if w.lost_turns == 1 else 's'} in flight "
-                f"failed as `worker lost`; sessions that ended with it: {ended}"
+                f"failed as `worker lost`; {went}"
             )
     return lines

@@ -100,6 +100,7 @@ class RunConfig:
     workers: int = 1  # --workers: driver processes running the sessions behind this one (1: this one runs them)
     cluster: str | None = None  # --cluster ray[://HOST:PORT]: the workers are Ray actors over the cluster's nodes
     workers_per_node: int = 1  # --workers-per-node: with --cluster, actors on each node
+    workers_restart: bool = False  # --workers-restart: a lost worker's sessions go on, on a new one
     shard: tuple[int, int] | None = None  # --shard I/N: run only shard I of N of a seeded run (drivers/run/shards.py)
     start_at: float | None = None  # --start-at: Unix seconds at which the run's sessions start (shards agree on it)
     salt_tag: str = ""  # with --seed, mixed into the prompts' salt: a sweep's point label, so points share no cache

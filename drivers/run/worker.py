@@ -69,8 +69,8 @@ class RemoteGate:
                 await asyncio.sleep(wait)
         return not self.time_up
 
-    def after(self, turn: int) -> None:
-        self.send(ww.GateAfter(turn=turn))
+    def after(self, turn: int, session: str = "") -> None:
+        self.send(ww.GateAfter(turn=turn, session=session))
 
     def join(self, session: str = "") -> None:
         self.send(ww.GateJoin(session=session))
@@ -80,11 +80,14 @@ class RemoteGate:
 
 
 class _SessionGate:
-    """One session's view of the RemoteGate: it names the session when it joins or leaves (the coordinator keeps
-    each worker's live sessions, to end them if the worker is lost)."""
+    """One session's view of the RemoteGate: it names the session at the barrier (the coordinator keeps each
+    worker's live sessions and the turns they passed, to end or resume them if the worker is lost) and, with
+    --workers-restart, sends what each turn added to its history (TurnKept) before it passes."""
 
-    def __init__(self, gate: RemoteGate, sid: str):
+    def __init__(self, gate: RemoteGate, sid: str, keep: bool = False, kept: int = 0):
         self.gate, self.sid = gate, sid
+        self.runner: SessionRunner | None = None  # set once made: whose history `after` sends (keep)
+        self.keep, self.kept = keep, kept  # kept: its history's messages the coordinator has already
 
     @property
     def time_up(self) -> bool:
@@ -94,7 +97,12 @@ class _SessionGate:
         return await self.gate.before(turn)
 
     def after(self, turn: int) -> None:
-        self.gate.after(turn)
+        r = self.runner
+        if self.keep and r is not None:
+            added = [m.decode() for m in r.history[self.kept :]]
+            self.kept = len(r.history)
+            self.gate.send(ww.TurnKept(session=self.sid, turn=turn, added=added, state=r.conv.state()))
+        self.gate.after(turn, self.sid)
 
     def join(self) -> None:
         self.gate.join(self.sid)
@@ -177,13 +185,15 @@ class ShardDriver:
         lag = LoopLagMonitor(self.emit, self.clock, worker=self.worker)
         background = [asyncio.create_task(lag.run()), asyncio.create_task(keep_survivors_frozen())]
         try:
+            for resume in self.start.resume:  # a replacement's sessions go on at once, each from its next turn
+                self.tasks.append(asyncio.create_task(self._resumed(maker, resume).run()))
             if arrivals is not None:
                 # --max-live over N workers: each keeps its share live (a cap per worker, not one run-wide).
                 share = -(-cfg.max_live // self.start.workers) if cfg.max_live else None
 
                 def arriving(k: int, at: float) -> ArrivingSession:
-                    gate = _SessionGate(self.gate, f"s{k}")
-                    r = maker.session(k, gate)
+                    gate = _SessionGate(self.gate, f"s{k}", cfg.workers_restart)
+                    r = gate.runner = maker.session(k, gate)
                     r.arrival = at
                     self.runners.append(r)
                     return ArrivingSession(r, gate, self.emit)
@@ -196,7 +206,8 @@ class ShardDriver:
                 await asyncio.wait([self._arriving])
             else:
                 for k in self.start.sessions:
-                    r = maker.session(k, _SessionGate(self.gate, f"s{k}"))
+                    gate = _SessionGate(self.gate, f"s{k}", cfg.workers_restart)
+                    r = gate.runner = maker.session(k, gate)
                     self.runners.append(r)
                     self.emit(r.plan_event())
                     self.tasks.append(asyncio.create_task(_staggered(r, (k - 1) * cfg.stagger)))
@@ -212,6 +223,18 @@ class ShardDriver:
             await asyncio.gather(*background, return_exceptions=True)
             lag.flush(self.clock())
         return any(r.failed for r in self.runners)
+
+    def _resumed(self, maker: SessionMaker, resume: ww.SessionResume) -> SessionRunner:
+        """A lost worker's session, made as every worker makes it, then put where that worker left it."""
+        history = [m.encode() for m in resume.history]
+        gate = _SessionGate(self.gate, f"s{resume.session}", keep=True, kept=len(history))
+        r = gate.runner = maker.session(resume.session, gate)
+        if resume.state is not None:
+            r.resume(resume.turn, history, resume.state)
+        else:
+            r.first_turn = resume.turn  # it had kept no turn: it starts over, from the turn it had not ended
+        self.runners.append(r)
+        return r
 
 
 async def _staggered(runner: SessionRunner, delay: float) -> bool:

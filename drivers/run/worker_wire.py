@@ -5,15 +5,16 @@ preparing, so every worker makes the same sessions), then Ping, Begin (the run's
 clock: its sessions start), GateState (the run-wide lockstep barrier and time limit) and Stop (cancel the turns in
 flight and finish: the time limit's grace, an interrupted run).
 Worker -> coordinator: the run's events, as the recording has them, and Hello, Pong, GateAfter/GateJoin/GateLeave
-(its sessions at the barrier) and WorkerDone. A local worker talks over its stdin/stdout; a Ray actor over calls
-that carry the same lines (drivers/run/ray_workers.py)."""
+(its sessions at the barrier), TurnKept (--workers-restart: what each turn added to a session's history) and
+WorkerDone. A local worker talks over its stdin/stdout; a Ray actor over calls that carry the same lines
+(drivers/run/ray_workers.py)."""
 
 from __future__ import annotations
 
 import msgspec
 
 from rampwatch.drivers.client.prompts import Lead
-from rampwatch.drivers.client.ramp import Calibration
+from rampwatch.drivers.client.ramp import Calibration, ConversationState
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.pipe import dec_hook, enc_hook
@@ -29,13 +30,24 @@ class SessionPlan(msgspec.Struct, kw_only=True):
     sessions: int  # the run's ramp sessions, all workers together
 
 
+class SessionResume(msgspec.Struct, kw_only=True):
+    """A session picked up from a lost worker (--workers-restart): the turn it goes on at, and its history and
+    conversation as of the last turn its worker kept (TurnKept)."""
+
+    session: int  # k, 1-based
+    turn: int
+    history: list[str] = []  # its encoded messages, in order
+    state: ConversationState | None = None  # None: it had kept no turn (it starts over at `turn`)
+
+
 class WorkerStart(msgspec.Struct, tag="w_start", kw_only=True):
     config: RunConfig
     plan: SessionPlan
     worker: int
     workers: int  # how many there are
-    sessions: list[int]  # the sessions (1-based) this worker runs
+    sessions: list[int]  # the sessions (1-based) this worker starts from their first turn
     time_limit_at: float | None = None  # --time-limit on the run's clock: no conversation arrives after it
+    resume: list[SessionResume] = []  # a replacement's sessions, each from the turn it names
 
 
 class Ping(msgspec.Struct, tag="w_ping"):
@@ -72,6 +84,17 @@ class Pong(msgspec.Struct, tag="w_pong"):
 
 class GateAfter(msgspec.Struct, tag="w_after"):
     turn: int
+    session: str = ""
+
+
+class TurnKept(msgspec.Struct, tag="w_kept", kw_only=True):
+    """--workers-restart: what a session's turn added to its history (the messages, in order) and its
+    conversation after it; the coordinator keeps them (never recorded) to resume the session elsewhere."""
+
+    session: str
+    turn: int
+    added: list[str]
+    state: ConversationState
 
 
 class GateJoin(msgspec.Struct, tag="w_join"):
@@ -87,7 +110,7 @@ class WorkerDone(msgspec.Struct, tag="w_done"):
 
 
 ToWorker = WorkerStart | Ping | Begin | GateState | Stop
-FromWorker = Hello | Pong | GateAfter | GateJoin | GateLeave | WorkerDone
+FromWorker = Hello | Pong | GateAfter | GateJoin | GateLeave | WorkerDone | TurnKept
 
 encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
 decode_to_worker = msgspec.json.Decoder(ToWorker, dec_hook=dec_hook).decode

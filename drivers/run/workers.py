@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from rampwatch.drivers.client.ramp import ConversationState
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run import lifetime, pipe
 from rampwatch.drivers.run import worker_wire as ww
@@ -31,6 +32,7 @@ STOP_WAIT_S = 30.0  # how long stopping workers may take to cancel their turns a
 LOST = "worker lost"  # the error of a turn in flight on a worker that died
 RELEASE_S = 0.02  # lockstep: the barrier's counts name a time this far ahead, at which every worker lets go
 HOLD_S = 0.25  # the coordinator holds events this long to merge the workers' in time order (EventHub.hold)
+RESTARTS = 3  # --workers-restart: a worker's line is replaced this many times at most (one that keeps dying ends)
 
 
 class WorkerLink(Protocol):
@@ -115,15 +117,29 @@ class WorkerUnreachable(Exception):
 class _Worker:
     """What the coordinator knows of one worker."""
 
-    def __init__(self, index: int, link: WorkerLink, sessions: list[int]):
-        self.index, self.link, self.sessions = index, link, sessions
+    def __init__(self, index: int, link: WorkerLink, sessions: list[int], resume: list[ww.SessionResume] = ()):
+        self.index, self.link, self.sessions, self.resume = index, link, sessions, list(resume)
         self.live = {f"s{k}" for k in sessions}  # its sessions that have not ended (closed loop: all, at first)
+        self.live |= {f"s{r.session}" for r in self.resume}
+        self.joined: set[str] = set()  # open loop: its sessions that have arrived
         self.in_flight: dict[tuple[str, int], None] = {}  # its turns sent and not done
+        self.ended: dict[str, int] = {}  # each session's last turn done (TurnDone), or lost in flight
+        self.passed: dict[str, int] = {}  # each session's last turn counted at the barrier (GateAfter)
+        self.slot = index  # where it runs (a Ray node): a replacement takes its lost worker's
+        self.generation = 0  # how many lost workers came before it in its line (--workers-restart)
         self.hello: asyncio.Future[ww.Hello] = asyncio.get_running_loop().create_future()
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pongs: dict[int, asyncio.Future[float]] = {}
         self.origin = 0.0  # the run's t = 0 on its clock
         self.lost = False
+
+
+class _Kept:
+    """One session's history as its worker kept it, turn by turn (--workers-restart)."""
+
+    def __init__(self) -> None:
+        self.history: list[str] = []
+        self.state: ConversationState | None = None
 
 
 class WorkerPool:
@@ -151,6 +167,10 @@ class WorkerPool:
         self._ping = 0
         self.time_limit_at: float | None = cfg.time_limit  # no new conversation after it (open loop)
         self._closed = False  # run() has returned: a worker's exit now is ours (killed at the end), not a loss
+        self._begun = False  # every worker was told Begin: from then on a lost worker may be replaced
+        self._stopping = False  # told to stop: a lost worker is not replaced
+        self._arrivals: list[float] | None = None  # an open loop's arrival times, for a replacement's Begin
+        self.kept: dict[str, _Kept] = {}  # --workers-restart: each live session's history, as its worker kept it
         gate.listeners.append(self._gate_changed)
 
     # -- the run ------------------------------------------------------------------
@@ -163,8 +183,10 @@ class WorkerPool:
             started = True
             clocks = asyncio.create_task(self._keep_clocks())
             # asyncio.wait, not gather: a cancelled gather cancels the futures it waits on, and _stop would then
-            # find every worker done and wait for none of them to send its cancelled turns.
-            await asyncio.wait([w.done for w in self.workers])
+            # find every worker done and wait for none of them to send its cancelled turns. In a loop: a lost
+            # worker's replacement joins the workers while they run.
+            while pending := [w.done for w in self.workers if not w.done.done()]:
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             await self._stop()
             raise
@@ -198,20 +220,36 @@ class WorkerPool:
                 tail = w.link.stderr_tail()
                 raise RuntimeError(f"worker {w.index} did not start" + (f": {tail}" if tail else ""))
         for w in self.workers:
-            w.origin = await self._set_clock(w)
-            hello = w.hello.result()
-            names = [f"s{k}" for k in w.sessions]
-            self.emit(ev.WorkerStarted(t=self.clock(), worker=w.index, pid=hello.pid, node=hello.node, sessions=names))
-            await self._measure(w)  # while it is idle: the clock as set, before its sessions load it
-        arrivals = self.arrivals()
+            await self._introduce(w)
+        self._arrivals = arrivals = self.arrivals()
         for w in self.workers:
-            if arrivals is not None:
-                w.live.clear()  # an open loop's sessions count once they arrive (GateJoin)
-            w.link.send(self._gate_state(0))  # the barrier's counts before any session asks it
-            w.link.send(ww.Begin(origin=w.origin, arrivals=arrivals))
+            self._let_go(w, arrivals)
+        self._begun = True
+
+    async def _introduce(self, w: _Worker, replaces: int | None = None) -> None:
+        """Set a worker's clock to the run's and record it started, with the sessions it runs."""
+        w.origin = await self._set_clock(w)
+        hello = w.hello.result()
+        names = [f"s{k}" for k in w.sessions] + [f"s{r.session}" for r in w.resume]
+        started = ev.WorkerStarted(
+            t=self.clock(), worker=w.index, pid=hello.pid, node=hello.node, sessions=names, replaces=replaces
+        )
+        self.emit(started)
+        await self._measure(w)  # while it is idle: the clock as set, before its sessions load it
+
+    def _let_go(self, w: _Worker, arrivals: list[float] | None) -> None:
+        """The barrier's counts its sessions will ask (a resumed session's, of the turn before its own), then
+        Begin: its sessions start."""
+        if arrivals is not None:
+            w.live = {f"s{r.session}" for r in w.resume}  # an open loop's sessions count once they arrive (GateJoin)
+        w.link.send(self._gate_state(0))
+        for turn in sorted({r.turn - 1 for r in w.resume if r.turn > 1}):
+            w.link.send(self._gate_state(turn))
+        w.link.send(ww.Begin(origin=w.origin, arrivals=arrivals))
 
     async def _stop(self) -> None:
         """Tell every worker to cancel its turns and finish; kill what has not within STOP_WAIT_S."""
+        self._stopping = True
         for w in self.workers:
             w.link.send(ww.Stop())
         pending = [w.done for w in self.workers if not w.done.done()]
@@ -277,15 +315,21 @@ class WorkerPool:
                 w.in_flight[(message.session, message.turn)] = None
             elif isinstance(message, ev.TurnDone):
                 w.in_flight.pop((message.session, message.turn), None)
+                w.ended[message.session] = message.turn
             self.emit(message, line)  # recorded as the worker encoded it
         elif isinstance(message, ww.GateAfter):
+            w.passed[message.session] = message.turn
             self.gate.after(message.turn)
+        elif isinstance(message, ww.TurnKept):
+            self._keep(message)
         elif isinstance(message, ww.GateJoin):
             w.live.add(message.session)
+            w.joined.add(message.session)
             self.gate.join()
         elif isinstance(message, ww.GateLeave):
             if message.session in w.live:
                 w.live.discard(message.session)
+                self.kept.pop(message.session, None)  # it has ended: nothing left to resume
                 self.gate.leave()
         elif isinstance(message, ww.Pong):
             pong = w.pongs.get(message.n)
@@ -300,7 +344,8 @@ class WorkerPool:
                 w.done.set_result(None)
 
     def _on_exit(self, w: _Worker, why: str) -> None:
-        """The worker's process is gone: if it had not finished, it was lost, and so are its turns in flight."""
+        """The worker's process is gone: if it had not finished, it was lost, and so are its turns in flight;
+        with --workers-restart its sessions go on, each at its next turn, on a replacement."""
         if w.done.done() or self._closed:
             return
         tail = w.link.stderr_tail()
@@ -308,23 +353,96 @@ class WorkerPool:
         t = self.clock()
         for session, turn in list(w.in_flight):
             self.emit(ev.TurnDone(t=t, session=session, turn=turn, status="failed", error=LOST))
+            w.ended[session] = max(w.ended.get(session, 0), turn)
         lost = sorted(w.live, key=lambda s: int(s[1:]) if s[1:].isdigit() else 0)
-        self.emit(ev.WorkerLost(t=t, worker=w.index, reason=reason, sessions=lost, turns_lost=len(w.in_flight)))
+        resumes, unarrived = self._left_over(w, lost)
+        replacement = None
+        if (resumes or unarrived) and self._may_replace(w):
+            replacement = _Worker(len(self.workers), self.links(w.slot), unarrived, resumes)
+            replacement.slot, replacement.generation = w.slot, w.generation + 1
+        turns = len(w.in_flight)
+        where = f"they go on at their next turn on worker {replacement.index}" if replacement else "they end"
+        resumed_on = replacement.index if replacement else None
         self.emit(
-            ev.Notice(
-                t=t,
-                level="error",
-                message=f"worker {w.index} lost ({reason}): {len(w.in_flight)} turns in flight failed, "
-                f"{len(lost)} sessions end ({', '.join(lost[:8])}{'…' if len(lost) > 8 else ''})",
-            )
+            ev.WorkerLost(t=t, worker=w.index, reason=reason, sessions=lost, turns_lost=turns, resumed_on=resumed_on)
         )
+        shown = f"{', '.join(lost[:8])}{'…' if len(lost) > 8 else ''}"
+        message = (
+            f"worker {w.index} lost ({reason}): {turns} turns in flight failed; {len(lost)} sessions ({shown}): {where}"
+        )
+        self.emit(ev.Notice(t=t, level="error", message=message))
         w.in_flight.clear()
-        for _ in lost:
-            self.gate.leave()
+        resumed = {f"s{r.session}" for r in resumes} if replacement else set()
+        for session in lost:
+            if session in resumed:  # it stays at the barrier: the turn it lost counts as finished there
+                for turn in range(w.passed.get(session, 0) + 1, w.ended.get(session, 0) + 1):
+                    self.gate.after(turn)
+            else:
+                self.kept.pop(session, None)
+                self.gate.leave()
         w.live.clear()
         w.lost = True
         self.failed = True
         w.done.set_result(None)
+        if replacement is not None:
+            self.workers.append(replacement)
+            asyncio.ensure_future(self._replace(replacement, w.index))
+
+    def _left_over(self, w: _Worker, lost: list[str]) -> tuple[list[ww.SessionResume], list[int]]:
+        """What a replacement of `w` would run: its live sessions from their next turn (not those whose last turn
+        it was), and in an open loop those that had not arrived yet."""
+        last = len(self.cfg.schedule)
+        resumes = []
+        for session in lost:
+            turn = max(w.ended.get(session, 0), w.passed.get(session, 0)) + 1
+            if turn <= last:
+                kept = self.kept.get(session)
+                history, state = (kept.history, kept.state) if kept is not None else ([], None)
+                resumes.append(ww.SessionResume(session=int(session[1:]), turn=turn, history=history, state=state))
+        unarrived = [k for k in w.sessions if f"s{k}" not in w.joined] if self._arrivals is not None else []
+        return resumes, unarrived
+
+    def _may_replace(self, w: _Worker) -> bool:
+        if not self.cfg.workers_restart or not self._begun or self._stopping or self.gate.time_up:
+            return False
+        if w.generation >= RESTARTS:
+            message = f"worker {w.index} is not replaced: its line of workers was lost {RESTARTS + 1} times"
+            self.emit(ev.Notice(t=self.clock(), level="error", message=message))
+            return False
+        return True
+
+    async def _replace(self, w: _Worker, replaces: int) -> None:
+        """Start a lost worker's replacement and let its sessions go on; one that does not start is lost too."""
+        message = ww.WorkerStart(
+            config=self.cfg,
+            plan=self.plan,
+            worker=w.index,
+            workers=self.n,
+            sessions=w.sessions,
+            time_limit_at=self.time_limit_at,
+            resume=w.resume,
+        )
+        try:
+            w.link.start(message, lambda line: self._on_line(w, line), lambda why: self._on_exit(w, why))
+            done, _ = await asyncio.wait([w.hello, w.done], timeout=START_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+            if w.hello not in done:
+                raise WorkerUnreachable(f"no Hello within {START_WAIT_S:g}s")
+            await self._introduce(w, replaces)
+        except Exception as e:  # noqa: BLE001 - a replacement that cannot start is lost, never the run's end
+            w.link.kill()
+            self._on_exit(w, f"did not start ({e})")
+            return
+        if self._stopping:  # the run was stopped while it started: it starts nothing
+            w.link.send(ww.Stop())
+            return
+        self._let_go(w, self._arrivals)
+
+    def _keep(self, kept: ww.TurnKept) -> None:
+        entry = self.kept.get(kept.session)
+        if entry is None:
+            entry = self.kept[kept.session] = _Kept()
+        entry.history += kept.added
+        entry.state = kept.state
 
     def _gate_changed(self, turn: int) -> None:
         """The run-wide barrier moved: every worker hears its counts (a turn's count only in lockstep, where a

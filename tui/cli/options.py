@@ -240,7 +240,7 @@ def ramp_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """--workers, --cluster, --workers-per-node and (run's) --shard and --start-at, checked."""
+    """--workers, --cluster, --workers-per-node, --workers-restart and (run's) --shard and --start-at, checked."""
     workers = parse_workers(args.workers)
     if args.cluster is not None:
         if args.cluster != "ray" and not args.cluster.startswith("ray://"):
@@ -254,10 +254,13 @@ def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
     start_at = parse_start_at(args.start_at) if getattr(args, "start_at", None) else None
     if shard is not None and distributed:
         raise BadInput("--shard is one process's part of a run: not with --workers or --cluster")
+    if args.workers_restart and not distributed:
+        raise BadInput("--workers-restart replaces a lost worker: it needs --workers N (N > 1) or --cluster")
     return dict(
         workers=workers,
         cluster=args.cluster,
         workers_per_node=args.workers_per_node,
+        workers_restart=args.workers_restart,
         shard=shard,
         start_at=start_at,
     )

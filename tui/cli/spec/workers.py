@@ -29,6 +29,12 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --cluster: worker actors on each node (default 1)",
     )
+    p.add_argument(
+        "--workers-restart",
+        action="store_true",
+        help="replace a worker that dies: a new one picks its sessions up at their next turn, with their history "
+        "(the coordinator keeps every session's history for it); the turns it had in flight stay failed",
+    )
 
 
 def add_shard_args(p: argparse.ArgumentParser) -> None:
