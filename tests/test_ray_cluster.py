@@ -176,14 +176,18 @@ def test_a_run_over_two_ray_nodes_is_a_run_with_one_worker_on_each(ray_cluster, 
 
 
 @pytest.mark.serial
-def test_a_killed_ray_actor_is_a_worker_lost_and_the_others_finish(ray_cluster, tmp_path):
+@pytest.mark.parametrize("restart", [False, True], ids=["lost", "restarted"])
+def test_a_killed_ray_actor_is_a_worker_lost_and_the_others_finish(ray_cluster, tmp_path, restart):
+    """Without --workers-restart its sessions end; with it a new actor on the same node takes them on from their
+    next turn."""
     address = ray_cluster.address
     record = tmp_path / "run.jsonl"
     schedule = "1k,2k,3k,4k,5k"  # each turn 2-3 s long (an engine step of 1 s): killed mid-turn, not between two
     with sim_process("--profile", "fast", "--step-ms", "1000") as (_, url):
         run = procs.Popen(
             [*rampwatch_cmd(), "run", url, "--headless", "--gpu", "none", "--sessions", "4", "--schedule", schedule]
-            + ["--cluster", address, "--record", str(record)],
+            + ["--cluster", address, "--record", str(record)]
+            + (["--workers-restart"] if restart else []),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -235,9 +239,13 @@ def test_a_killed_ray_actor_is_a_worker_lost_and_the_others_finish(ray_cluster, 
     assert set(lost[0]["sessions"]) == set(victim["sessions"])
     survivors = [s for e in events if e["type"] == "WorkerStarted" and e["worker"] == 0 for s in e["sessions"]]
     last = len(schedule.split(","))
-    for s in survivors:  # the other worker's sessions ran to their last turn
+    if restart:  # worker 2, on the lost one's node, took its sessions on: every turn but the lost ones is done
+        (again,) = [e for e in events if e["type"] == "WorkerStarted" and e["worker"] == 2]
+        assert again["replaces"] == 1 and again["node"] == victim["node"] and lost[0]["resumed_on"] == 2
+        survivors += again["sessions"]
+    for s in survivors:  # the other worker's sessions (and the replacement's) ran to their last turn
         ok = [e for e in events if e["type"] == "TurnDone" and e["session"] == s and e["status"] == "ok"]
-        assert len(ok) == last, (s, ok[-1:])
+        assert len(ok) == last - sum(e["session"] == s for e in failed), (s, ok[-1:])
     assert "worker 1 lost" in out + err
     assert not psutil.pid_exists(victim["pid"]) or psutil.Process(victim["pid"]).status() == psutil.STATUS_ZOMBIE
     time.sleep(1)  # ray.kill of the other actor is asynchronous

@@ -1,6 +1,7 @@
 """The coordinator's side of --workers N: start the driver workers, give each its share of the sessions, set
 their clocks to the run's, hold the lockstep barrier for all of them, pass their events on, and account for a
-worker that dies. The coordinator (the Run) alone probes, scrapes, receives spans and records.
+worker that dies (--workers-restart: replace it, its sessions going on at their next turn with the history each
+turn's TurnKept brought). The coordinator (the Run) alone probes, scrapes, receives spans and records.
 
 A worker is reached through a link (LocalWorker here: a process over its stdin/stdout; a Ray actor in
 ray_workers.py) that sends it messages and hands back its lines."""
