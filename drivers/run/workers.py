@@ -172,6 +172,7 @@ class WorkerPool:
         self._stopping = False  # told to stop: a lost worker is not replaced
         self._arrivals: list[float] | None = None  # an open loop's arrival times, for a replacement's Begin
         self.kept: dict[str, _Kept] = {}  # --workers-restart: each live session's history, as its worker kept it
+        self._replacing: set[asyncio.Future[None]] = set()  # replacements starting
         gate.listeners.append(self._gate_changed)
 
     # -- the run ------------------------------------------------------------------
@@ -194,6 +195,8 @@ class WorkerPool:
         finally:
             if clocks is not None:
                 clocks.cancel()
+            for task in list(self._replacing):
+                task.cancel()
             for w in self.workers:
                 if started and not w.done.done():  # it did not stop when asked: what it had in flight is lost
                     self._on_exit(w, f"did not stop within {STOP_WAIT_S:g}s and was killed")
@@ -387,7 +390,9 @@ class WorkerPool:
         w.done.set_result(None)
         if replacement is not None:
             self.workers.append(replacement)
-            asyncio.ensure_future(self._replace(replacement, w.index))
+            task = asyncio.ensure_future(self._replace(replacement, w.index))
+            self._replacing.add(task)
+            task.add_done_callback(self._replacing.discard)
 
     def _left_over(self, w: _Worker, lost: list[str]) -> tuple[list[ww.SessionResume], list[int]]:
         """What a replacement of `w` would run: its live sessions from their next turn (not those whose last turn
@@ -404,7 +409,11 @@ class WorkerPool:
         return resumes, unarrived
 
     def _may_replace(self, w: _Worker) -> bool:
+        """Whether a lost worker is replaced: not once the run is stopping, and not one that never started (a
+        replacement on a node that is gone would only fail again)."""
         if not self.cfg.workers_restart or not self._begun or self._stopping or self.gate.time_up:
+            return False
+        if not w.hello.done():
             return False
         if w.generation >= RESTARTS:
             message = f"worker {w.index} is not replaced: its line of workers was lost {RESTARTS + 1} times"
