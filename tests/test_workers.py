@@ -163,7 +163,6 @@ def wait_for_in_flight_turn(
         (["--shard", "0/3"], "--seed"),
         (["--shard", "0/3", "--seed", "1", "--start-at", "0", "--lockstep"], "--lockstep"),
         (["--shard", "0/2", "--seed", "1", "--start-at", "0", "--workers", "2"], "--shard"),
-        (["--workers", "2", "--trace", "tests/data/traces/aiperf.jsonl"], "--trace"),
         (["--start-at", "tomorrow"], "--start-at"),
     ],
 )

@@ -151,6 +151,8 @@ class WorkerPool:
         self._ping = 0
         self.time_limit_at: float | None = cfg.time_limit  # no new conversation after it (open loop)
         self._closed = False  # run() has returned: a worker's exit now is ours (killed at the end), not a loss
+        self.begun = asyncio.Event()  # every worker was told Begin: a trace's requests may go to them
+        self.session_names: list[list[str]] | None = None  # --trace: each worker's sessions, as WorkerStarted names
         gate.listeners.append(self._gate_changed)
 
     # -- the run ------------------------------------------------------------------
@@ -200,7 +202,7 @@ class WorkerPool:
         for w in self.workers:
             w.origin = await self._set_clock(w)
             hello = w.hello.result()
-            names = [f"s{k}" for k in w.sessions]
+            names = self.session_names[w.index] if self.session_names is not None else [f"s{k}" for k in w.sessions]
             self.emit(ev.WorkerStarted(t=self.clock(), worker=w.index, pid=hello.pid, node=hello.node, sessions=names))
             await self._measure(w)  # while it is idle: the clock as set, before its sessions load it
         arrivals = self.arrivals()
@@ -209,6 +211,7 @@ class WorkerPool:
                 w.live.clear()  # an open loop's sessions count once they arrive (GateJoin)
             w.link.send(self._gate_state(0))  # the barrier's counts before any session asks it
             w.link.send(ww.Begin(origin=w.origin, arrivals=arrivals))
+        self.begun.set()
 
     async def _stop(self) -> None:
         """Tell every worker to cancel its turns and finish; kill what has not within STOP_WAIT_S."""
@@ -308,7 +311,7 @@ class WorkerPool:
         t = self.clock()
         for session, turn in list(w.in_flight):
             self.emit(ev.TurnDone(t=t, session=session, turn=turn, status="failed", error=LOST))
-        lost = sorted(w.live, key=lambda s: int(s[1:]) if s[1:].isdigit() else 0)
+        lost = sorted(w.live, key=lambda s: self._session_order(w, s))
         self.emit(ev.WorkerLost(t=t, worker=w.index, reason=reason, sessions=lost, turns_lost=len(w.in_flight)))
         self.emit(
             ev.Notice(
@@ -341,3 +344,24 @@ class WorkerPool:
         finished = gate.finished(turn) if turn else 0
         at = self.clock() + RELEASE_S  # every worker hears it within this, and all go at once
         return ww.GateState(live=gate.live, turn=turn, finished=finished, time_up=gate.time_up, release_at=at)
+
+    # -- a trace's requests (--trace: the coordinator reads it and hands them out, trace_spread.py) ---------------
+
+    def send_to(self, index: int, message: object) -> bool:
+        """A message to worker `index`, unless it has finished or was lost (False: not sent)."""
+        w = self.workers[index]
+        if w.done.done():
+            return False
+        w.link.send(message)
+        return True
+
+    def send_all(self, message: object) -> None:
+        for w in self.workers:
+            self.send_to(w.index, message)
+
+    def _session_order(self, w: _Worker, session: str) -> int:
+        """Where a worker's session stands among its others: session k's k; a trace's, its first appearance."""
+        if self.session_names is not None:
+            names = self.session_names[w.index]
+            return names.index(session) if session in names else len(names)
+        return int(session[1:]) if session[1:].isdigit() else 0
