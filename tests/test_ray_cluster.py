@@ -175,6 +175,31 @@ def test_a_run_over_two_ray_nodes_is_a_run_with_one_worker_on_each(ray_cluster, 
     assert not _actors_left(ray_cluster)
 
 
+@pytest.mark.serial  # two Ray nodes and a run: alone on the machine
+def test_a_trace_over_two_ray_nodes_is_the_trace_on_local_workers(ray_cluster, tmp_path):
+    """--trace with --cluster: the coordinator reads the trace and hands its requests to the actors, the trace's
+    sessions alternating nodes by first appearance; the report is that of the same trace on two local workers."""
+    from tests.test_trace_workers import grown_trace, trace_run
+
+    trace = grown_trace(tmp_path / "t.jsonl", 4, [300, 600], start_ms=100, gap_ms=400)
+    record, local = tmp_path / "run.jsonl", tmp_path / "local.jsonl"
+    with sim_process("--profile", "fast") as (_, url):
+        args = trace_run(url, trace, "--seed", "7", "--cluster", ray_cluster.address, "--record", str(record))
+        p = rw(*args, env=RAY_ENV, timeout=240)
+    with sim_process("--profile", "fast") as (_, url):  # a fresh server: the same seed would hit the first's cache
+        q = rw(*trace_run(url, trace, "--seed", "7", "--workers", "2", "--record", str(local)), timeout=240)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert q.returncode == 0, q.stdout[-3000:] + q.stderr[-3000:]
+    events = _events(record)
+    started = sorted((e["worker"], e["sessions"], e["node"]) for e in events if e["type"] == "WorkerStarted")
+    assert [s[:2] for s in started] == [(0, ["zeta", "mid"]), (1, ["alpha", "beta"])]
+    assert len({s[2] for s in started}) == 2, started  # one per node
+    planned = {e["session"]: e["worker"] for e in events if e["type"] == "SessionPlanned"}
+    assert planned == {"zeta": 0, "alpha": 1, "mid": 0, "beta": 1}
+    assert _turns(record) == _turns(local) and len(_turns(record)) == 8
+    assert not _actors_left(ray_cluster)
+
+
 @pytest.mark.serial
 @pytest.mark.parametrize("restart", [False, True], ids=["lost", "restarted"])
 def test_a_killed_ray_actor_is_a_worker_lost_and_the_others_finish(ray_cluster, tmp_path, restart):

@@ -239,7 +239,6 @@ def wait_for_in_flight_turn(
         (["--shard", "0/3"], "--seed"),
         (["--shard", "0/3", "--seed", "1", "--start-at", "0", "--lockstep"], "--lockstep"),
         (["--shard", "0/2", "--seed", "1", "--start-at", "0", "--workers", "2"], "--shard"),
-        (["--workers", "2", "--trace", "tests/data/traces/aiperf.jsonl"], "--trace"),
         (["--start-at", "tomorrow"], "--start-at"),
         (["--workers-restart"], "--workers-restart"),
     ],
@@ -250,6 +249,16 @@ def test_bad_worker_flags_get_one_line_and_exit_2(flags, says):
     assert out.returncode == 2, out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr and says in lines[0], out.stderr
+
+
+def test_workers_restart_is_refused_with_a_trace_in_one_line():
+    """A trace's sessions are handed out by the coordinator as they come: a lost worker's are not resumed."""
+    with ThreadedSim(make_profile("fast")) as sim:
+        flags = ["--trace", "tests/data/traces/aiperf.jsonl", "--workers", "2", "--workers-restart"]
+        out = rw("run", sim.url, "--headless", "--gpu", "none", "--no-record", *flags)
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--workers-restart" in lines[0] and "trace" in lines[0], out.stderr
 
 
 def test_the_one_shot_baseline_runs_after_the_workers(tmp_path):

@@ -36,11 +36,13 @@ from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.run_header import run_header
 from rampwatch.drivers.run.samplers import Samplers
 from rampwatch.drivers.run.session_maker import SessionMaker, conversation, session_client
-from rampwatch.drivers.run.shards import check_workers, seeded_salt, sessions_of
+from rampwatch.drivers.run.shards import check_workers, seeded_salt, sessions_of, worker_of
 from rampwatch.drivers.run.spread import Spread, on_workers
 from rampwatch.drivers.run.stopping import stop_early, time_limit, wait_all
-from rampwatch.drivers.run.trace_run import TraceReplay
+from rampwatch.drivers.run.trace_run import LocalSessions, TraceReplay, trace_runner
+from rampwatch.drivers.run.trace_spread import replay_on_workers
 from rampwatch.drivers.run.worker_wire import SessionPlan
+from rampwatch.drivers.run.workers import WorkerPool
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver
 from rampwatch.drivers.telemetry.prometheus import check_prometheus
@@ -203,6 +205,8 @@ class Run:
     @property
     def ramp_sessions(self) -> int:
         """Sessions that ramp: none when --one-shot comes with a one-turn schedule (the baseline alone)."""
+        if self.trace is not None:  # a trace's sessions are its own (header: trace.schedules)
+            return 0
         return 0 if self.cfg.one_shot and len(self.cfg.schedule) == 1 else self.cfg.sessions
 
     @property
@@ -247,12 +251,17 @@ class Run:
                 return r
 
             pool = (
-                self.spread.pool(cfg, self.plan(), gate, self.arrival_times, self.limit_at) if on_workers(cfg) else None
+                self.spread.pool(cfg, self.plan(), gate, self.arrival_times, self.limit_at, self.trace)
+                if on_workers(cfg)
+                else None
             )
             if pool is not None:
                 background.append(asyncio.create_task(self.spread.release_loop()))
                 runners.append(pool)  # type: ignore[arg-type]  # its `failed` says whether any session failed
                 open_loop = False  # the workers run the arrivals themselves
+                if self.trace is not None:  # ... but only this process reads the trace: it hands out the requests
+                    open_loop = True
+                    arrivals = lambda: self._replay_on_workers(opts, pool, tasks[0])  # noqa: E731
             elif self.trace is not None:
                 arrivals: Callable[[], Awaitable[None]] = lambda: self._replay(opts, gate, runners, tasks)  # noqa: E731
             elif open_loop:
@@ -389,34 +398,27 @@ class Run:
         return [begun + t for t in arrival_times(self.cfg.arrivals_per_s, self.ramp_sessions, self.seed)]
 
     async def _replay(self, opts: TurnOptions, gate: TurnGate, runners: list, tasks: list) -> None:
-        """--trace: its sessions made as they start, each on the server it is pinned or spread to."""
+        """--trace: its sessions made as they start, each on the server it is pinned or spread to; with --shard,
+        only the shard's sessions (the trace's k-th by first appearance is shard (k-1) mod N's)."""
         assert self.trace is not None and self.trace.prompts is not None
-        cfg, prompts, trace = self.cfg, self.trace.prompts, self.trace.opts
-        made = 0
+        cfg, prompts = self.cfg, self.trace.prompts
 
-        def make(sid: str, origin: float) -> TraceSessionRunner:
-            nonlocal made
-            made += 1
+        def make(sid: str, k: int, origin: float) -> TraceSessionRunner:
             gate.join()
-            runner = TraceSessionRunner(
-                sid,
-                prompts,
-                self._client_for(),
-                cfg.target_for(sid, made),
-                cfg.headers(),
-                opts,
-                self.hub.emit,
-                self.clock,
-                origin,
-                speed=trace.speed,
-                chained=trace.timing == "session",
-                gate=gate,
-                tls=self.tls,
-            )
+            client = self._client_for()
+            runner = trace_runner(cfg, prompts, opts, sid, k, origin, client, self.hub.emit, self.clock, gate, self.tls)
             runners.append(runner)
             return runner
 
-        await self.trace.dispatch(make, self.hub.emit, self.clock, opts.time_scale, tasks, until=self.limit_at)
+        i, n = cfg.shard or (0, 1)  # one process: all the sessions, shard 0 of 1
+        sessions = LocalSessions(make, self.hub.emit, tasks)
+        own = lambda k: worker_of(k, n) == i  # noqa: E731
+        await self.trace.dispatch(sessions, self.clock, opts.time_scale, until=self.limit_at, own=own)
+
+    async def _replay_on_workers(self, opts: TurnOptions, pool: WorkerPool, running: asyncio.Task) -> None:
+        """--trace on workers: read here, each request handed to its session's worker (trace_spread.py)."""
+        assert self.trace is not None
+        await replay_on_workers(self.trace, pool, running, self.clock, opts.time_scale, self.limit_at)
 
     def _stopped_early(self, reason: str) -> None:
         self.stopped_early = reason

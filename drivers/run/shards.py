@@ -1,6 +1,6 @@
 """How a run's sessions are spread over driver workers (--workers N, --cluster) and shards (--shard I/N): session
 k (1-based) runs on worker (k-1) mod N, so a session's turns stay on one worker and the same seed gives the same
-sessions whatever N is."""
+sessions whatever N is. A trace's sessions are numbered k by first appearance and spread alike."""
 
 from __future__ import annotations
 
@@ -69,9 +69,7 @@ def check_workers(cfg: RunConfig) -> None:
             raise BadInput("--shard I/N is one part of a run: give every shard the same --seed and --start-at")
         if cfg.lockstep:
             raise BadInput("--lockstep needs one barrier for all sessions: shards never talk; use --workers N")
-        if cfg.trace is not None:
-            raise BadInput("--trace runs in one driver process for now: not with --shard")
-    if cfg.workers > 1 or cfg.cluster is not None:
-        for flag, given in (("--trace", cfg.trace is not None), ("concurrency", cfg.concurrency is not None)):
-            if given:
-                raise BadInput(f"{flag} runs in one driver process for now: not with --workers or --cluster")
+    if (cfg.workers > 1 or cfg.cluster is not None) and cfg.concurrency is not None:
+        raise BadInput("concurrency runs in one driver process for now: not with --workers or --cluster")
+    if cfg.workers_restart and cfg.trace is not None:
+        raise BadInput("--workers-restart resumes ramp sessions: a trace's sessions on a lost worker are not resumed")

@@ -15,11 +15,13 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.pacing import TurnGate
+from rampwatch.drivers.run.trace_spread import trace_shares
 from rampwatch.drivers.run.worker_wire import SessionPlan
 from rampwatch.drivers.run.workers import HOLD_S, LocalWorker, WorkerLink, WorkerPool
 
 if TYPE_CHECKING:
     from rampwatch.drivers.run.ray_workers import RayCluster
+    from rampwatch.drivers.run.trace_run import TraceReplay
 
 
 def on_workers(cfg: RunConfig) -> bool:
@@ -52,15 +54,19 @@ class Spread:
         gate: TurnGate,
         arrivals: Callable[[], list[float] | None],
         limit_at: float | None,
+        trace: TraceReplay | None = None,
     ) -> WorkerPool:
         """The pool that drives the sessions on the workers; their events are held back a moment from now on to
-        merge in time order (hub.hold; `release_loop` lets them go)."""
+        merge in time order (hub.hold; `release_loop` lets them go). With --trace, the workers are named the
+        trace's sessions they will run (the coordinator hands them out: trace_spread.py)."""
         self.hub.hold()
         links: Callable[[int], WorkerLink] = lambda i: LocalWorker()  # noqa: E731
         if self.cluster is not None:  # --cluster: Ray actors over its nodes (ray_workers.py)
             links = self.cluster.link
         pool = WorkerPool(cfg, plan, self.hub.emit, self.clock, gate, links, cfg.workers, arrivals)
         pool.time_limit_at = limit_at
+        if trace is not None:
+            pool.session_names = trace_shares(list(trace.schedules), cfg.workers)
         return pool
 
     async def release_loop(self) -> None:

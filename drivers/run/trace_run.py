@@ -1,17 +1,23 @@
 """--trace in a run: the trace read once before anything is sent (checked, so a bad row is bad input, and each
 session's turns counted), the server's atoms and chat template measured for the prompts, then its requests read
-again and handed to their sessions just before they are due, so memory holds the sessions live, not the file."""
+again and handed to their sessions just before they are due, so memory holds the sessions live, not the file.
+The sessions run here (LocalSessions), on workers (trace_spread.py), or, with --shard, here only those of the
+shard: every process numbers them alike, by first appearance."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import ssl
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
 from rampwatch.drivers.client.prompts import Corpus
+from rampwatch.drivers.client.session import Gate
+from rampwatch.drivers.client.streamer import TurnOptions
 from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_httpx
 from rampwatch.drivers.client.trace_prompt import (
     CANDIDATES,
@@ -22,8 +28,9 @@ from rampwatch.drivers.client.trace_prompt import (
 )
 from rampwatch.drivers.client.trace_session import TraceSessionRunner
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.trace import TraceRequest
 from rampwatch.drivers.model.trace_slice import TraceSlice
-from rampwatch.drivers.run.config import BadInput, TraceOptions
+from rampwatch.drivers.run.config import BadInput, RunConfig, TraceOptions
 from rampwatch.drivers.run.trace_read import TraceReading, open_trace
 
 LEAD_S = 1.0  # the trace's due 0 is this long after the replay starts: its first sessions are made by then
@@ -119,35 +126,113 @@ class TraceReplay:
 
     async def dispatch(
         self,
-        make: Callable[[str, float], TraceSessionRunner],
-        emit: Callable[[ev.AnyEvent], None],
+        sessions: TraceSessions,
         clock: Callable[[], float],
         time_scale: float,
-        tasks: list[asyncio.Task[bool]],
         until: float | None = None,
+        own: Callable[[int], bool] = lambda k: True,
     ) -> None:
-        """Every request to its session just before it is due (a session made, announced and started at its
-        first); `make(session, origin)` makes a session's runner; nothing is handed on past `until` (the time
-        limit). Returns once the last request has been handed on."""
+        """Every request to its session just before it is due: sessions are numbered k = 1, 2, ... by first
+        appearance, and `sessions` starts each at its first request, then takes its requests and its end; only the
+        sessions `own(k)` says are this process's are handed on (--shard); nothing past `until` (the time limit).
+        Returns once the last request has been handed on."""
         origin = clock() + LEAD_S
         left = {sid: len(sizes) for sid, sizes in self.schedules.items()}
-        live: dict[str, TraceSessionRunner] = {}
-        for r in self.reading.requests(self.cut, self.opts.kv_tokens):
-            due = origin + r.due_s / (time_scale * self.opts.speed)
-            if until is not None and due >= until:
-                break
-            await asyncio.sleep(max(0.0, due - AHEAD_S - clock()))
-            runner = live.get(r.session)
-            if runner is None:
-                runner = live[r.session] = make(r.session, origin)
-                planned = runner.plan_event(r)
-                planned.schedule = self.schedules.get(r.session, [])
-                emit(planned)
-                tasks.append(asyncio.create_task(runner.run()))
-            runner.turns.put_nowait(r)
-            left[r.session] -= 1
-            if left[r.session] == 0:
-                runner.turns.put_nowait(None)
-                del live[r.session]
-        for runner in live.values():  # cut off by the time limit
+        number: dict[str, int] = {}  # each session's k, counted over the whole trace (every shard counts alike)
+        live: set[str] = set()
+        try:
+            for r in self.reading.requests(self.cut, self.opts.kv_tokens):
+                due = origin + r.due_s / (time_scale * self.opts.speed)
+                if until is not None and due >= until:
+                    break
+                first = r.session not in number
+                k = number.setdefault(r.session, len(number) + 1)
+                if not own(k):
+                    continue
+                await asyncio.sleep(max(0.0, due - AHEAD_S - clock()))
+                if first:
+                    live.add(r.session)
+                    sessions.start(k, r, origin, self.schedules.get(r.session, []))
+                sessions.turn(r)
+                left[r.session] -= 1
+                if left[r.session] == 0:
+                    live.discard(r.session)
+                    sessions.end(r.session)
+        finally:
+            for sid in live:  # cut off by the time limit, or the dispatch stopped
+                sessions.end(sid)
+
+
+class TraceSessions(Protocol):
+    """Where `dispatch` hands a trace's sessions: runners in this process (LocalSessions), or the workers'
+    (trace_spread.py)."""
+
+    def start(self, k: int, first: TraceRequest, origin: float, schedule: list[int]) -> None:
+        """Session `first.session`, the trace's k-th, starts (`origin`: the trace's due 0 on the run's clock)."""
+
+    def turn(self, request: TraceRequest) -> None: ...
+
+    def end(self, session: str) -> None: ...
+
+
+class LocalSessions:
+    """A trace's sessions run here: each made (`make(session, k, origin)`), announced and run as a task of
+    `tasks` at its first request, its requests queued to it, None once it has no more."""
+
+    def __init__(
+        self,
+        make: Callable[[str, int, float], TraceSessionRunner],
+        emit: Callable[[ev.AnyEvent], None],
+        tasks: list[asyncio.Task[bool]],
+    ):
+        self.make, self.emit, self.tasks = make, emit, tasks
+        self.live: dict[str, TraceSessionRunner] = {}
+
+    def start(self, k: int, first: TraceRequest, origin: float, schedule: list[int]) -> None:
+        runner = self.live[first.session] = self.make(first.session, k, origin)
+        planned = runner.plan_event(first)
+        planned.schedule = schedule
+        self.emit(planned)
+        self.tasks.append(asyncio.create_task(runner.run()))
+
+    def turn(self, request: TraceRequest) -> None:
+        self.live[request.session].turns.put_nowait(request)
+
+    def end(self, session: str) -> None:
+        runner = self.live.pop(session, None)
+        if runner is not None:
             runner.turns.put_nowait(None)
+
+
+def trace_runner(
+    cfg: RunConfig,
+    prompts: TracePrompts,
+    opts: TurnOptions,
+    sid: str,
+    k: int,
+    origin: float,
+    client: httpx.AsyncClient,
+    emit: Callable[[ev.AnyEvent], None],
+    clock: Callable[[], float],
+    gate: Gate,
+    tls: ssl.SSLContext,
+) -> TraceSessionRunner:
+    """The trace's k-th session, made alike in the one driver, a worker or a shard: to its --pin or its
+    round-robin server by k, timed by --trace-speed and --trace-timing."""
+    trace = cfg.trace
+    assert trace is not None
+    return TraceSessionRunner(
+        sid,
+        prompts,
+        client,
+        cfg.target_for(sid, k),
+        cfg.headers(),
+        opts,
+        emit,
+        clock,
+        origin,
+        speed=trace.speed,
+        chained=trace.timing == "session",
+        gate=gate,
+        tls=tls,
+    )

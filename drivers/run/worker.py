@@ -35,6 +35,7 @@ from rampwatch.drivers.run.memory import keep_survivors_frozen, set_up_heap_froz
 from rampwatch.drivers.run.prompt_shape import load_corpus  # noqa: E402
 from rampwatch.drivers.run.session_maker import SessionMaker, session_client  # noqa: E402
 from rampwatch.drivers.run.stopping import wait_all  # noqa: E402
+from rampwatch.drivers.run.trace_worker import TraceMessage, WorkerTrace  # noqa: E402
 
 _encode = msgspec.json.Encoder().encode
 
@@ -127,6 +128,7 @@ class ShardDriver:
         self._stopped = False
         self.arrivals: list[float] | None = None  # open loop: every session's arrival (Begin's)
         self.node = socket.gethostname()  # its Hello's; a Ray actor's names its Ray node too
+        self.trace = self._trace_sessions() if self.cfg.trace is not None else None  # --trace: handed out to it
 
     def send(self, message: object) -> None:
         """A control message: written at once (the barrier and the clock exchange wait on it)."""
@@ -149,6 +151,28 @@ class ShardDriver:
             self.gate.update(message)
         elif isinstance(message, ww.Stop):
             self.stop()
+        elif isinstance(message, TraceMessage):
+            self._trace_message(message)
+
+    def _trace_sessions(self) -> WorkerTrace:
+        """--trace: the sessions the coordinator will hand this worker, made as the one driver makes them."""
+        opts = self.cfg.turn_options(self.start.plan.model, self.start.plan.salt)
+        return WorkerTrace(
+            self.cfg,
+            opts,
+            self.emit,
+            self.clock,
+            lambda sid: _SessionGate(self.gate, sid),
+            self._client_for,
+            lambda: self._tls,  # set as it runs, before Begin
+            self.tasks,
+            self.runners,
+        )
+
+    def _trace_message(self, message: TraceMessage) -> None:
+        """--trace: the coordinator starts, feeds and ends this worker's sessions; none once it is stopped."""
+        if self.trace is not None and not self._stopped:
+            self.trace.take(message)
 
     def stop(self) -> None:
         """Cancel the turns in flight (each ends recorded as cancelled); before Begin, start none."""
@@ -187,7 +211,10 @@ class ShardDriver:
         try:
             for resume in self.start.resume:  # a replacement's sessions go on at once, each from its next turn
                 self.tasks.append(asyncio.create_task(self._resumed(maker, resume).run()))
-            if arrivals is not None:
+            if self.trace is not None:  # its sessions start as the coordinator hands them out, until TraceOver
+                self._arriving = asyncio.ensure_future(self.trace.over.wait())
+                await asyncio.wait([self._arriving])
+            elif arrivals is not None:
                 # --max-live over N workers: each keeps its share live (a cap per worker, not one run-wide).
                 share = -(-cfg.max_live // self.start.workers) if cfg.max_live else None
 

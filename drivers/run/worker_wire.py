@@ -15,7 +15,9 @@ import msgspec
 
 from rampwatch.drivers.client.prompts import Lead
 from rampwatch.drivers.client.ramp import Calibration, ConversationState
+from rampwatch.drivers.client.trace_prompt import Atoms, Template
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.trace import TraceRequest
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.pipe import dec_hook, enc_hook
 
@@ -109,7 +111,45 @@ class WorkerDone(msgspec.Struct, tag="w_done"):
     failed: bool  # a session of its own had a failed turn
 
 
-ToWorker = WorkerStart | Ping | Begin | GateState | Stop
+class TraceStart(msgspec.Struct, tag="w_trace", kw_only=True):
+    """--trace: what its prompts are made of, as the coordinator measured them on the server (TracePrompts), sent
+    once after Begin; the worker then makes its sessions' runners as their first requests come."""
+
+    atoms: Atoms
+    salt: str
+    block_size: int
+    template: Template
+    chat: bool
+
+
+class TraceSession(msgspec.Struct, tag="w_tsession", kw_only=True):
+    """--trace: the session of request `first` (the trace's k-th session by first appearance) starts on this
+    worker; `origin` is the trace's due 0 on the run's clock; `schedule` its prompt sizes, as its SessionPlanned
+    records them. Its requests follow as TraceTurn, `first` too."""
+
+    k: int
+    origin: float
+    schedule: list[int]
+    first: TraceRequest
+
+
+class TraceTurn(msgspec.Struct, tag="w_tturn"):
+    """--trace: the session's next request, handed on shortly before it is due."""
+
+    request: TraceRequest
+
+
+class TraceEnd(msgspec.Struct, tag="w_tend"):
+    """--trace: the session has no more requests (its last was handed on, or the time limit cut it off)."""
+
+    session: str
+
+
+class TraceOver(msgspec.Struct, tag="w_tover"):
+    """--trace: no session will start on this worker any more: it finishes once those it has are done."""
+
+
+ToWorker = WorkerStart | Ping | Begin | GateState | Stop | TraceStart | TraceSession | TraceTurn | TraceEnd | TraceOver
 FromWorker = Hello | Pong | GateAfter | GateJoin | GateLeave | WorkerDone | TurnKept
 
 encode = msgspec.json.Encoder(enc_hook=enc_hook).encode

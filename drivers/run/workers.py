@@ -168,11 +168,13 @@ class WorkerPool:
         self._ping = 0
         self.time_limit_at: float | None = cfg.time_limit  # no new conversation after it (open loop)
         self._closed = False  # run() has returned: a worker's exit now is ours (killed at the end), not a loss
-        self._begun = False  # every worker was told Begin: from then on a lost worker may be replaced
+        self.begun = asyncio.Event()  # every worker was told Begin: a trace's requests may go to them, and a lost
+        # worker may be replaced (--workers-restart)
         self._stopping = False  # told to stop: a lost worker is not replaced
         self._arrivals: list[float] | None = None  # an open loop's arrival times, for a replacement's Begin
         self.kept: dict[str, _Kept] = {}  # --workers-restart: each live session's history, as its worker kept it
         self._replacing: set[asyncio.Future[None]] = set()  # replacements starting
+        self.session_names: list[list[str]] | None = None  # --trace: each worker's sessions, as WorkerStarted names
         gate.listeners.append(self._gate_changed)
 
     # -- the run ------------------------------------------------------------------
@@ -228,13 +230,16 @@ class WorkerPool:
         self._arrivals = arrivals = self.arrivals()
         for w in self.workers:
             self._let_go(w, arrivals)
-        self._begun = True
+        self.begun.set()
 
     async def _introduce(self, w: _Worker, replaces: int | None = None) -> None:
         """Set a worker's clock to the run's and record it started, with the sessions it runs."""
         w.origin = await self._set_clock(w)
         hello = w.hello.result()
-        names = [f"s{k}" for k in w.sessions] + [f"s{r.session}" for r in w.resume]
+        if self.session_names is not None and replaces is None:
+            names = self.session_names[w.index]
+        else:
+            names = [f"s{k}" for k in w.sessions] + [f"s{r.session}" for r in w.resume]
         started = ev.WorkerStarted(
             t=self.clock(), worker=w.index, pid=hello.pid, node=hello.node, sessions=names, replaces=replaces
         )
@@ -358,7 +363,7 @@ class WorkerPool:
         for session, turn in list(w.in_flight):
             self.emit(ev.TurnDone(t=t, session=session, turn=turn, status="failed", error=LOST))
             w.ended[session] = max(w.ended.get(session, 0), turn)
-        lost = sorted(w.live, key=lambda s: int(s[1:]) if s[1:].isdigit() else 0)
+        lost = sorted(w.live, key=lambda s: self._session_order(w, s))
         resumes, unarrived = self._left_over(w, lost)
         replacement = None
         if (resumes or unarrived) and self._may_replace(w):
@@ -411,7 +416,7 @@ class WorkerPool:
     def _may_replace(self, w: _Worker) -> bool:
         """Whether a lost worker is replaced: not once the run is stopping, and not one that never started (a
         replacement on a node that is gone would only fail again)."""
-        if not self.cfg.workers_restart or not self._begun or self._stopping or self.gate.time_up:
+        if not self.cfg.workers_restart or not self.begun.is_set() or self._stopping or self.gate.time_up:
             return False
         if not w.hello.done():
             return False
@@ -469,3 +474,24 @@ class WorkerPool:
         finished = gate.finished(turn) if turn else 0
         at = self.clock() + RELEASE_S  # every worker hears it within this, and all go at once
         return ww.GateState(live=gate.live, turn=turn, finished=finished, time_up=gate.time_up, release_at=at)
+
+    # -- a trace's requests (--trace: the coordinator reads it and hands them out, trace_spread.py) ---------------
+
+    def send_to(self, index: int, message: object) -> bool:
+        """A message to worker `index`, unless it has finished or was lost (False: not sent)."""
+        w = self.workers[index]
+        if w.done.done():
+            return False
+        w.link.send(message)
+        return True
+
+    def send_all(self, message: object) -> None:
+        for w in self.workers:
+            self.send_to(w.index, message)
+
+    def _session_order(self, w: _Worker, session: str) -> int:
+        """Where a worker's session stands among its others: session k's k; a trace's, its first appearance."""
+        if self.session_names is not None:
+            names = self.session_names[w.index]
+            return names.index(session) if session in names else len(names)
+        return int(session[1:]) if session[1:].isdigit() else 0

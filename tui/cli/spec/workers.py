@@ -13,7 +13,8 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
         default="1",
         metavar="N|auto",
         help="drive the sessions from N worker processes behind this one (one recording, one UI, one report); "
-        "auto: one per core beyond the first (default 1: this process drives them)",
+        "auto: one per core beyond the first (default 1: this process drives them); with --trace, this process "
+        "reads the trace and hands each session's requests to its worker",
     )
     p.add_argument(
         "--cluster",
@@ -43,7 +44,8 @@ def add_shard_args(p: argparse.ArgumentParser) -> None:
         "--shard",
         metavar="I/N",
         help="run only shard I (0-based) of N of a seeded run: sessions k with (k-1) mod N = I; with --seed "
-        "and --start-at, so the N shards are one run (merge them with report --merge)",
+        "and --start-at, so the N shards are one run (merge them with report --merge); with --trace, each shard "
+        "reads the file itself and replays the trace's sessions k (by first appearance) of its own",
     )
     p.add_argument(
         "--start-at",
