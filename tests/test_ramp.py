@@ -193,3 +193,24 @@ def test_a_conversation_resumed_elsewhere_goes_on_as_it_would_have(corpus):
     assert copy.plan(3) == original.plan(3)
     filler, _ = original.plan(3)
     assert "".join(copy.user_message(3, filler)) == "".join(original.user_message(3, filler))
+
+
+def test_a_resumed_conversation_draws_past_a_lost_turns_text():
+    """A turn lost in flight drew its text after the state its worker kept: the copy that goes on skips that
+    draw (skip), so the next turn's text is new, not what the server may have cached of the lost request."""
+    original = Conversation("resume-salt", [2048, 4096, 8192])
+    "".join(original.user_message(1, original.plan(1)[0]))
+    original.add_reply(2050, 40)
+    kept = original.state()
+    lost = "".join(original.user_message(2, original.plan(2)[0]))
+    head = lost[:80]
+
+    def next_text(skip: bool) -> str:
+        copy = Conversation("resume-salt", [2048, 4096, 8192])
+        copy.resume(kept)
+        if skip:
+            copy.skip(2)
+        return "".join(copy.user_message(3, copy.plan(3)[0]))
+
+    assert next_text(skip=False).startswith(head)  # without the skip it would send the lost turn's text again
+    assert head not in next_text(skip=True)

@@ -73,6 +73,7 @@ def traced_run(tmp_path: Path, trace: Path, workers: int) -> list[ev.AnyEvent]:
     return list(read_recording(record).events)
 
 
+@pytest.mark.serial  # timing: every request sent within 100 ms of its due time
 def test_a_trace_on_two_workers_runs_the_sessions_of_one(tmp_path):
     """The same trace and seed on 1 and on 2 workers: the same sessions with the same prompt sizes and statuses,
     turn by turn; on 2, the sessions alternate workers by first appearance with all their turns on theirs, each

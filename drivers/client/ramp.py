@@ -344,6 +344,13 @@ class Conversation:
             source=self.filler.where(),
         )
 
+    def skip(self, turn: int) -> None:
+        """Draw turn `turn`'s new text as it would be sent, and drop it: the text source moves past it."""
+        filler_chars, _ = self.plan(turn)
+        for _ in self.user_message(turn, filler_chars):
+            pass
+        self._pending = None
+
     def resume(self, state: ConversationState) -> None:
         """Go on from `state` (another process's copy of this conversation, state() after a turn)."""
         self.chars_per_token, self._fixed_measured = state.chars_per_token, state.fixed_measured

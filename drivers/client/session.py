@@ -119,11 +119,16 @@ class SessionRunner(TurnStreamer):
                 gate.leave()
             self.conn.close()
 
-    def resume(self, turn: int, history: list[bytes], state: ConversationState) -> None:
-        """Go on at `turn` from where another process left this session (--workers-restart): its history
-        and what its conversation had learnt after the last turn it kept."""
+    def resume(self, turn: int, history: list[bytes], state: ConversationState | None, kept_turn: int) -> None:
+        """Go on at `turn` from where another process left this session (--workers-restart): its history and
+        what its conversation had learnt after turn `kept_turn` (None, 0: none kept). The turns between drew
+        their text there (one lost in flight, one that ended as its process died): it is drawn again and
+        dropped, so the next turn's text is new, not the lost one's the server may have cached."""
         self.first_turn, self.history = turn, history
-        self.conv.resume(state)
+        if state is not None:
+            self.conv.resume(state)
+        for skipped in range(kept_turn + 1, turn):
+            self.conv.skip(skipped)
 
     async def prepare(self) -> None:
         """Ahead of the conversation's arrival (open loop): count the fixed text and build turn 1's message, so

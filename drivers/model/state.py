@@ -148,7 +148,8 @@ class RunState:
         self.workers.started(e)
         if e.replaces is not None:  # its sessions' turns from now on are stamped on its loop
             for sid in e.sessions:
-                self._session(sid).worker = e.worker
+                if sid in self.sessions:  # (one still to arrive is planned there, with its worker)
+                    self.sessions[sid].worker = e.worker
 
     def _session(self, sid: str) -> SessionView:
         s = self.sessions.get(sid)

@@ -92,6 +92,6 @@ async def replay_on_workers(
         for w, names in sorted(sessions.unstarted.items()):  # never dropped unsaid
             listed = ", ".join(names[:8]) + ("…" if len(names) > 8 else "")
             message = (
-                f"worker {w} lost: {len(names)} trace sessions due to start on it later were not started ({listed})"
+                f"worker {w} lost: trace sessions due to start on it later were not started: {len(names)} ({listed})"
             )
             pool.emit(ev.Notice(t=clock(), level="error", message=message))

@@ -219,11 +219,9 @@ class ShardDriver:
                 share = -(-cfg.max_live // self.start.workers) if cfg.max_live else None
 
                 def arriving(k: int, at: float) -> ArrivingSession:
-                    gate = _SessionGate(self.gate, f"s{k}", cfg.workers_restart)
-                    r = gate.runner = maker.session(k, gate)
+                    r = self._session(maker, k)
                     r.arrival = at
-                    self.runners.append(r)
-                    return ArrivingSession(r, gate, self.emit)
+                    return ArrivingSession(r, r.gate, self.emit)
 
                 pairs = [(k, arrivals[k - 1]) for k in self.start.sessions]
                 until = self.start.time_limit_at
@@ -233,9 +231,7 @@ class ShardDriver:
                 await asyncio.wait([self._arriving])
             else:
                 for k in self.start.sessions:
-                    gate = _SessionGate(self.gate, f"s{k}", cfg.workers_restart)
-                    r = gate.runner = maker.session(k, gate)
-                    self.runners.append(r)
+                    r = self._session(maker, k)
                     self.emit(r.plan_event())
                     self.tasks.append(asyncio.create_task(_staggered(r, (k - 1) * cfg.stagger)))
             await wait_all(self.tasks)
@@ -251,16 +247,19 @@ class ShardDriver:
             lag.flush(self.clock())
         return any(r.failed for r in self.runners)
 
-    def _resumed(self, maker: SessionMaker, resume: ww.SessionResume) -> SessionRunner:
-        """A lost worker's session, made as every worker makes it, then put where that worker left it."""
-        history = [m.encode() for m in resume.history]
-        gate = _SessionGate(self.gate, f"s{resume.session}", keep=True, kept=len(history))
-        r = gate.runner = maker.session(resume.session, gate)
-        if resume.state is not None:
-            r.resume(resume.turn, history, resume.state)
-        else:
-            r.first_turn = resume.turn  # it had kept no turn: it starts over, from the turn it had not ended
+    def _session(self, maker: SessionMaker, k: int, kept: int = 0) -> SessionRunner:
+        """Session k, made as every worker makes it, at the run-wide barrier under its own name; with
+        --workers-restart it sends what each turn adds to its history (`kept`: messages already sent)."""
+        gate = _SessionGate(self.gate, f"s{k}", self.cfg.workers_restart, kept)
+        r = gate.runner = maker.session(k, gate)
         self.runners.append(r)
+        return r
+
+    def _resumed(self, maker: SessionMaker, resume: ww.SessionResume) -> SessionRunner:
+        """A lost worker's session, put where that worker left it."""
+        history = [m.encode() for m in resume.history]
+        r = self._session(maker, resume.session, kept=len(history))
+        r.resume(resume.turn, history, resume.state, resume.kept_turn)
         return r
 
 

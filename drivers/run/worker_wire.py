@@ -39,7 +39,8 @@ class SessionResume(msgspec.Struct, kw_only=True):
     session: int  # k, 1-based
     turn: int
     history: list[str] = []  # its encoded messages, in order
-    state: ConversationState | None = None  # None: it had kept no turn (it starts over at `turn`)
+    state: ConversationState | None = None  # None: it had kept no turn
+    kept_turn: int = 0  # the turn `history` and `state` are as of: the text of those after it is drawn anew
 
 
 class WorkerStart(msgspec.Struct, tag="w_start", kw_only=True):

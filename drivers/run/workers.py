@@ -124,8 +124,10 @@ class _Worker:
         self.live |= {f"s{r.session}" for r in self.resume}
         self.joined: set[str] = set()  # open loop: its sessions that have arrived
         self.in_flight: dict[tuple[str, int], None] = {}  # its turns sent and not done
-        self.ended: dict[str, int] = {}  # each session's last turn done (TurnDone), or lost in flight
-        self.passed: dict[str, int] = {}  # each session's last turn counted at the barrier (GateAfter)
+        # Each session's last turn done (TurnDone) or lost in flight, and its last counted at the barrier
+        # (GateAfter): a resumed session's from the turn before the one it goes on at, should it be lost again.
+        self.ended = {f"s{r.session}": r.turn - 1 for r in self.resume}
+        self.passed = dict(self.ended)
         self.slot = index  # where it runs (a Ray node): a replacement takes its lost worker's
         self.generation = 0  # how many lost workers came before it in its line (--workers-restart)
         self.hello: asyncio.Future[ww.Hello] = asyncio.get_running_loop().create_future()
@@ -141,6 +143,7 @@ class _Kept:
     def __init__(self) -> None:
         self.history: list[str] = []
         self.state: ConversationState | None = None
+        self.turn = 0  # the turn they are as of
 
 
 class WorkerPool:
@@ -249,8 +252,8 @@ class WorkerPool:
     def _let_go(self, w: _Worker, arrivals: list[float] | None) -> None:
         """The barrier's counts its sessions will ask (a resumed session's, of the turn before its own), then
         Begin: its sessions start."""
-        if arrivals is not None:
-            w.live = {f"s{r.session}" for r in w.resume}  # an open loop's sessions count once they arrive (GateJoin)
+        if arrivals is not None and not w.resume:
+            w.live.clear()  # an open loop's sessions count once they arrive (GateJoin)
         w.link.send(self._gate_state(0))
         for turn in sorted({r.turn - 1 for r in w.resume if r.turn > 1}):
             w.link.send(self._gate_state(turn))
@@ -364,11 +367,15 @@ class WorkerPool:
             self.emit(ev.TurnDone(t=t, session=session, turn=turn, status="failed", error=LOST))
             w.ended[session] = max(w.ended.get(session, 0), turn)
         lost = sorted(w.live, key=lambda s: self._session_order(w, s))
-        resumes, unarrived = self._left_over(w, lost)
+        resumes = self._resumes(w, lost) if self.cfg.workers_restart else []
+        # An open loop's sessions still to arrive on it (a trace's are the trace dispatch's to say).
+        unarrived = [k for k in w.sessions if f"s{k}" not in w.joined] if self._arrivals is not None else []
         replacement = None
-        if (resumes or unarrived) and self._may_replace(w):
+        if (resumes or unarrived) and self.cfg.workers_restart and self._may_replace(w):
             replacement = _Worker(len(self.workers), self.links(w.slot), unarrived, resumes)
             replacement.slot, replacement.generation = w.slot, w.generation + 1
+            if self._arrivals is not None:  # those to come count at the barrier once they arrive (GateJoin)
+                replacement.live = {f"s{r.session}" for r in resumes}
         turns = len(w.in_flight)
         where = f"they go on at their next turn on worker {replacement.index}" if replacement else "they end"
         resumed_on = replacement.index if replacement else None
@@ -380,6 +387,11 @@ class WorkerPool:
             f"worker {w.index} lost ({reason}): {turns} turns in flight failed; {len(lost)} sessions ({shown}): {where}"
         )
         self.emit(ev.Notice(t=t, level="error", message=message))
+        if unarrived and replacement is None:  # never dropped unsaid
+            names = [f"s{k}" for k in unarrived]
+            listed = ", ".join(names[:8]) + ("…" if len(names) > 8 else "")
+            message = f"worker {w.index} lost: sessions due to arrive on it later do not start: {len(names)} ({listed})"
+            self.emit(ev.Notice(t=t, level="error", message=message))
         w.in_flight.clear()
         resumed = {f"s{r.session}" for r in resumes} if replacement else set()
         for session in lost:
@@ -399,24 +411,30 @@ class WorkerPool:
             self._replacing.add(task)
             task.add_done_callback(self._replacing.discard)
 
-    def _left_over(self, w: _Worker, lost: list[str]) -> tuple[list[ww.SessionResume], list[int]]:
-        """What a replacement of `w` would run: its live sessions from their next turn (not those whose last turn
-        it was), and in an open loop those that had not arrived yet."""
+    def _resumes(self, w: _Worker, lost: list[str]) -> list[ww.SessionResume]:
+        """What a replacement of `w` would go on with: its live ramp sessions (s<k>), each from its next turn, with
+        its history as kept (not those whose last turn it was)."""
         last = len(self.cfg.schedule)
         resumes = []
         for session in lost:
             turn = max(w.ended.get(session, 0), w.passed.get(session, 0)) + 1
-            if turn <= last:
+            if turn <= last and session[1:].isdigit():
                 kept = self.kept.get(session)
-                history, state = (kept.history, kept.state) if kept is not None else ([], None)
-                resumes.append(ww.SessionResume(session=int(session[1:]), turn=turn, history=history, state=state))
-        unarrived = [k for k in w.sessions if f"s{k}" not in w.joined] if self._arrivals is not None else []
-        return resumes, unarrived
+                resumes.append(
+                    ww.SessionResume(
+                        session=int(session[1:]),
+                        turn=turn,
+                        history=kept.history if kept is not None else [],
+                        state=kept.state if kept is not None else None,
+                        kept_turn=kept.turn if kept is not None else 0,
+                    )
+                )
+        return resumes
 
     def _may_replace(self, w: _Worker) -> bool:
         """Whether a lost worker is replaced: not once the run is stopping, and not one that never started (a
         replacement on a node that is gone would only fail again)."""
-        if not self.cfg.workers_restart or not self.begun.is_set() or self._stopping or self.gate.time_up:
+        if not self.begun.is_set() or self._stopping or self.gate.time_up:
             return False
         if not w.hello.done():
             return False
@@ -457,7 +475,7 @@ class WorkerPool:
         if entry is None:
             entry = self.kept[kept.session] = _Kept()
         entry.history += kept.added
-        entry.state = kept.state
+        entry.state, entry.turn = kept.state, kept.turn
 
     def _gate_changed(self, turn: int) -> None:
         """The run-wide barrier moved: every worker hears its counts (a turn's count only in lockstep, where a

@@ -1,0 +1,170 @@
+"""--workers-restart in the coordinator alone, against scripted workers (no process, no server): which sessions a
+replacement goes on with, from which turn, and what is said of the rest, in the cases a real kill hits only by
+chance (a replacement lost before its sessions said anything, an open loop's sessions still to come, sessions
+that are not a ramp's)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from rampwatch.drivers.client.prompts import Lead
+from rampwatch.drivers.client.ramp import Calibration, ConversationState
+from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.clock import RunClock
+from rampwatch.drivers.run import worker_wire as ww
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.pacing import TurnGate
+from rampwatch.drivers.run.workers import WorkerPool
+
+STATE = ConversationState(
+    chars_per_token=4.0, fixed_measured=None, last_prompt_tokens=2048, last_reply_tokens=16, source=[1]
+)
+
+
+class ScriptedWorker:
+    """A worker link whose worker answers the clock exchange and then does what `script(link, message)` says."""
+
+    def __init__(self, index: int, script: Callable[[ScriptedWorker, object], None]):
+        self.index, self.script = index, script
+        self.start_message: ww.WorkerStart | None = None
+        self.sent: list[object] = []
+
+    def start(self, message: ww.WorkerStart, on_line, on_exit) -> None:  # noqa: ANN001
+        self.start_message, self.on_line, self.on_exit = message, on_line, on_exit
+        self.say(ww.Hello(worker=message.worker, pid=1000 + message.worker, node="here"))
+
+    def say(self, message: object) -> None:
+        self.on_line(ww.encode(message))
+
+    def send(self, message: object) -> None:
+        self.sent.append(message)
+        if isinstance(message, ww.Ping):
+            self.say(ww.Pong(n=message.n, clock=time.perf_counter()))
+        elif isinstance(message, ww.Begin):
+            asyncio.get_running_loop().call_soon(self.script, self, message)
+
+    def die(self) -> None:
+        self.on_exit("killed by SIGKILL")
+
+    def kill(self) -> None:
+        pass
+
+    def stderr_tail(self) -> str:
+        return ""
+
+
+def run_pool(
+    script: Callable[[ScriptedWorker, object], None], arrivals: list[float] | None = None, restart: bool = True
+) -> tuple[list[ev.AnyEvent], list[ScriptedWorker], TurnGate]:
+    """Four sessions (schedule of 4 turns) on two scripted workers, lockstep; the events, the links in order."""
+    schedule = [1024, 2048, 4096, 8192]
+    cfg = RunConfig(url="http://127.0.0.1:1", schedule=schedule, lockstep=True, workers=2, workers_restart=restart)
+    plan = ww.SessionPlan(salt="s", model="m", calibration=Calibration(), lead=Lead(), sessions=4)
+    events: list[ev.AnyEvent] = []
+    links: list[ScriptedWorker] = []
+    gate = TurnGate(0 if arrivals is not None else 4, lockstep=True)
+
+    def link(i: int) -> ScriptedWorker:
+        links.append(ScriptedWorker(i, script))
+        return links[-1]
+
+    def emit(e: ev.AnyEvent, line: bytes | None = None) -> None:
+        events.append(e)
+
+    pool = WorkerPool(cfg, plan, emit, RunClock(), gate, link, 2, lambda: arrivals)
+    asyncio.run(asyncio.wait_for(pool.run(), 10))
+    return events, links, gate
+
+
+def sent(session: str, turn: int) -> ev.RequestSent:
+    return ev.RequestSent(t=1.0, session=session, turn=turn, target_tokens=1024, new_tokens_est=1024, body_bytes=1)
+
+
+def finishes_its_turns_from_the_start(link: ScriptedWorker, begin: object) -> None:
+    """Its sessions finish every turn they were given, and it is done."""
+    start = link.start_message
+    assert start is not None
+    for k in start.sessions:
+        link.say(ww.GateLeave(session=f"s{k}"))
+    for r in start.resume:
+        link.say(ww.GateLeave(session=f"s{r.session}"))
+    link.say(ww.WorkerDone(failed=False))
+
+
+def test_a_replacement_lost_before_its_sessions_said_anything_hands_them_on_at_the_same_turn():
+    """w1 keeps s2's turn 2 and dies in turn 3 (lost); its replacement w2 dies before a word; w3 must go on with s2
+    at turn 4 and s4 at turn 1, each with the history w1 kept, not from turn 1 again."""
+
+    def script(link: ScriptedWorker, begin: object) -> None:
+        if link.index == 0:
+            return finishes_its_turns_from_the_start(link, begin)
+        if link.start_message.worker == 1:
+            added = ['{"role":"user","content":"a"}', '{"role":"assistant","content":"b"}']
+            for turn in (1, 2):
+                link.say(ww.TurnKept(session="s2", turn=turn, added=added, state=STATE))
+                link.say(ww.GateAfter(turn=turn, session="s2"))
+            link.say(sent("s2", 3))
+            return link.die()
+        if link.start_message.worker == 2:
+            return link.die()
+        return finishes_its_turns_from_the_start(link, begin)
+
+    events, links, _ = run_pool(script)
+    starts = {link.start_message.worker: link.start_message for link in links}
+    assert sorted(starts) == [0, 1, 2, 3]
+    for worker in (2, 3):
+        resumed = {r.session: (r.turn, r.kept_turn, len(r.history)) for r in starts[worker].resume}
+        assert resumed == {2: (4, 2, 4), 4: (1, 0, 0)}, (worker, resumed)
+    lost = [e for e in events if isinstance(e, ev.WorkerLost)]
+    assert [(e.worker, e.resumed_on) for e in lost] == [(1, 2), (2, 3)]
+    (failed,) = [e for e in events if isinstance(e, ev.TurnDone)]
+    assert (failed.session, failed.turn, failed.error) == ("s2", 3, "worker lost")
+
+
+def test_an_open_loop_replacement_takes_the_sessions_to_come_as_arrivals_and_only_them():
+    """w1 had s2 live (its turn 1 lost) and s4 still to arrive: w2 resumes s2 at turn 2 and gets s4 as an arrival,
+    and s4 counts at the barrier only once it arrives."""
+
+    def script(link: ScriptedWorker, begin: object) -> None:
+        if link.index == 0:
+            return finishes_its_turns_from_the_start(link, begin)
+        if link.start_message.worker == 1:
+            link.say(ww.GateJoin(session="s2"))
+            link.say(sent("s2", 1))
+            return link.die()
+        return finishes_its_turns_from_the_start(link, begin)
+
+    events, links, gate = run_pool(script, arrivals=[0.0, 0.0, 5.0, 5.0])
+    (replacement,) = [link.start_message for link in links if link.start_message.worker == 2]
+    assert replacement.sessions == [4]
+    assert [(r.session, r.turn) for r in replacement.resume] == [(2, 2)]
+    assert gate.live == 0  # every session that joined has left, s4 counted once only
+
+
+def test_a_lost_worker_without_restart_says_which_sessions_to_come_do_not_start():
+    def script(link: ScriptedWorker, begin: object) -> None:
+        if link.index == 0:
+            return finishes_its_turns_from_the_start(link, begin)
+        link.say(ww.GateJoin(session="s2"))
+        link.die()
+
+    events, links, gate = run_pool(script, arrivals=[0.0, 0.0, 5.0, 5.0], restart=False)
+    assert len(links) == 2 and gate.live == 0
+    notices = [e.message for e in events if isinstance(e, ev.Notice)]
+    assert any("sessions due to arrive on it later do not start: 1 (s4)" in m for m in notices), notices
+
+
+def test_a_lost_worker_of_sessions_that_are_not_a_ramps_is_lost_cleanly():
+    """A trace's sessions carry the trace's names: the coordinator ends them, never raises on them."""
+
+    def script(link: ScriptedWorker, begin: object) -> None:
+        if link.index == 0:
+            return finishes_its_turns_from_the_start(link, begin)
+        link.say(ww.GateJoin(session="alpha"))
+        link.die()
+
+    events, _, gate = run_pool(script, arrivals=[0.0, 0.0, 0.0, 0.0], restart=False)
+    (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
+    assert lost.sessions == ["alpha"] and lost.resumed_on is None and gate.live == 0
