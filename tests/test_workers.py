@@ -182,7 +182,7 @@ def test_an_open_loop_goes_on_with_a_lost_workers_arrivals_on_its_replacement(tm
     record = tmp_path / "open.jsonl"
     with ThreadedSim(make_profile("tiny", step_overhead_s=0.02)) as sim:  # turns of ~2 s: one is in flight
         flags = ("--arrivals", "120/min", "--sessions", "8", "--seed", "5", "--ignore-eos")
-        argv = [*rampwatch_cmd(), *small_run(sim.url, *flags, schedule="4k,8k", output_tokens=100)]
+        argv = [*rampwatch_cmd(), *small_run(sim.url, *flags, schedule="4k,8k", output_tokens=150)]
         argv += ["--workers", "2", "--workers-restart", "--record", str(record)]
         proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
