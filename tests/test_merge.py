@@ -359,6 +359,10 @@ def test_one_baseline_a_run():
     assert started == {0: ["one-shot", "s1"], 1: ["s2"]}
 
 
+def at(rec: Recording, start_at: float) -> Recording:
+    return msgspec.structs.replace(rec, header=msgspec.structs.replace(rec.header, start_at=start_at))
+
+
 def test_what_is_not_one_runs_shards_is_refused():
     a, b = open_loop_shard(0, [1.0]), open_loop_shard(1, [2.0])
     cases = [
@@ -369,6 +373,10 @@ def test_what_is_not_one_runs_shards_is_refused():
         ([a, a], "are both shard 0/2"),
         ([a, msgspec.structs.replace(b, events=a.events)], "session s1 is in"),
         ([a, msgspec.structs.replace(b, header=msgspec.structs.replace(b.header, started_at=""))], "no start time"),
+        (  # two Job runs of one seed: their --start-at tells them apart
+            [at(a, 1_800_000_000.0), at(b, 1_800_003_600.0)],
+            "started at --start-at 1800003600, p0.jsonl at 1800000000",
+        ),
     ]
     for parts, said in cases:
         with pytest.raises(BadInput, match=said):

@@ -132,6 +132,7 @@ class Header(msgspec.Struct, tag="header", kw_only=True):
     workers: int = 1  # driver processes the sessions ran on (--workers N, --cluster; shards merged with --merge)
     cluster: str | None = None  # --cluster as given (credentials hidden): the workers were Ray actors
     shard: tuple[int, int] | None = None  # --shard I/N: this recording holds shard I of N of one seeded run
+    start_at: float | None = None  # --start-at, Unix seconds: when the shards of one run agreed to start
     merged_from: list[str] = []  # --merge: the shard recordings this run was read from
 
 

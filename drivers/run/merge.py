@@ -44,8 +44,8 @@ def _start(path: str, header: ev.Header) -> datetime:
 
 def check_shards(parts: list[tuple[str, Recording]]) -> None:
     """BadInput, in one line, unless `parts` are distinct shards of one run: each recorded with --shard, all of
-    the same N, salt, seed and sessions, no shard and no ramp session twice (only shard 0 runs the one-shot
-    baseline; shards recorded before that each ran one: see merge_shards)."""
+    the same N, salt, seed, sessions and --start-at (where recorded), no shard and no ramp session twice (only
+    shard 0 runs the one-shot baseline; shards recorded before that each ran one: see merge_shards)."""
     if not parts:
         raise BadInput("--merge needs the shard recordings of one run (run --shard I/N)")
     first_path, first = parts[0][0], parts[0][1].header
@@ -68,6 +68,11 @@ def check_shards(parts: list[tuple[str, Recording]]) -> None:
         if h.sessions != first.sessions:
             raise BadInput(
                 f"not shards of one run: {path} is of a run of {h.sessions} sessions, {first_path} of {first.sessions}"
+            )
+        if None not in (h.start_at, first.start_at) and h.start_at != first.start_at:  # two runs of one seed
+            raise BadInput(
+                f"not shards of one run: {path} started at --start-at {h.start_at:.0f}, "
+                f"{first_path} at {first.start_at:.0f}"
             )
         if i in by_shard:
             raise BadInput(f"{by_shard[i]} and {path} are both shard {i}/{n}: give each shard once")

@@ -62,4 +62,5 @@ def run_header(
         workers=cfg.workers,
         cluster=redact_url(cfg.cluster) if cfg.cluster else None,
         shard=cfg.shard,
+        start_at=cfg.start_at,
     )
