@@ -94,7 +94,7 @@ def test_a_closed_loop_run_gets_verdicts_goodput_and_warmup_as_worked_out_from_i
     assert out.returncode == 0, out.stderr
     assert "goodput (SLO ttft=30s): 8 of 8 turns met it" in out.stdout
     rep = report_json(record)
-    assert rep["run"]["schema"] == 10 and rep["open_loop"] is None
+    assert rep["run"]["schema"] == 11 and rep["open_loop"] is None
     assert all(t["slo_met"] is True and t["due_s"] is None for s in rep["sessions"] for t in s["turns"])
     g = rep["goodput"]
     assert (g["turns_met"], g["turns"], g["conversations_met"], g["conversations"]) == (8, 8, 2, 2)

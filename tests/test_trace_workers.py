@@ -9,22 +9,17 @@ blocks), their sessions named out of alphabetical order so that first appearance
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
-from tests import procs
-from tests.conftest import ROOT, rampwatch_cmd, report_json, rw, rw_started
+from tests.conftest import rampwatch_cmd, report_json, rw, rw_started
 from tests.simhost import ThreadedSim
-from tests.test_workers import wait_for_in_flight_turn
+from tests.test_workers import run_and_kill_a_worker
 
 NAMES = ["zeta", "alpha", "mid", "beta", "kappa", "eta"]  # first appearance in this order: s1 .. s6
 
@@ -107,17 +102,7 @@ def test_a_worker_killed_mid_trace_loses_its_turns_and_the_run_goes_on(tmp_path)
     record = tmp_path / "run.jsonl"
     argv = [*rampwatch_cmd(), "demo", "--headless", "--workers", "2", "--time-scale", "1", "--gpus", "0"]
     argv += [*trace_flags(trace), "--trace-timing", "session", "--record", str(record)]
-    proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        pid = wait_for_in_flight_turn(record, worker=1, proc=proc)
-        os.kill(pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=180)
-        children = psutil.Process().children(recursive=True)
-        assert not [p for p in children if p.pid == pid or "rampwatch.drivers.run.worker" in " ".join(p.cmdline())]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, out, err, _ = run_and_kill_a_worker(argv, record)
     assert proc.returncode == 1, err[-3000:]
     events = list(read_recording(record).events)
     (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]

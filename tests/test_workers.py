@@ -110,17 +110,7 @@ def test_a_killed_worker_loses_its_turns_in_flight_and_the_run_goes_on(tmp_path)
     record = tmp_path / "run.jsonl"
     argv = [*rampwatch_cmd(), "demo", "--headless", "--workers", "2", "--sessions", "4", "--time-scale", "1"]
     argv += ["--schedule", "2k,4k,8k,16k", "--record", str(record)]
-    proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        pid = wait_for_in_flight_turn(record, worker=1, proc=proc)
-        os.kill(pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=180)
-        children = psutil.Process().children(recursive=True)
-        assert not [p for p in children if p.pid == pid or "rampwatch.drivers.run.worker" in " ".join(p.cmdline())]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, out, err, pid = run_and_kill_a_worker(argv, record)
     assert proc.returncode == 1, err[-3000:]
     events = list(read_recording(record).events)
     (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
@@ -142,17 +132,7 @@ def test_a_killed_worker_is_replaced_and_its_sessions_go_on_at_their_next_turn(t
     record = tmp_path / "run.jsonl"
     argv = [*rampwatch_cmd(), "demo", "--headless", "--workers", "2", "--workers-restart", "--sessions", "4"]
     argv += ["--time-scale", "1", "--schedule", "2k,4k,8k,16k", "--record", str(record)]
-    proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        pid = wait_for_in_flight_turn(record, worker=1, proc=proc)
-        os.kill(pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=180)
-        children = psutil.Process().children(recursive=True)
-        assert not [p for p in children if "rampwatch.drivers.run.worker" in " ".join(p.cmdline())]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, out, err, pid = run_and_kill_a_worker(argv, record)
     assert proc.returncode == 1, err[-3000:]
     events = list(read_recording(record).events)
     (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
@@ -184,14 +164,7 @@ def test_an_open_loop_goes_on_with_a_lost_workers_arrivals_on_its_replacement(tm
         flags = ("--arrivals", "120/min", "--sessions", "8", "--seed", "5", "--ignore-eos")
         argv = [*rampwatch_cmd(), *small_run(sim.url, *flags, schedule="4k,8k", output_tokens=150)]
         argv += ["--workers", "2", "--workers-restart", "--record", str(record)]
-        proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            os.kill(wait_for_in_flight_turn(record, worker=1, proc=proc, turn=1), signal.SIGKILL)
-            out, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        proc, out, err, _ = run_and_kill_a_worker(argv, record, turn=1)
     assert proc.returncode == 1, err[-3000:]
     events = list(read_recording(record).events)
     (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
@@ -207,6 +180,25 @@ def test_an_open_loop_goes_on_with_a_lost_workers_arrivals_on_its_replacement(tm
     turns = {(e.session, e.turn): e for e in events if isinstance(e, ev.TurnDone)}
     assert set(turns) == {(f"s{k}", t) for k in range(1, 9) for t in (1, 2)}
     assert all(e.status == "ok" or e.error == "worker lost" for e in turns.values())
+
+
+def run_and_kill_a_worker(
+    argv: list[str], record: Path, worker: int = 1, turn: int = 2
+) -> tuple[subprocess.Popen, str, str, int]:
+    """`argv` run as a user runs it, worker `worker` SIGKILLed once a turn of its (`turn` or later) is in flight,
+    to the run's end, with no worker process left: (the run, its stdout, its stderr, the killed worker's pid)."""
+    proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = wait_for_in_flight_turn(record, worker=worker, proc=proc, turn=turn)
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+        children = psutil.Process().children(recursive=True)
+        assert not [p for p in children if p.pid == pid or "rampwatch.drivers.run.worker" in " ".join(p.cmdline())]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc, out, err, pid
 
 
 def wait_for_in_flight_turn(
