@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.hub import EventHub
+from rampwatch.drivers.run.local_worker import LocalWorker
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.trace_spread import trace_shares
 from rampwatch.drivers.run.worker_wire import SessionPlan
-from rampwatch.drivers.run.workers import HOLD_S, LocalWorker, WorkerLink, WorkerPool
+from rampwatch.drivers.run.workers import HOLD_S, WorkerLink, WorkerPool
 
 if TYPE_CHECKING:
     from rampwatch.drivers.run.ray_workers import RayCluster

@@ -3,28 +3,22 @@ their clocks to the run's, hold the lockstep barrier for all of them, pass their
 worker that dies (--workers-restart: replace it, its sessions going on at their next turn with the history each
 turn's TurnKept brought). The coordinator (the Run) alone probes, scrapes, receives spans and records.
 
-A worker is reached through a link (LocalWorker here: a process over its stdin/stdout; a Ray actor in
-ray_workers.py) that sends it messages and hands back its lines."""
+A worker is reached through a link (a process over its stdin/stdout, local_worker.py; a Ray actor, ray_workers.py)
+that sends it messages and hands back its lines."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Protocol
 
-from rampwatch.drivers.client.ramp import ConversationState
 from rampwatch.drivers.model import events as ev
-from rampwatch.drivers.run import lifetime, pipe
 from rampwatch.drivers.run import worker_wire as ww
 from rampwatch.drivers.run.config import RunConfig
-from rampwatch.drivers.run.exitcodes import exit_reason
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.shards import sessions_of
+from rampwatch.drivers.run.worker_histories import SessionHistories
 
 PINGS = 8  # clock exchanges at the start: the one with the shortest round trip sets the worker's clock
 CLOCK_EVERY_S = 5.0  # then one exchange this often, recorded (WorkerClock)
@@ -47,68 +41,6 @@ class WorkerLink(Protocol):
     def kill(self) -> None: ...
 
     def stderr_tail(self) -> str: ...
-
-
-class LocalWorker:
-    """A worker process on this machine: `python -m rampwatch.drivers.run.worker`, which dies with this one."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._stderr = tempfile.TemporaryFile()
-
-    def start(self, message: ww.WorkerStart, on_line: Callable[[bytes], None], on_exit: Callable[[str], None]) -> None:
-        self.proc = proc = lifetime.adopt(
-            subprocess.Popen(
-                [sys.executable, "-m", "rampwatch.drivers.run.worker"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._stderr,
-                start_new_session=True,  # Ctrl-C reaches the coordinator, which stops the workers
-                env=lifetime.child_env(),
-            )
-        )
-        self.send(message)
-        loop = asyncio.get_running_loop()
-        splitter = pipe.LineSplitter(on_line)
-
-        def exited() -> None:
-            if proc.poll() is None:
-                loop.call_later(0.02, exited)
-            else:
-                on_exit(exit_reason(proc.returncode))
-
-        class _Reader(asyncio.Protocol):
-            def data_received(self, data: bytes) -> None:
-                splitter.feed(data)
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                exited()
-
-        assert proc.stdout is not None
-        stream = os.fdopen(os.dup(proc.stdout.fileno()), "rb", buffering=0)
-        proc.stdout.close()
-        asyncio.ensure_future(loop.connect_read_pipe(_Reader, stream))
-
-    def send(self, message: object) -> None:
-        proc = self.proc
-        if proc is None or proc.stdin is None or proc.poll() is not None:
-            return
-        try:
-            proc.stdin.write(ww.encode(message) + b"\n")
-            proc.stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            pass  # it is dying: its exit says so
-
-    def kill(self) -> None:
-        """SIGKILL, without waiting on the loop (it is reaped by its exit watch, or by lifetime at exit): a worker
-        here has been asked to stop and waited for already."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-
-    def stderr_tail(self) -> str:
-        self._stderr.seek(0)
-        lines = [ln for ln in self._stderr.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-        return lines[-1].strip() if lines else ""
 
 
 class WorkerUnreachable(Exception):
@@ -135,15 +67,6 @@ class _Worker:
         self.pongs: dict[int, asyncio.Future[float]] = {}
         self.origin = 0.0  # the run's t = 0 on its clock
         self.lost = False
-
-
-class _Kept:
-    """One session's history as its worker kept it, turn by turn (--workers-restart)."""
-
-    def __init__(self) -> None:
-        self.history: list[str] = []
-        self.state: ConversationState | None = None
-        self.turn = 0  # the turn they are as of
 
 
 class WorkerPool:
@@ -175,7 +98,7 @@ class WorkerPool:
         # worker may be replaced (--workers-restart)
         self._stopping = False  # told to stop: a lost worker is not replaced
         self._arrivals: list[float] | None = None  # an open loop's arrival times, for a replacement's Begin
-        self.kept: dict[str, _Kept] = {}  # --workers-restart: each live session's history, as its worker kept it
+        self.histories = SessionHistories()  # --workers-restart: each live session's, as its worker kept it
         self._replacing: set[asyncio.Future[None]] = set()  # replacements starting
         self.session_names: list[list[str]] | None = None  # --trace: each worker's sessions, as WorkerStarted names
         gate.listeners.append(self._gate_changed)
@@ -333,7 +256,7 @@ class WorkerPool:
             w.passed[message.session] = message.turn
             self.gate.after(message.turn)
         elif isinstance(message, ww.TurnKept):
-            self._keep(message)
+            self.histories.keep(message)
         elif isinstance(message, ww.GateJoin):
             w.live.add(message.session)
             w.joined.add(message.session)
@@ -341,7 +264,7 @@ class WorkerPool:
         elif isinstance(message, ww.GateLeave):
             if message.session in w.live:
                 w.live.discard(message.session)
-                self.kept.pop(message.session, None)  # it has ended: nothing left to resume
+                self.histories.forget(message.session)  # it has ended: nothing left to resume
                 self.gate.leave()
         elif isinstance(message, ww.Pong):
             pong = w.pongs.get(message.n)
@@ -399,7 +322,7 @@ class WorkerPool:
                 for turn in range(w.passed.get(session, 0) + 1, w.ended.get(session, 0) + 1):
                     self.gate.after(turn)
             else:
-                self.kept.pop(session, None)
+                self.histories.forget(session)
                 self.gate.leave()
         w.live.clear()
         w.lost = True
@@ -419,16 +342,7 @@ class WorkerPool:
         for session in lost:
             turn = max(w.ended.get(session, 0), w.passed.get(session, 0)) + 1
             if turn <= last and session[1:].isdigit():
-                kept = self.kept.get(session)
-                resumes.append(
-                    ww.SessionResume(
-                        session=int(session[1:]),
-                        turn=turn,
-                        history=kept.history if kept is not None else [],
-                        state=kept.state if kept is not None else None,
-                        kept_turn=kept.turn if kept is not None else 0,
-                    )
-                )
+                resumes.append(self.histories.resume(session, turn))
         return resumes
 
     def _may_replace(self, w: _Worker) -> bool:
@@ -469,13 +383,6 @@ class WorkerPool:
             w.link.send(ww.Stop())
             return
         self._let_go(w, self._arrivals)
-
-    def _keep(self, kept: ww.TurnKept) -> None:
-        entry = self.kept.get(kept.session)
-        if entry is None:
-            entry = self.kept[kept.session] = _Kept()
-        entry.history += kept.added
-        entry.state, entry.turn = kept.state, kept.turn
 
     def _gate_changed(self, turn: int) -> None:
         """The run-wide barrier moved: every worker hears its counts (a turn's count only in lockstep, where a
