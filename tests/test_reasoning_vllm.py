@@ -87,7 +87,10 @@ def test_an_answer_after_the_thinking_budget_comes_after_the_first_token(vllm_re
     [session] = rep["sessions"]
     assert len(done) == len(session["turns"]) == len(TARGETS)
     for e, t in zip(done, session["turns"]):
-        assert e.reasoning_chunks > 0 and 0 < t["reasoning_tokens"] <= BUDGET, t
+        # Without the server's count, the reasoning tokens are its chunks scaled by the reply's tokens a chunk: a
+        # chunk that carried two tokens (CI saw 512 tokens in 510 chunks) may add to them wherever it was.
+        spread = e.completion_tokens - e.chunks
+        assert e.reasoning_chunks > 0 and 0 < t["reasoning_tokens"] <= BUDGET + spread, t
         assert not t["no_answer"] and t["answer_tokens"] > 0, t
         assert t["reasoning_tokens"] + t["answer_tokens"] == ANSWERED_OF, t
         assert t["ttfa_s"] > t["ttft_s"] > 0, t  # fails if the first answer token's time were the first token's
