@@ -77,6 +77,8 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool, w
     process behind the UI; CPU is the driver's alone either way."""
     import resource
 
+    import psutil
+
     from rampwatch.drivers.model.analysis import build_report
     from rampwatch.drivers.run import event_loop
     from rampwatch.drivers.run.config import RunConfig
@@ -122,6 +124,8 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool, w
         event_loop.run(main())  # the driver's own loop, as `rampwatch run --headless` drives on
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         coordinator = cpu
+        for worker in psutil.Process().children():  # reaped, each counts below (one killed at the end may not be yet)
+            worker.wait(timeout=30)
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # its workers, if any (the engine is not our child)
         cpu += usage.ru_utime + usage.ru_stime
         assert run.state is not None
