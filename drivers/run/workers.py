@@ -65,7 +65,7 @@ class _Worker:
         self.hello: asyncio.Future[ww.Hello] = asyncio.get_running_loop().create_future()
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pongs: dict[int, asyncio.Future[float]] = {}
-        self.origin = 0.0  # the run's t = 0 on its clock
+        self.origin: float | None = None  # the run's t = 0 on its clock (None: not set yet)
         self.lost = False
 
 
@@ -180,6 +180,7 @@ class WorkerPool:
         w.link.send(self._gate_state(0))
         for turn in sorted({r.turn - 1 for r in w.resume if r.turn > 1}):
             w.link.send(self._gate_state(turn))
+        assert w.origin is not None  # introduced first
         w.link.send(ww.Begin(origin=w.origin, arrivals=arrivals))
 
     async def _stop(self) -> None:
@@ -218,7 +219,7 @@ class WorkerPool:
 
     async def _measure(self, w: _Worker) -> None:
         """Record how far the worker's run clock is from ours now, give or take half the round trip."""
-        if w.done.done():
+        if w.done.done() or w.origin is None:  # (a replacement still starting: its clock is not set yet)
             return
         try:  # the best of three: a round trip that met a busy loop says little
             exchanges = [await self._exchange(w) for _ in range(3)]
