@@ -274,3 +274,32 @@ def test_two_sessions_interfere():
     assert values["ttft_count"] == 6
     assert client_sum >= values["ttft_sum"]
     assert client_sum - values["ttft_sum"] < 0.05 * values["ttft_sum"] + 0.05 * 6
+
+
+def test_a_slow_reader_gets_every_token_of_a_stream_that_ended_while_it_lagged():
+    """The engine may finish a request while its stream waits on the client's socket; the words it emitted
+    meanwhile still go out (they were dropped once: the client counted a quarter of a long reply's chunks)."""
+    import argparse
+    import json
+    import time
+
+    from rampwatch.drivers.sim.serve import ChildSim
+
+    body = {
+        "messages": [{"role": "user", "content": "x " * 100}],
+        "max_tokens": 100_000,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with ChildSim(argparse.Namespace(profile="fast", step_ms=None)) as sim:
+        with httpx.stream("POST", sim.url + "/v1/chat/completions", json=body, timeout=60) as r:
+            time.sleep(2.0)  # the engine runs far ahead of this reader, and finishes, while the socket is full
+            words, usage = 0, None
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    chunk = json.loads(line[6:])
+                    words += bool(chunk["choices"] and chunk["choices"][0]["delta"].get("content"))
+                    usage = chunk.get("usage") or usage
+    assert usage is not None and usage["completion_tokens"] == 100_000
+    assert words == 100_000

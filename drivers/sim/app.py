@@ -416,7 +416,8 @@ class SimServer:
                         thinks = req.is_reasoning(sent - 1)
                         out.append(pieces.get((w, thinks)) or piece(w, thinks))
                     yield b"".join(out)
-                if req.finished:
+                # Words emitted while this stream waited on a slow client are still to go, even once it finished.
+                if req.finished and not req.out:
                     break
             final = (
                 b'{"index":0,"delta":{},"logprobs":null,"finish_reason":%s}]}\n\n'
