@@ -263,7 +263,7 @@ class EngineSession:
             seen = req.generated
             if req.finished:
                 break
-        self.history += ("".join(req.out) + "\n<|user|>\n").encode()
+        self.history += (req.text(0, req.generated) + "\n<|user|>\n").encode()
 
     async def turn(self, context_tokens: int, output_tokens: int) -> SimRequest:
         req = self.send(context_tokens, output_tokens)

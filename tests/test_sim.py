@@ -303,3 +303,13 @@ def test_a_slow_reader_gets_every_token_of_a_stream_that_ended_while_it_lagged()
                     usage = chunk.get("usage") or usage
     assert usage is not None and usage["completion_tokens"] == 100_000
     assert words == 100_000
+
+
+def test_a_run_of_repeating_events_is_the_events_in_turn():
+    from rampwatch.drivers.sim.app import _Repeating
+
+    events = [b"<%d>" % i * (i % 3 + 1) for i in range(7)]  # of different lengths
+    repeating = _Repeating(events)
+    for k in (0, 3, 6, 7, 30):
+        for count in (0, 1, 6, 7, 8, 20, 71):
+            assert repeating.run(k, count) == b"".join(events[(k + j) % 7] for j in range(count)), (k, count)

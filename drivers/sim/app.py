@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
@@ -219,9 +220,8 @@ class SimServer:
         else:
             return error_response(400, "either 'prompt' or 'messages' is required")
         ids = token_ids(data, self.profile.chars_per_token)
-        return JSONResponse(
-            {"count": len(ids), "max_model_len": self.profile.max_model_len, "tokens": ids, "token_strs": None}
-        )
+        reply = {"count": len(ids), "max_model_len": self.profile.max_model_len, "tokens": ids, "token_strs": None}
+        return Response(msgspec.json.encode(reply), media_type="application/json")  # a long reply's ids, quickly
 
     async def chat(self, request: Request) -> Response:
         return await self._generate(request, chat=True)
@@ -291,10 +291,10 @@ class SimServer:
             raise
         if self.traces is not None:
             self.traces.request_ended(req, request.headers.get("x-request-id"), request.headers.get("traceparent"))
-        text = "".join(req.out[req.reasoning :])
+        text = req.text(req.reasoning, req.generated)
         message = {"role": "assistant", "content": text}
         if req.reasoning:
-            message["reasoning_content"] = "".join(req.out[: req.reasoning])
+            message["reasoning_content"] = req.text(0, min(req.reasoning, req.generated))
         choice = (
             {"index": 0, "message": message, "finish_reason": req.finish_reason}
             if chat
@@ -370,12 +370,13 @@ class SimServer:
             pre, post = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":null}]}\n\n'
             thinking = pre  # text completions never reason
         sent = 0
-        pieces: dict[tuple[str, bool], bytes] = {}  # a word's whole SSE event, built once: the fast profile's cost
+        pieces: dict[tuple[str, bool], bytes] = {}  # a word's whole SSE event, built once
 
         def piece(w: str, thinks: bool) -> bytes:
             built = pieces[(w, thinks)] = head + (thinking if thinks else pre) + _enc(w) + post
             return built
 
+        answers = _Repeating([head + pre + _enc(w) + post for w in req.words])
         try:
             if chat:
                 yield (
@@ -386,16 +387,15 @@ class SimServer:
             while True:
                 await req.wake.wait()
                 req.wake.clear()
-                words, req.out = req.out, []
-                if words and not error_after and not drop_after and sent >= req.reasoning:
-                    # No fault to inject and no more thinking: each word's event as built once (the fast path).
-                    out = [pieces.get((w, False)) or piece(w, False) for w in words]
-                    sent += len(words)
-                    yield b"".join(out)
-                elif words:
+                upto = req.generated
+                if upto > sent and not error_after and not drop_after and sent >= req.reasoning:
+                    # No fault to inject and no more thinking: the answer's events in a few slices (the fast path).
+                    yield answers.run(sent - req.reasoning, upto - sent)
+                    sent = upto
+                elif upto > sent:
                     out = []
-                    for w in words:
-                        sent += 1
+                    for g in range(sent, upto):
+                        sent = g + 1
                         if error_after and sent > error_after:
                             err = {
                                 "error": {
@@ -413,11 +413,12 @@ class SimServer:
                                 yield b"".join(out)
                             self.engine.abort(req)
                             raise SimulatedDrop("simulated connection drop")
-                        thinks = req.is_reasoning(sent - 1)
+                        thinks = req.is_reasoning(g)
+                        w = req.word(g)
                         out.append(pieces.get((w, thinks)) or piece(w, thinks))
                     yield b"".join(out)
-                # Words emitted while this stream waited on a slow client are still to go, even once it finished.
-                if req.finished and not req.out:
+                # Tokens generated while this stream waited on a slow client are still to go, even once it finished.
+                if req.finished and sent >= req.generated:
                     break
             final = (
                 b'{"index":0,"delta":{},"logprobs":null,"finish_reason":%s}]}\n\n'
@@ -436,3 +437,20 @@ class SimServer:
         finally:
             if not req.finished:
                 self.engine.abort(req)  # the client went away mid-stream
+
+
+class _Repeating:
+    """The SSE events of a reply's words, which repeat (engine.reply_words): any run of them as a few slices of
+    bytes built once, so a long burst of the 'fast' profile costs its process little beside the client."""
+
+    def __init__(self, events: list[bytes]):
+        self.n = len(events)
+        self.twice = b"".join(events) * 2
+        self.at = list(itertools.accumulate((len(e) for e in events + events), initial=0))  # each event's offset
+
+    def run(self, k: int, count: int) -> bytes:
+        """The events of words k .. k+count-1 (k counted from the reply's first word)."""
+        i = k % self.n
+        whole, rest = divmod(count, self.n)
+        tail = self.twice[self.at[i] : self.at[i + rest]]
+        return self.twice[self.at[i] : self.at[i + self.n]] * whole + tail if whole else tail

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -26,14 +27,19 @@ from rampwatch.drivers.sim.surfaces import FLAVORS
 from rampwatch.drivers.sim.topology import Topology
 
 
-def _not_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
-    return value
+def _whole_at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number, refused in one line below `least`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be {least} or more: {text!r}")
+        return value
+
+    return parse
 
 
 def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> None:
@@ -62,6 +68,13 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
         help="fixed time of every engine step, in modelled ms (paces the 'fast' profile)",
     )
     p.add_argument(
+        "--burst",
+        type=_whole_at_least(1),
+        default=None,
+        metavar="N",
+        help="tokens each running request gets a step, written together (the 'fast' profile: 8)",
+    )
+    p.add_argument(
         "--flavor",
         choices=FLAVORS,
         default="vllm",
@@ -75,7 +88,7 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
     )
     p.add_argument(
         "--reasoning-tokens",
-        type=_not_negative,
+        type=_whole_at_least(0),
         default=None,
         metavar="N",
         help="a reasoning model: think N tokens (streamed as reasoning_content, counted in usage's "
@@ -119,7 +132,7 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
     )
     p.add_argument(
         "--router-restart-after",
-        type=_not_negative,
+        type=_whole_at_least(0),
         default=None,
         metavar="N",
         help="with a router topology: restart the simulated router after it routed N requests (its counters from "
@@ -172,6 +185,7 @@ def profile_from(args: argparse.Namespace) -> Any:
         block_size=args.block_size,
         max_model_len=args.max_model_len,
         step_overhead_s=None if step is None else step / 1000,
+        burst=getattr(args, "burst", None),
     )
 
 
@@ -260,6 +274,7 @@ def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
         "block_size",
         "max_model_len",
         "step_ms",
+        "burst",
         "gpus",
         "node",
         "flavor",
