@@ -19,11 +19,14 @@ driver into its own process); >= 10,000 chunks/s across 32 sessions.
 What the UI itself costs is tests/bench_ui.py's job (a real terminal).
 
 With --workers 1,2 it runs instead the headless driver on each number of worker processes (issue 36), and
-prints chunks/s, CPU per chunk (the coordinator's and its workers' together), failed turns and the turns marked
+prints chunks/s (over the whole run, and from the first request sent to the run's end: the streaming without a
+worker's start), CPU per chunk (the coordinator's and its workers' together), failed turns and the turns marked
 client busy by a worker's own work; bars: 2 workers >= 1.6x the chunks/s of 1 with the client the bottleneck,
-and at 512 sessions 0 failed turns and none busy by a worker's own work.
+and at 512 sessions 0 failed turns and none busy by a worker's own work. Its engine writes --burst tokens a
+request each step (2048), so that its CPU per chunk stays well under the client's on the cores they share, and
+is paced only with --step-ms.
 
-usage: python tests/bench_client.py [--sessions 32] [--tokens 2000] [--turns 2] [--workers 1,2]
+usage: python tests/bench_client.py [--sessions 32] [--tokens 2000] [--turns 2] [--workers 1,2 [--burst N]]
 """
 
 from __future__ import annotations
@@ -133,9 +136,13 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool, w
     rep = build_report(state)
     rates = [t.decode_tok_s for s in rep.sessions for t in s.turns if t.decode_tok_s]
     chunks = sum(r.chunks for r in state.turns)
+    ends = [r.done_t for r in state.turns if r.done_t is not None]
     return {
         "cpu": cpu,
         "wall": wall,
+        # First request sent to the run's end: the streaming and the coordinator's catching up with what the
+        # workers sent, without the start (a worker's imports and handshake).
+        "streaming_s": state.ended.t - min(r.sent_t for r in state.turns) if ends and state.ended else None,
         "chunks": chunks,
         "decode_tok_s_median": statistics.median(rates) if rates else None,
         "failed": sum(r.status != "ok" for r in state.turns),
@@ -195,22 +202,33 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=2000, help="output tokens per request")
     ap.add_argument("--turns", type=int, default=2)
-    ap.add_argument("--step-ms", type=float, default=10.0, help="engine step time of the paced phases (default 10)")
+    ap.add_argument(
+        "--step-ms",
+        type=float,
+        help="engine step time of the paced phases (default 10); with --workers, pace the engine (default: not)",
+    )
     ap.add_argument("--phase", choices=("bare", "headless", "driver"), help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--phase-workers", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--workers", help="compare the headless driver on these numbers of worker processes, e.g. 1,2")
+    ap.add_argument(
+        "--burst",
+        type=int,
+        default=2048,
+        help="with --workers: tokens the engine writes a request each step (default 2048: its CPU per chunk well "
+        "under the client's, so the client is the bottleneck on the cores they share)",
+    )
     args = ap.parse_args()
     if args.phase:
         return phase_main(args)
 
     from rampwatch.drivers.sim.serve import ChildSim
 
-    def sim(step_ms: float | None) -> ChildSim:
-        return ChildSim(argparse.Namespace(profile="fast", step_ms=step_ms))
+    def sim(step_ms: float | None, burst: int | None = None) -> ChildSim:
+        return ChildSim(argparse.Namespace(profile="fast", step_ms=step_ms, burst=burst))
 
     if args.workers:
-        return compare_workers([int(n) for n in args.workers.split(",")], args, sim(None))
+        return compare_workers([int(n) for n in args.workers.split(",")], args, sim(args.step_ms, args.burst))
 
     print(f"1M-token turn body built in {build_time() * 1000:.0f} ms")
     results = {}
@@ -218,6 +236,7 @@ def main() -> None:
         results["bare"] = run_phase("bare", fast.url, args)
         results["headless"] = run_phase("headless", fast.url, args)
         results["driver"] = run_phase("driver", fast.url, args)
+    args.step_ms = args.step_ms or 10.0
     with sim(args.step_ms) as paced:  # a paced engine: do both measure the same decode rate?
         results["headless, paced"] = run_phase("headless", paced.url, args)
         results["driver, paced"] = run_phase("driver", paced.url, args)
@@ -267,25 +286,36 @@ def compare_workers(counts: list[int], args: argparse.Namespace, engine) -> None
             before = sum(sim.cpu_times()[:2])
             results[n] = run_phase("headless", fast.url, args, workers=n)
             results[n]["cpu_engine"] = sum(sim.cpu_times()[:2]) - before  # what the engine took of the same cores
+    paced = f", one step every {args.step_ms:g} ms" if args.step_ms else ""
     print(
-        f"\n{args.sessions} sessions x {args.turns} turns x {args.tokens} tokens from the simulated 'fast' engine, "
-        f"headless, recording on\n"
+        f"\n{args.sessions} sessions x {args.turns} turns x {args.tokens} tokens from the simulated 'fast' engine "
+        f"({args.burst} tokens a request a step{paced}), headless, recording on\n"
     )
-    head = f"{'workers':<9}{'chunks':>9}{'chunks/s':>11}{'CPU µs/chunk':>14}{'coordinator':>13}"
+    head = f"{'workers':<9}{'chunks':>9}{'chunks/s':>11}{'streaming':>11}{'CPU µs/chunk':>14}{'coordinator':>13}"
     print(head + f"{'failed':>8}{'busy (own)':>12}{'engine µs/chunk':>17}{'cores busy':>12}")
     for n, r in results.items():
         per = r["cpu"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
         mine = r["cpu_coordinator"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")  # of that, its own
-        row = f"{n:<9}{r['chunks']:>9}{r['chunks'] / r['wall']:>11,.0f}{per:>14.1f}{mine:>13.1f}"
+        row = f"{n:<9}{r['chunks']:>9}{r['chunks'] / r['wall']:>11,.0f}{_streaming_rate(r):>11,.0f}"
+        row += f"{per:>14.1f}{mine:>13.1f}"
         engine = r["cpu_engine"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
         cores = (r["cpu"] + r["cpu_engine"]) / r["wall"]  # the client's and the engine's CPU over the run's wall time
         print(row + f"{r['failed']:>8}{r['busy_own']:>12}{engine:>17.1f}{cores:>12.2f}")
+    print("(chunks/s: over the whole run, its start included; streaming: first request sent to the run's end)")
     base = results[counts[0]]
     for n in counts[1:]:
         r = results[n]
-        speedup = (r["chunks"] / r["wall"]) / (base["chunks"] / base["wall"])
-        print(f"{n} workers vs {counts[0]}: {speedup:.2f}x the chunks/s (bar >= 1.6x with the client the bottleneck)")
+        whole = (r["chunks"] / r["wall"]) / (base["chunks"] / base["wall"])
+        streaming = _streaming_rate(r) / _streaming_rate(base)
+        print(
+            f"{n} workers vs {counts[0]}: {whole:.2f}x the chunks/s, {streaming:.2f}x while streaming "
+            "(bar >= 1.6x with the client the bottleneck)"
+        )
     print(f"cores on this machine: {os.cpu_count()} (the engine, the coordinator and the workers share them)")
+
+
+def _streaming_rate(r: dict) -> float:
+    return r["chunks"] / r["streaming_s"] if r["streaming_s"] else float("nan")
 
 
 if __name__ == "__main__":
