@@ -233,9 +233,9 @@ def test_decode_rate_now_uses_a_window():
 
 def test_new_log_entries():
     s = fold(two_session_run())
-    total = s.log_total
-    assert s.new_log_entries(total) == []
-    assert len(s.new_log_entries(total - 2)) == 2
+    total = s.log.total
+    assert s.log.new_since(total) == []
+    assert s.log.new_since(total - 2) == list(s.log)[-2:]
 
 
 def test_foreign_prefill_cells_shade_other_sessions_only():

@@ -25,11 +25,11 @@ class HeadlessPrinter:
 
     def __call__(self, _event: ev.AnyEvent | None = None) -> None:
         state = self.state
-        if state.log_total != self.seen:
-            for entry in state.new_log_entries(self.seen):
+        if state.log.total != self.seen:
+            for entry in state.log.new_since(self.seen):
                 tag = "" if entry.level in ("info", "mark") else f"{entry.level.upper()}: "
                 print(f"[{clock(entry.t)}] {tag}{log_text(entry)}", file=self.out, flush=True)
-            self.seen = state.log_total
+            self.seen = state.log.total
 
     def progress(self, now: float) -> None:
         """Called on a timer: say how long each waiting prefill has been waiting."""

@@ -5,9 +5,13 @@ A finished turn's entry carries the turn itself, not its text: its line is writt
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from rampwatch.drivers.model.turns import TurnRecord
+
+LOG_LEN = 500  # entries kept: the events panel and the headless lines read only the newest
 
 
 class LogEntry(NamedTuple):
@@ -17,6 +21,33 @@ class LogEntry(NamedTuple):
     level: str  # info | warn | error | mark
     text: str
     turn: TurnRecord | None = None
+
+
+class RunLog:
+    """The run's log: the newest LOG_LEN entries, and how many were ever added, so a reader can tell which
+    are new to it."""
+
+    def __init__(self) -> None:
+        self._kept: deque[LogEntry] = deque(maxlen=LOG_LEN)
+        self.total = 0
+
+    def add(self, entry: LogEntry) -> None:
+        self._kept.append(entry)
+        self.total += 1
+
+    def new_since(self, seen: int) -> list[LogEntry]:
+        """Entries added after the first `seen` (those still kept)."""
+        n = min(self.total - seen, len(self._kept))
+        return list(self._kept)[len(self._kept) - n :] if n > 0 else []
+
+    def __iter__(self) -> Iterator[LogEntry]:
+        return iter(self._kept)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def __getitem__(self, i: int) -> LogEntry:
+        return self._kept[i]
 
 
 COLLAPSE_AT = 3  # finished turns in one second that the log shows as one line

@@ -5,15 +5,14 @@ split), so the driver can call it inline. Each finished turn is settled once its
 or for a prefill/decode split once the decode servers' counters show its transferred KV): then it is marked for
 --warmup, judged by --slo, logged and appended to `settled`, the list the exporter reads. What the panels ask of
 the folded state lives in panels.py; the deployment's shape in deployment.py; the servers' side of the fold
-(endpoints, GPUs) in servers_fold.py. (Over ~400 lines, about 470: one handler per event kind, read together as
+(endpoints, GPUs) in servers_fold.py. (Over ~400 lines, about 460: one handler per event kind, read together as
 the one fold of the sessions' turns; what has a job of its own lives beside it: the servers' fold, the spans',
-the transfers' and the backends' ledgers, the client check.)
+the transfers' and the backends' ledgers, the client check, the run's log.)
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -25,7 +24,7 @@ from rampwatch.drivers.model.deployment import decode_endpoints, split
 from rampwatch.drivers.model.endpoints import EndpointView
 from rampwatch.drivers.model.engine_spans import SpanLedger
 from rampwatch.drivers.model.gaps import add_gaps
-from rampwatch.drivers.model.log import LogEntry
+from rampwatch.drivers.model.log import LogEntry, RunLog
 from rampwatch.drivers.model.modelled import modelled, time_factor
 from rampwatch.drivers.model.servers_fold import ServersFold
 from rampwatch.drivers.model.slo import GoodputTally, parse_slo
@@ -36,7 +35,6 @@ from rampwatch.drivers.model.views import NO_ANSWER, SessionView
 from rampwatch.drivers.model.warmup import SteadyWindow, parse_warmup
 from rampwatch.drivers.model.workers import WorkerLedger
 
-LOG_LEN = 500
 PRUNE_EVERY = 256  # token batches between two prunings of the ended prefills (_prune_prefill_ends)
 T = TypeVar("T")
 
@@ -65,8 +63,7 @@ class RunState:
         self.usage_has_cache: bool | None = None  # any finished turn's usage with cached tokens (None: no turn yet)
         self.engine_timed: bool | None = None  # any finished turn the engine timed itself (None: no turn yet)
         self.front_end_timed = False  # any turn whose wait splits off the server's front end (its span's own TTFT)
-        self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
-        self.log_total = 0  # entries ever logged, so a reader can tell which are new
+        self.log = RunLog()
         self.ended: ev.RunEnded | None = None
         self.recording_error: str | None = None
         self._prefilling: dict[str, TurnRecord] = {}
@@ -317,10 +314,11 @@ class RunState:
             self.goodput.judge(rec, t)
         self.settled.append(rec)
         if rec.status == "ok":
-            self._log(LogEntry(t, "info", "", rec))
+            self.log.add(LogEntry(t, "info", "", rec))
         else:
             level = "error" if rec.status == "failed" else "warn"
-            self._log(LogEntry(t, level, f"{rec.session} turn {rec.turn} {rec.status}: {rec.error or ''}".rstrip(": ")))
+            said = f"{rec.session} turn {rec.turn} {rec.status}: {rec.error or ''}".rstrip(": ")
+            self.log.add(LogEntry(t, level, said))
 
     def _on_metrics(self, e: ev.MetricsSample) -> None:
         ep = self.servers.sample(e, self.header)
@@ -340,7 +338,7 @@ class RunState:
 
     def _on_metrics_error(self, e: ev.MetricsError) -> None:
         if (said := self.servers.error(e, self.header)) is not None:
-            self._log(said)
+            self.log.add(said)
 
     @property
     def gpus(self) -> list[ev.GpuReading]:
@@ -356,15 +354,15 @@ class RunState:
 
     def _on_gpu_missing(self, e: ev.GpuUnavailable) -> None:
         if (said := self.servers.gpu_missing(e)) is not None:
-            self._log(said)
+            self.log.add(said)
 
     def _on_mark(self, e: ev.Mark) -> None:
-        self._log(LogEntry(e.t, "mark", f"mark: {e.note}"))
+        self.log.add(LogEntry(e.t, "mark", f"mark: {e.note}"))
 
     def _on_notice(self, e: ev.Notice) -> None:
         if e.topic == "recording":
             self.recording_error = e.message if e.level == "error" else None
-        self._log(LogEntry(e.t, e.level, e.message))
+        self.log.add(LogEntry(e.t, e.level, e.message))
 
     def _served(self, rec: TurnRecord) -> None:
         """A turn's backend became known (or ambiguous) after it may have finished: its session's moves again."""
@@ -384,13 +382,13 @@ class RunState:
         rec = self.spans.arrived(e)
         if rec is None:  # unmatched (said once), or a retried span already here
             if before == 0 and self.spans.unmatched:
-                self._log(LogEntry(e.t, "warn", f"OTLP span {e.request_id or '(no request id)'} matches no turn"))
+                self.log.add(LogEntry(e.t, "warn", f"OTLP span {e.request_id or '(no request id)'} matches no turn"))
             return
         if rec.status != "running":
             self._turns_settled += 1
         if rec.status == "ok" and rec.engine_timing == "span":  # late: the turn's line said no engine figures
             self.engine_timed = True
-            self._log(LogEntry(e.t, "info", "span: ", rec))
+            self.log.add(LogEntry(e.t, "info", "span: ", rec))
             self._add_waits(rec)
 
     def _add_waits(self, rec: TurnRecord) -> None:
@@ -405,7 +403,7 @@ class RunState:
 
     def _on_trace_error(self, e: ev.TraceReceiverError) -> None:
         self.spans.error(e)
-        self._log(LogEntry(e.t, "warn", f"OTLP receiver refused a request: {e.error}"))
+        self.log.add(LogEntry(e.t, "warn", f"OTLP receiver refused a request: {e.error}"))
 
     def _on_ended(self, e: ev.RunEnded) -> None:
         self._settle_transfers(e.t, final=True)
@@ -413,18 +411,9 @@ class RunState:
             self._served(rec)
         self.ended = e
         if e.status == "crashed":
-            self._log(LogEntry(e.t, "error", f"run crashed (exit {e.exit_code}): {e.error or 'unknown cause'}"))
+            self.log.add(LogEntry(e.t, "error", f"run crashed (exit {e.exit_code}): {e.error or 'unknown cause'}"))
         else:
-            self._log(LogEntry(e.t, "info", f"run {e.status} (exit {e.exit_code})"))
-
-    def _log(self, entry: LogEntry) -> None:
-        self.log.append(entry)
-        self.log_total += 1
-
-    def new_log_entries(self, seen: int) -> list[LogEntry]:
-        """Entries logged after the first `seen` (those still kept)."""
-        n = min(self.log_total - seen, len(self.log))
-        return list(self.log)[len(self.log) - n :] if n > 0 else []
+            self.log.add(LogEntry(e.t, "info", f"run {e.status} (exit {e.exit_code})"))
 
     def _settle_transfers(self, t: float, final: bool) -> None:
         """Settle the waiting split turns the decode servers' counters now cover (all of them at the end)."""

@@ -36,13 +36,12 @@ from rampwatch.drivers.run.recording import Recorder
 from rampwatch.drivers.run.run_header import run_header
 from rampwatch.drivers.run.samplers import Samplers
 from rampwatch.drivers.run.session_maker import SessionMaker, conversation, session_client
-from rampwatch.drivers.run.shards import check_workers, seeded_salt, sessions_of, worker_of
+from rampwatch.drivers.run.shards import check_workers, seeded_salt, sessions_of
 from rampwatch.drivers.run.spread import Spread, on_workers
 from rampwatch.drivers.run.stopping import stop_early, time_limit, wait_all
-from rampwatch.drivers.run.trace_run import LocalSessions, TraceReplay, trace_runner
+from rampwatch.drivers.run.trace_run import TraceReplay, trace_runner
 from rampwatch.drivers.run.trace_spread import replay_on_workers
 from rampwatch.drivers.run.worker_wire import SessionPlan
-from rampwatch.drivers.run.workers import WorkerPool
 from rampwatch.drivers.telemetry.client_metrics import parse_listen
 from rampwatch.drivers.telemetry.otlp import OtlpReceiver
 from rampwatch.drivers.telemetry.prometheus import check_prometheus
@@ -261,7 +260,8 @@ class Run:
                 open_loop = False  # the workers run the arrivals themselves
                 if self.trace is not None:  # ... but only this process reads the trace: it hands out the requests
                     open_loop = True
-                    arrivals = lambda: self._replay_on_workers(opts, pool, tasks[0])  # noqa: E731
+                    trace, scale, until = self.trace, opts.time_scale, self.limit_at
+                    arrivals = lambda: replay_on_workers(trace, pool, tasks[0], clock, scale, until)  # noqa: E731
             elif self.trace is not None:
                 arrivals: Callable[[], Awaitable[None]] = lambda: self._replay(opts, gate, runners, tasks)  # noqa: E731
             elif open_loop:
@@ -398,8 +398,7 @@ class Run:
         return [begun + t for t in arrival_times(self.cfg.arrivals_per_s, self.ramp_sessions, self.seed)]
 
     async def _replay(self, opts: TurnOptions, gate: TurnGate, runners: list, tasks: list) -> None:
-        """--trace: its sessions made as they start, each on the server it is pinned or spread to; with --shard,
-        only the shard's sessions (the trace's k-th by first appearance is shard (k-1) mod N's)."""
+        """--trace here: its sessions made as they start, each on the server it is pinned or spread to."""
         assert self.trace is not None and self.trace.prompts is not None
         cfg, prompts = self.cfg, self.trace.prompts
 
@@ -410,15 +409,7 @@ class Run:
             runners.append(runner)
             return runner
 
-        i, n = cfg.shard or (0, 1)  # one process: all the sessions, shard 0 of 1
-        sessions = LocalSessions(make, self.hub.emit, tasks)
-        own = lambda k: worker_of(k, n) == i  # noqa: E731
-        await self.trace.dispatch(sessions, self.clock, opts.time_scale, until=self.limit_at, own=own)
-
-    async def _replay_on_workers(self, opts: TurnOptions, pool: WorkerPool, running: asyncio.Task) -> None:
-        """--trace on workers: read here, each request handed to its session's worker (trace_spread.py)."""
-        assert self.trace is not None
-        await replay_on_workers(self.trace, pool, running, self.clock, opts.time_scale, self.limit_at)
+        await self.trace.run_here(make, self.hub.emit, tasks, self.clock, opts.time_scale, self.limit_at, cfg.shard)
 
     def _stopped_early(self, reason: str) -> None:
         self.stopped_early = reason

@@ -31,6 +31,7 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.trace import TraceRequest
 from rampwatch.drivers.model.trace_slice import TraceSlice
 from rampwatch.drivers.run.config import BadInput, RunConfig, TraceOptions
+from rampwatch.drivers.run.shards import worker_of
 from rampwatch.drivers.run.trace_read import TraceReading, open_trace
 
 LEAD_S = 1.0  # the trace's due 0 is this long after the replay starts: its first sessions are made by then
@@ -161,6 +162,22 @@ class TraceReplay:
         finally:
             for sid in live:  # cut off by the time limit, or the dispatch stopped
                 sessions.end(sid)
+
+    async def run_here(
+        self,
+        make: Callable[[str, int, float], TraceSessionRunner],
+        emit: Callable[[ev.AnyEvent], None],
+        tasks: list[asyncio.Task[bool]],
+        clock: Callable[[], float],
+        time_scale: float,
+        until: float | None,
+        shard: tuple[int, int] | None,
+    ) -> None:
+        """The sessions run in this process, each made by `make(session, k, origin)` as it starts; with --shard
+        I/N only shard I's (the trace's k-th session by first appearance is shard (k-1) mod N's)."""
+        i, n = shard or (0, 1)  # one process: all the sessions, shard 0 of 1
+        own = lambda k: worker_of(k, n) == i  # noqa: E731
+        await self.dispatch(LocalSessions(make, emit, tasks), clock, time_scale, until=until, own=own)
 
 
 class TraceSessions(Protocol):
