@@ -15,6 +15,7 @@ import pytest
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.capacity import saturation
 from rampwatch.drivers.model.state import RunState
+from rampwatch.drivers.model.workers import LOST
 from rampwatch.drivers.run.arrivals import arrival_times
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.run.sweep_plan import KneeSearch
@@ -81,6 +82,19 @@ def test_a_queue_whose_floor_rises_for_the_window_is_saturated():
 )
 def test_a_queue_that_empties_or_holds_level_is_not_saturated(samples):
     assert saturation(state_with_waiting(samples), 60.0) is None
+
+
+def test_a_turn_lost_with_its_worker_is_not_the_server_saturating():
+    """--workers: a worker that dies fails its turns as `worker lost`, the client's failure; a sweep goes on and
+    a knee search does not take it for the server's limit. Any other failed turn still is."""
+    state = RunState()
+    state.apply(ev.SessionPlanned(t=0, session="s1", schedule=[100], salt="a"))
+    state.apply(ev.RequestSent(t=0, session="s1", turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    state.apply(ev.TurnDone(t=1, session="s1", turn=1, status="failed", error=LOST))
+    assert saturation(state, 60.0) is None
+    state.apply(ev.RequestSent(t=1, session="s1", turn=2, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    state.apply(ev.TurnDone(t=2, session="s1", turn=2, status="failed", error="HTTP 503"))
+    assert saturation(state, 60.0) == "1 turn(s) failed"
 
 
 # -- sweeps as a user runs them --------------------------------------------------------------------------

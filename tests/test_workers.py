@@ -4,6 +4,7 @@ its turns in flight, not the run; bad flags get one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -153,6 +154,30 @@ def test_a_killed_worker_is_replaced_and_its_sessions_go_on_at_their_next_turn(t
     assert "worker w1 LOST (killed by SIGKILL)" in out and "went on at their next turn on w2" in out
     workers = report_json(record)["workers"]
     assert workers[1]["resumed_on"] == 2 and workers[2]["replaces"] == 1
+
+
+@pytest.mark.serial  # a sweep at real speed, a worker killed mid-turn
+def test_a_sweep_goes_on_past_a_lost_worker_and_its_sessions_with_it(tmp_path):
+    """sweep --workers 2 --workers-restart: worker 1 SIGKILLed mid-turn in the first point fails that turn as
+    `worker lost` and a new worker takes its session on; the sweep goes on to its next point (a turn lost with its
+    worker is the client's failure, not the server's limit) and exits 1, as a turn failed. It had stopped there."""
+    sweep = tmp_path / "sw.sweep.json"
+    with ThreadedSim(make_profile("tiny")) as sim:
+        argv = [*rampwatch_cmd(), "sweep", sim.url, "--headless", "--gpu", "none", "--workers", "2"]
+        argv += ["--workers-restart", "--sessions", "2,4", "--schedule", "2k,4k,8k,16k,24k", "--output-tokens", "300"]
+        argv += ["--ignore-eos", "--record", str(sweep)]
+        proc, out, err, pid = run_and_kill_a_worker(argv, tmp_path / "sw-2s.jsonl")
+    assert proc.returncode == 1, err[-3000:]
+    assert "stopped" not in out and "went on at their next turn on w2" in out
+    ran = json.loads(sweep.read_text())
+    assert ran["runs"] == ["sw-2s.jsonl", "sw-4s.jsonl"] and not ran.get("stopped"), ran
+    events = list(read_recording(tmp_path / "sw-2s.jsonl").events)
+    (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
+    assert lost.worker == 1 and lost.resumed_on == 2 and lost.turns_lost >= 1
+    turns = {(e.session, e.turn): e.status for e in events if isinstance(e, ev.TurnDone)}
+    assert set(turns) == {(s, k) for s in ("s1", "s2") for k in range(1, 6)}  # every turn ended, s2's on w2 too
+    later = list(read_recording(tmp_path / "sw-4s.jsonl").events)
+    assert {e.status for e in later if isinstance(e, ev.TurnDone)} == {"ok"}
 
 
 @pytest.mark.serial  # a worker killed mid-turn, arrivals still to come

@@ -11,6 +11,7 @@ from rampwatch.drivers.model.panels import preemptions_this_run
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.stats import quantile
 from rampwatch.drivers.model.turns import new_tokens
+from rampwatch.drivers.model.workers import LOST
 
 PER_128K = 131_072  # TTFT is compared across turns of different sizes per 128K new tokens
 SATURATION_WINDOW_S = 60.0  # how long the waiting queue must grow before a point is called saturated
@@ -99,8 +100,9 @@ def _mean_conversation_s(state: RunState, ramp: set[str]) -> float | None:
 
 
 def overload(state: RunState) -> str | None:
-    """A sign the server is past what it can carry, or None: a turn failed, or the server preempted."""
-    failed = sum(1 for r in state.turns if r.status == "failed")
+    """A sign the server is past what it can carry, or None: a turn failed, or the server preempted. A turn lost
+    with its driver worker (--workers) is the client's failure, and says nothing of the server."""
+    failed = sum(1 for r in state.turns if r.status == "failed" and r.error != LOST)
     if failed:
         return f"{failed} turn(s) failed"
     preempted = preemptions_this_run(state)

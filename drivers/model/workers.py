@@ -9,6 +9,8 @@ import msgspec
 
 from rampwatch.drivers.model import events as ev
 
+LOST = "worker lost"  # the error of a turn in flight on a worker that died: the client's failure, not the server's
+
 
 @dataclass
 class WorkerView:

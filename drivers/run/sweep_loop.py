@@ -56,6 +56,7 @@ class _Points:
     printer_for: Callable[[RunState], LinePrinter]
     final_report: Callable[[RunState], str]
     result: SweepResult
+    any_failed: bool = False  # a point ended with failed turns (exit 1), whether or not the sweep stopped for it
 
     def run(self, cfg: RunConfig, label: str, stop_when: Callable[[RunState], str | None] | None = None) -> Run:
         path = point_path(self.sweep_path, label) if self.sweep_path is not None else cfg.record
@@ -67,6 +68,7 @@ class _Points:
             stop_when=stop_when,
         )
         serving.close()  # the next point serves on the same port
+        self.any_failed |= run.exit_code == 1
         if self.sweep_path is not None and run.recording_path is not None:
             self.result.sweep.runs.append(run.recording_path.name)
             self.save()
@@ -102,10 +104,8 @@ class _Points:
             write_sweep(self.sweep_path, self.result.sweep)
 
     def finish(self) -> SweepResult:
-        sweep = self.result.sweep
         self.save()
-        failed = (sweep.stopped and "failed" in sweep.stopped) or any(p.failed_turns for p in self.result.capacity)
-        self.result.exit_code = 1 if failed else 0
+        self.result.exit_code = 1 if self.any_failed else 0
         return self.result
 
 

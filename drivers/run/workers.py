@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.workers import LOST
 from rampwatch.drivers.run import worker_wire as ww
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.pacing import TurnGate
@@ -24,7 +25,6 @@ PINGS = 8  # clock exchanges at the start: the one with the shortest round trip 
 CLOCK_EVERY_S = 5.0  # then one exchange this often, recorded (WorkerClock)
 START_WAIT_S = 60.0  # how long a worker may take to start and say Hello
 STOP_WAIT_S = 30.0  # how long stopping workers may take to cancel their turns and send what they have
-LOST = "worker lost"  # the error of a turn in flight on a worker that died
 RELEASE_S = 0.02  # lockstep: the barrier's counts name a time this far ahead, at which every worker lets go
 HOLD_S = 0.25  # the coordinator holds events this long to merge the workers' in time order (EventHub.hold)
 RESTARTS = 3  # --workers-restart: a worker's line is replaced this many times at most (one that keeps dying ends)
