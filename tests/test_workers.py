@@ -58,12 +58,22 @@ def test_the_same_seed_makes_the_same_sessions_on_one_or_two_workers(tmp_path):
     assert {c.worker for c in clocks} == {0, 1}
     assert all(abs(c.offset_s) <= c.uncertainty_s + 0.005 for c in clocks)  # one machine: one monotonic clock
     assert {e.worker for e in two if isinstance(e, ev.ClientLag)} == {0, 1}
+
     assert read_recording(two_path).header.workers == 2
     times = [e.t for e in two if not isinstance(e, ev.RunEnded)]
     assert times == sorted(times)  # the workers' events merged in time order
     rep = report_json(two_path)
     assert [w["sessions"] for w in rep["workers"]] == [["s1", "s3"], ["s2", "s4"]]
     assert rep["run"]["status"] == "done" and report_json(one_path)["workers"] is None
+
+
+def test_no_more_workers_start_than_there_are_sessions(tmp_path):
+    """--workers 6 for 4 sessions starts 4 (a sweep's first points would start workers for no session), each
+    session on the worker it would have had, and the header says 4."""
+    record, events = seeded_run(tmp_path, 6)
+    started = sorted((e.worker, e.sessions) for e in events if isinstance(e, ev.WorkerStarted))
+    assert started == [(0, ["s1"]), (1, ["s2"]), (2, ["s3"]), (3, ["s4"])]
+    assert read_recording(record).header.workers == 4
 
 
 def test_the_same_seed_draws_the_same_arrivals_on_any_number_of_workers(tmp_path):

@@ -133,6 +133,8 @@ class Run:
             self.calibration = await calibrate(client, cfg, info.model, self.conversation(1), sample)
             self.lead = await shared_lead(client, cfg, info.model, self.calibration, corpus, self.salt)
         self.info = info
+        sessions = len(self.trace.schedules) if self.trace is not None else self.ramp_sessions
+        self.cfg = cfg = self.spread.fit(cfg, sessions)
         if cfg.otlp:
             await self._listen_for_spans(cfg.otlp)
         header = self.header()

@@ -48,6 +48,12 @@ class Spread:
         self.cluster = RayCluster(cfg)
         return dataclasses.replace(cfg, workers=self.cluster.connect())
 
+    @staticmethod
+    def fit(cfg: RunConfig, sessions: int) -> RunConfig:
+        """No more workers than sessions to run (a sweep's first points, a short trace): each would start for
+        none. The sessions keep their workers (session k's is worker (k-1) mod N either way)."""
+        return cfg if cfg.workers <= max(1, sessions) else dataclasses.replace(cfg, workers=max(1, sessions))
+
     def pool(
         self,
         cfg: RunConfig,

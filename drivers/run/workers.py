@@ -127,7 +127,8 @@ class WorkerPool:
                 task.cancel()
             for w in self.workers:
                 if started and not w.done.done():  # it did not stop when asked: what it had in flight is lost
-                    self._on_exit(w, f"did not stop within {STOP_WAIT_S:g}s and was killed")
+                    late = f"did not stop within {STOP_WAIT_S:g}s" if w.hello.done() else "was still starting"
+                    self._on_exit(w, f"{late} and was killed")
                 w.link.kill()
             self._closed = True
         return not self.failed
