@@ -152,6 +152,7 @@ class ShardActor:
             start = ww.decode_to_worker(first)
             if not isinstance(start, ww.WorkerStart):
                 raise ValueError("the first message must be WorkerStart")
+            self.worker = start.worker  # a replacement is placed by its lost worker's slot, but named by its own id
             event_loop.run(_serve(self, start))
         except BaseException as e:  # noqa: BLE001 - said to the coordinator, which records the worker lost
             self._error = f"{type(e).__name__}: {e}"
