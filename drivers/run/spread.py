@@ -15,10 +15,11 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.local_worker import LocalWorker
+from rampwatch.drivers.run.merge_delay import HOLD_S, MergeDelay
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.trace_spread import trace_shares
 from rampwatch.drivers.run.worker_wire import SessionPlan
-from rampwatch.drivers.run.workers import HOLD_S, WorkerLink, WorkerPool
+from rampwatch.drivers.run.workers import WorkerLink, WorkerPool
 
 if TYPE_CHECKING:
     from rampwatch.drivers.run.ray_workers import RayCluster
@@ -37,6 +38,7 @@ class Spread:
     def __init__(self, hub: EventHub, clock: Callable[[], float]):
         self.hub, self.clock = hub, clock
         self.cluster: RayCluster | None = None  # --cluster: the Ray connection its workers are placed through
+        self.delay = MergeDelay()  # how long the workers' events are held to merge them in time order
 
     def connect(self, cfg: RunConfig) -> RunConfig:
         """--cluster: connect to Ray (imported there alone, only when asked for); the config then holds the
@@ -70,16 +72,23 @@ class Spread:
         links: Callable[[int], WorkerLink] = lambda i: LocalWorker()  # noqa: E731
         if self.cluster is not None:  # --cluster: Ray actors over its nodes (ray_workers.py)
             links = self.cluster.link
-        pool = WorkerPool(cfg, plan, self.hub.emit, self.clock, gate, links, cfg.workers, arrivals)
+        pool = WorkerPool(cfg, plan, self._merge, self.clock, gate, links, cfg.workers, arrivals)
         pool.time_limit_at = limit_at
         if trace is not None:
             pool.session_names = trace_shares(list(trace.schedules), cfg.workers)
         return pool
 
+    def _merge(self, e: ev.AnyEvent, line: bytes | None = None) -> None:
+        """An event of the workers' (or the pool's own), held to be merged; how late it came sets the hold."""
+        now = self.clock()
+        self.delay.note(now - e.t, now)
+        self.hub.emit(e, line)
+
     async def release_loop(self) -> None:
         while True:
             await asyncio.sleep(HOLD_S / 4)
-            self.hub.release(self.clock() - HOLD_S)
+            now = self.clock()
+            self.hub.release(now - self.delay.hold_s(now))
 
     async def start_at(self, cfg: RunConfig) -> float | None:
         """--start-at: wait for the agreed wall-clock time (shards start together), saying so; returns the time

@@ -26,7 +26,6 @@ CLOCK_EVERY_S = 5.0  # then one exchange this often, recorded (WorkerClock)
 START_WAIT_S = 60.0  # how long a worker may take to start and say Hello
 STOP_WAIT_S = 30.0  # how long stopping workers may take to cancel their turns and send what they have
 RELEASE_S = 0.02  # lockstep: the barrier's counts name a time this far ahead, at which every worker lets go
-HOLD_S = 0.25  # the coordinator holds events this long to merge the workers' in time order (EventHub.hold)
 RESTARTS = 3  # --workers-restart: a worker's line is replaced this many times at most (one that keeps dying ends)
 
 
