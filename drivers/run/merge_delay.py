@@ -26,9 +26,13 @@ class MergeDelay:
         self._turn(now)
         self._worst = max(self._worst, late_s)
 
-    def hold_s(self, now: float) -> float:
+    def late_s(self, now: float) -> float:
+        """How late the workers' events came lately: the worst of this window and the one before."""
         self._turn(now)
-        return min(MAX_HOLD_S, max(HOLD_S, max(self._worst, self._before) + HOLD_S / 2))
+        return max(self._worst, self._before)
+
+    def hold_s(self, now: float) -> float:
+        return min(MAX_HOLD_S, max(HOLD_S, self.late_s(now) + HOLD_S / 2))
 
     def _turn(self, now: float) -> None:
         if now >= self._ends:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -24,6 +25,10 @@ from rampwatch.drivers.run.workers import WorkerLink, WorkerPool
 if TYPE_CHECKING:
     from rampwatch.drivers.run.ray_workers import RayCluster
     from rampwatch.drivers.run.trace_run import TraceReplay
+
+
+BEHIND_S = 1.0  # workers' events this late say the coordinator is behind (a notice, at most every BEHIND_EVERY_S)
+BEHIND_EVERY_S = 30.0
 
 
 def on_workers(cfg: RunConfig) -> bool:
@@ -85,9 +90,15 @@ class Spread:
         self.hub.emit(e, line)
 
     async def release_loop(self) -> None:
+        said = -math.inf
         while True:
             await asyncio.sleep(HOLD_S / 4)
             now = self.clock()
+            late = self.delay.late_s(now)
+            if late >= BEHIND_S and now - said >= BEHIND_EVERY_S:  # said once in a while, not at every pass
+                said = now
+                why = f"the coordinator reads its workers' events {late:.1f}s late: the live view lags as much"
+                self.hub.emit(ev.Notice(t=now, level="warn", message=f"{why} (the recording keeps them in order)"))
             self.hub.release(now - self.delay.hold_s(now))
 
     async def start_at(self, cfg: RunConfig) -> float | None:
