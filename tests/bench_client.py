@@ -136,13 +136,12 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool, w
     rep = build_report(state)
     rates = [t.decode_tok_s for s in rep.sessions for t in s.turns if t.decode_tok_s]
     chunks = sum(r.chunks for r in state.turns)
-    ends = [r.done_t for r in state.turns if r.done_t is not None]
     return {
         "cpu": cpu,
         "wall": wall,
         # First request sent to the run's end: the streaming and the coordinator's catching up with what the
         # workers sent, without the start (a worker's imports and handshake).
-        "streaming_s": state.ended.t - min(r.sent_t for r in state.turns) if ends and state.ended else None,
+        "streaming_s": state.ended.t - min(r.sent_t for r in state.turns) if state.turns and state.ended else None,
         "chunks": chunks,
         "decode_tok_s_median": statistics.median(rates) if rates else None,
         "failed": sum(r.status != "ok" for r in state.turns),

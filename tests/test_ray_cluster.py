@@ -392,6 +392,12 @@ def test_an_actor_drops_events_past_its_cap_counts_them_and_keeps_control_lines(
     actor._write(_event(1))  # room again once taken
     blob, _, _ = actor.take(0)
     assert blob == _event(1)
+    actor._write(b"x" * 2000)  # dropped, and soon after the last notice: said only with the worker's WorkerDone
+    assert actor.take(0)[0] == b""
+    done = ww.encode(ww.WorkerDone(failed=False))
+    actor._write(done)
+    first, last = actor.take(0)[0].split(b"\n")
+    assert f"{101 - kept} events dropped" in msgspec.json.decode(first, type=ev.AnyEvent).message and last == done
 
 
 def test_an_actor_handles_commands_in_their_order_whatever_order_they_come_in():

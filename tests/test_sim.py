@@ -12,7 +12,7 @@ import pytest
 from rampwatch.drivers.client.ramp import SEED_SCHEDULE
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.sim.clock import VirtualClock
-from rampwatch.drivers.sim.engine import SimEngine, reply_words
+from rampwatch.drivers.sim.engine import SimEngine, reply_words, token_ids
 from rampwatch.drivers.sim.kvcache import KVPool
 from rampwatch.drivers.sim.profiles import PROFILES, make_profile
 from rampwatch.drivers.telemetry.metrics import normalize
@@ -276,6 +276,12 @@ def test_two_sessions_interfere():
     assert client_sum - values["ttft_sum"] < 0.05 * values["ttft_sum"] + 0.05 * 6
 
 
+def finished(metrics: str) -> bool:
+    """Whether the engine's /metrics count one finished request and none running."""
+    values = normalize(metrics)[1]
+    return values.get("running") == 0 and (values.get("requests") or 0) >= 1
+
+
 def test_a_slow_reader_gets_every_token_of_a_stream_that_ended_while_it_lagged():
     """The engine may finish a request while its stream waits on the client's socket; the words it emitted
     meanwhile still go out (they were dropped once: the client counted a quarter of a long reply's chunks)."""
@@ -294,7 +300,10 @@ def test_a_slow_reader_gets_every_token_of_a_stream_that_ended_while_it_lagged()
     }
     with ChildSim(argparse.Namespace(profile="fast", step_ms=None)) as sim:
         with httpx.stream("POST", sim.url + "/v1/chat/completions", json=body, timeout=60) as r:
-            time.sleep(2.0)  # the engine runs far ahead of this reader, and finishes, while the socket is full
+            # Not read until the engine has finished the request, far ahead of this reader, its socket full.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not finished(httpx.get(sim.url + "/metrics").text):
+                time.sleep(0.2)
             words, usage = 0, None
             for line in r.iter_lines():
                 if line.startswith("data: {"):
@@ -305,6 +314,15 @@ def test_a_slow_reader_gets_every_token_of_a_stream_that_ended_while_it_lagged()
     assert words == 100_000
 
 
+def test_token_ids_read_each_tokens_bytes_as_a_little_endian_number():
+    """The one-call ids equal each `chars_per_token` bytes read on their own, the last, short one too."""
+    data = bytes(range(7, 250, 3))
+    for cpt in range(1, 9):
+        for n in range(len(data) + 1):
+            expected = [int.from_bytes(data[i : min(n, i + cpt)], "little") for i in range(0, n, cpt)]
+            assert token_ids(data[:n], cpt) == expected, (cpt, n)
+
+
 def test_a_run_of_repeating_events_is_the_events_in_turn():
     from rampwatch.drivers.sim.app import _Repeating
 
@@ -312,4 +330,4 @@ def test_a_run_of_repeating_events_is_the_events_in_turn():
     repeating = _Repeating(events)
     for k in (0, 3, 6, 7, 30):
         for count in (0, 1, 6, 7, 8, 20, 71):
-            assert repeating.run(k, count) == b"".join(events[(k + j) % 7] for j in range(count)), (k, count)
+            assert repeating.events(k, count) == b"".join(events[(k + j) % 7] for j in range(count)), (k, count)

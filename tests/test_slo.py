@@ -14,6 +14,7 @@ from rampwatch.drivers.model.slo import GOODPUT_WINDOW_S, GoodputTally, meets, p
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turns import TurnRecord
 from rampwatch.drivers.model.warmup import parse_warmup
+from rampwatch.drivers.model.workers import LOST
 from rampwatch.drivers.run.recording import read_recording
 from rampwatch.drivers.sim.profiles import make_profile
 from tests.conftest import focus_table, report_json, rw, small_run
@@ -255,6 +256,18 @@ def test_the_live_share_evicts_turns_older_than_the_window():
     assert tally.window_share(300.5) == pytest.approx(1.0)  # the miss at 0 s is now older than the window
     assert tally.window_share(500.5) is None
     assert (tally.met, tally.judged) == (2, 3)
+
+
+def test_a_turn_lost_with_its_worker_is_not_judged():
+    """--workers: a turn failed as `worker lost` is the client's failure: neither met nor missed (a knee search
+    would take a lost worker for the server missing its SLO); any other failed turn is a miss."""
+    tally = GoodputTally(parse_slo("ttft=1s"))
+    lost = TurnRecord(session="s1", turn=1, target=0, new_tokens_est=1, sent_t=0.0, status="failed", error=LOST)
+    tally.judge(lost, 1.0)
+    assert lost.slo_met is None and (tally.met, tally.judged) == (0, 0)
+    other = TurnRecord(session="s2", turn=1, target=0, new_tokens_est=1, sent_t=0.0, status="failed", error="HTTP 503")
+    tally.judge(other, 1.0)
+    assert other.slo_met is False and (tally.met, tally.judged) == (0, 1)
 
 
 def test_a_warmup_of_n_arrivals_takes_the_first_n_to_arrive_whatever_their_ids():

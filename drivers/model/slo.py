@@ -11,6 +11,7 @@ from collections import deque
 import msgspec
 
 from rampwatch.drivers.model.turns import TurnRecord, new_tokens
+from rampwatch.drivers.model.workers import LOST
 
 SLO_KEYS = ("ttft", "answer", "gap", "tpot")
 _TIME = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(ms|s|m)(/tok(?:en)?)?$")
@@ -106,14 +107,14 @@ class GoodputTally:
 
     def __init__(self, slo: Slo | None = None) -> None:
         self.slo = slo
-        self.judged = 0  # turns past the warmup judged (failed ones count as not met)
+        self.judged = 0  # turns past the warmup judged (failed ones count as not met; lost with a worker, not at all)
         self.met = 0
         self.conversations = ConversationsMet()
         self._recent: deque[tuple[float, bool]] = deque()
 
     def judge(self, rec: TurnRecord, t: float) -> None:
         """Set a settled ramp turn's verdict, and count it unless it fell in the warmup (rec.in_warmup)."""
-        if self.slo is None:
+        if self.slo is None or rec.error == LOST:  # lost with its driver worker: nothing said of the server
             return
         ok = rec.slo_met = meets(self.slo, rec)
         if rec.in_warmup:

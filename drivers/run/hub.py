@@ -50,7 +50,7 @@ class EventHub:
     def hold(self) -> None:
         """From now on keep each event until release() passes its time: the coordinator of --workers N hears each
         worker's events a batch at a time (tens of ms late; seconds, when it falls behind), and merges them in
-        time order with its own (how long it holds them: merge_delay.py)."""
+        time order with its own (as far as every worker has sent its own: spread.py)."""
         self._holding = True
 
     def release(self, upto: float = float("inf")) -> None:

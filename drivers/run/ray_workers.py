@@ -43,6 +43,7 @@ BATCH_S = 0.02  # a take that found events (and no control line) waits this long
 POLL_S = 0.5  # a take waits this long for a first line
 DROPPED_EVERY_S = 5.0  # a Notice of dropped events at most this often (and one at the end)
 CONTROL = b'{"type":"w_'  # how a control line (worker_wire's) starts: never dropped
+DONE = b'{"type":"w_done"'  # ... and a WorkerDone's
 CONNECT_TRIES = 3  # Ray Client connections tried (see RayCluster.connect)
 
 _encode = msgspec.json.Encoder().encode
@@ -79,6 +80,7 @@ class ShardActor:
         self._told = 0  # dropped events a Notice has said
         self._told_at = 0.0
         self._finished = False  # the driver's thread has ended
+        self._done_sent = False  # its WorkerDone is written: the last line the coordinator waits for
         self._error = ""
         self._next = 0  # the next command's sequence number
         self._early: dict[int, bytes] = {}  # commands that came before their turn
@@ -133,7 +135,8 @@ class ShardActor:
         if self._dropped == self._told:
             return None
         now = time.monotonic()
-        if not self._finished and now - self._told_at < DROPPED_EVERY_S:
+        # The last is said with the worker's WorkerDone, ahead of it: once the coordinator has that, it reads no more.
+        if not (self._finished or self._done_sent) and now - self._told_at < DROPPED_EVERY_S:
             return None
         self._told, self._told_at = self._dropped, now
         t = self._driver.clock() if self._driver is not None else 0.0
@@ -176,6 +179,7 @@ class ShardActor:
             self._bytes += len(line) + 1
             if line.startswith(CONTROL):  # the clock exchange and the barrier wait on it: no batching
                 self._flushed = True
+                self._done_sent |= line.startswith(DONE)
                 self._cond.notify_all()
             elif len(self._lines) == 1:
                 self._cond.notify_all()

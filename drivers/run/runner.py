@@ -37,7 +37,7 @@ from rampwatch.drivers.run.run_header import run_header
 from rampwatch.drivers.run.samplers import Samplers
 from rampwatch.drivers.run.session_maker import SessionMaker, conversation, session_client
 from rampwatch.drivers.run.shards import check_workers, seeded_salt, sessions_of
-from rampwatch.drivers.run.spread import Spread, on_workers
+from rampwatch.drivers.run.spread import Spread, at_most_a_worker_a_session, on_workers
 from rampwatch.drivers.run.stopping import stop_early, time_limit, wait_all
 from rampwatch.drivers.run.trace_run import TraceReplay, trace_runner
 from rampwatch.drivers.run.trace_spread import replay_on_workers
@@ -134,7 +134,7 @@ class Run:
             self.lead = await shared_lead(client, cfg, info.model, self.calibration, corpus, self.salt)
         self.info = info
         sessions = len(self.trace.schedules) if self.trace is not None else self.ramp_sessions
-        self.cfg = cfg = self.spread.fit(cfg, sessions)
+        self.cfg = cfg = at_most_a_worker_a_session(cfg, sessions)
         if cfg.otlp:
             await self._listen_for_spans(cfg.otlp)
         header = self.header()

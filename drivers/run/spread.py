@@ -16,7 +16,6 @@ from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.local_worker import LocalWorker
-from rampwatch.drivers.run.merge_delay import HOLD_S, MergeDelay
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.trace_spread import trace_shares
 from rampwatch.drivers.run.worker_wire import SessionPlan
@@ -27,13 +26,28 @@ if TYPE_CHECKING:
     from rampwatch.drivers.run.trace_run import TraceReplay
 
 
-BEHIND_S = 1.0  # workers' events this late say the coordinator is behind (a notice, at most every BEHIND_EVERY_S)
+HOLD_S = 0.25  # the coordinator holds the workers' events this long at least, to merge them in time order
+MAX_HOLD_S = 5.0  # ... and at most this long, however far behind a worker's lines are: memory stays bounded
+BEHIND_S = 1.0  # the workers' events this late: a notice says the live view lags (at most every BEHIND_EVERY_S)
 BEHIND_EVERY_S = 30.0
+
+
+def release_point(now: float, through: float) -> float:
+    """Up to when the held events can go: every running worker has sent what it stamped up to `through`
+    (WorkerPool.through), less HOLD_S for a batch of stamps sent a pass after the last; never more than
+    MAX_HOLD_S behind `now`."""
+    return max(now - MAX_HOLD_S, min(now, through) - HOLD_S)
 
 
 def on_workers(cfg: RunConfig) -> bool:
     """Whether the sessions run on workers (the coordinator drives none itself)."""
     return cfg.workers > 1 or cfg.cluster is not None
+
+
+def at_most_a_worker_a_session(cfg: RunConfig, sessions: int) -> RunConfig:
+    """No more workers than sessions to run (a sweep's first points, a short trace): each would start for none.
+    The sessions keep their workers (session k's is worker (k-1) mod N either way)."""
+    return cfg if cfg.workers <= max(1, sessions) else dataclasses.replace(cfg, workers=max(1, sessions))
 
 
 class Spread:
@@ -43,7 +57,7 @@ class Spread:
     def __init__(self, hub: EventHub, clock: Callable[[], float]):
         self.hub, self.clock = hub, clock
         self.cluster: RayCluster | None = None  # --cluster: the Ray connection its workers are placed through
-        self.delay = MergeDelay()  # how long the workers' events are held to merge them in time order
+        self._pool: WorkerPool | None = None
 
     def connect(self, cfg: RunConfig) -> RunConfig:
         """--cluster: connect to Ray (imported there alone, only when asked for); the config then holds the
@@ -54,12 +68,6 @@ class Spread:
 
         self.cluster = RayCluster(cfg)
         return dataclasses.replace(cfg, workers=self.cluster.connect())
-
-    @staticmethod
-    def fit(cfg: RunConfig, sessions: int) -> RunConfig:
-        """No more workers than sessions to run (a sweep's first points, a short trace): each would start for
-        none. The sessions keep their workers (session k's is worker (k-1) mod N either way)."""
-        return cfg if cfg.workers <= max(1, sessions) else dataclasses.replace(cfg, workers=max(1, sessions))
 
     def pool(
         self,
@@ -77,29 +85,28 @@ class Spread:
         links: Callable[[int], WorkerLink] = lambda i: LocalWorker()  # noqa: E731
         if self.cluster is not None:  # --cluster: Ray actors over its nodes (ray_workers.py)
             links = self.cluster.link
-        pool = WorkerPool(cfg, plan, self._merge, self.clock, gate, links, cfg.workers, arrivals)
+        pool = self._pool = WorkerPool(cfg, plan, self.hub.emit, self.clock, gate, links, cfg.workers, arrivals)
         pool.time_limit_at = limit_at
         if trace is not None:
             pool.session_names = trace_shares(list(trace.schedules), cfg.workers)
         return pool
 
-    def _merge(self, e: ev.AnyEvent, line: bytes | None = None) -> None:
-        """An event of the workers' (or the pool's own), held to be merged; how late it came sets the hold."""
-        now = self.clock()
-        self.delay.note(now - e.t, now)
-        self.hub.emit(e, line)
-
     async def release_loop(self) -> None:
+        """Let the held events go in time order, as far as every running worker has sent its own; say so when
+        that is a second or more behind (the coordinator short of CPU, or a worker's lines slow to reach it)."""
         said = -math.inf
         while True:
             await asyncio.sleep(HOLD_S / 4)
             now = self.clock()
-            late = self.delay.late_s(now)
-            if late >= BEHIND_S and now - said >= BEHIND_EVERY_S:  # said once in a while, not at every pass
+            through = self._pool.through() if self._pool is not None else math.inf
+            behind = now - min(now, through)  # how late the slowest running worker's events reach this process
+            if behind >= BEHIND_S and now - said >= BEHIND_EVERY_S:
                 said = now
-                why = f"the coordinator reads its workers' events {late:.1f}s late: the live view lags as much"
-                self.hub.emit(ev.Notice(t=now, level="warn", message=f"{why} (the recording keeps them in order)"))
-            self.hub.release(now - self.delay.hold_s(now))
+                what = f"the workers' events reach the coordinator {behind:.1f}s late: the live view lags as much"
+                if behind > MAX_HOLD_S - HOLD_S:
+                    what += f" (past {MAX_HOLD_S:g}s, the recording does not keep them in time order)"
+                self.hub.emit(ev.Notice(t=now, level="warn", message=what))
+            self.hub.release(release_point(now, through))
 
     async def start_at(self, cfg: RunConfig) -> float | None:
         """--start-at: wait for the agreed wall-clock time (shards start together), saying so; returns the time

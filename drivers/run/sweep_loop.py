@@ -56,7 +56,7 @@ class _Points:
     printer_for: Callable[[RunState], LinePrinter]
     final_report: Callable[[RunState], str]
     result: SweepResult
-    any_failed: bool = False  # a point ended with failed turns (exit 1), whether or not the sweep stopped for it
+    any_failed: bool = False  # a point had a failed turn (an attempt, retried or not) or lost a worker: exit 1
 
     def run(self, cfg: RunConfig, label: str, stop_when: Callable[[RunState], str | None] | None = None) -> Run:
         path = point_path(self.sweep_path, label) if self.sweep_path is not None else cfg.record
@@ -68,7 +68,7 @@ class _Points:
             stop_when=stop_when,
         )
         serving.close()  # the next point serves on the same port
-        self.any_failed |= run.exit_code == 1
+        self.any_failed |= run.exit_code == 1 or any(r.status == "failed" for r in run.state.turns)
         if self.sweep_path is not None and run.recording_path is not None:
             self.result.sweep.runs.append(run.recording_path.name)
             self.save()

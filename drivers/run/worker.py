@@ -38,6 +38,7 @@ from rampwatch.drivers.run.stopping import wait_all  # noqa: E402
 from rampwatch.drivers.run.trace_worker import TraceMessage, WorkerTrace  # noqa: E402
 
 _encode = msgspec.json.Encoder().encode
+THROUGH_EVERY_S = 0.05  # how often a worker says up to when it has sent its events (ww.Through): as its pipe flushes
 
 
 class RemoteGate:
@@ -208,6 +209,7 @@ class ShardDriver:
         cfg, arrivals = self.cfg, self.arrivals
         lag = LoopLagMonitor(self.emit, self.clock, worker=self.worker)
         background = [asyncio.create_task(lag.run()), asyncio.create_task(keep_survivors_frozen())]
+        background.append(asyncio.create_task(self._say_through()))
         try:
             for resume in self.start.resume:  # a replacement's sessions go on at once, each from its next turn
                 self.tasks.append(asyncio.create_task(self._resumed(maker, resume).run()))
@@ -246,6 +248,12 @@ class ShardDriver:
             await asyncio.gather(*background, return_exceptions=True)
             lag.flush(self.clock())
         return any(r.failed for r in self.runners)
+
+    async def _say_through(self) -> None:
+        """The time up to which this worker has sent its events, every THROUGH_EVERY_S, after them in the pipe."""
+        while True:
+            self.write_line(ww.encode(ww.Through(t=self.clock())))
+            await asyncio.sleep(THROUGH_EVERY_S)
 
     def _session(self, maker: SessionMaker, k: int, kept: int = 0) -> SessionRunner:
         """Session k, made as every worker makes it, at the run-wide barrier under its own name; with

@@ -85,6 +85,14 @@ class Pong(msgspec.Struct, tag="w_pong"):
     clock: float  # the worker's time.perf_counter() when it answered
 
 
+class Through(msgspec.Struct, tag="w_through"):
+    """Every event this worker sent before this line is stamped at most `t` (the run's clock), and none it sends
+    after is stamped much earlier: the coordinator merges the workers' events in time order up to the earliest
+    worker's (spread.py). Sent every THROUGH_EVERY_S; never recorded."""
+
+    t: float
+
+
 class GateAfter(msgspec.Struct, tag="w_after"):
     turn: int
     session: str = ""
@@ -151,7 +159,7 @@ class TraceOver(msgspec.Struct, tag="w_tover"):
 
 
 ToWorker = WorkerStart | Ping | Begin | GateState | Stop | TraceStart | TraceSession | TraceTurn | TraceEnd | TraceOver
-FromWorker = Hello | Pong | GateAfter | GateJoin | GateLeave | WorkerDone | TurnKept
+FromWorker = Hello | Pong | Through | GateAfter | GateJoin | GateLeave | WorkerDone | TurnKept
 
 encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
 decode_to_worker = msgspec.json.Decoder(ToWorker, dec_hook=dec_hook).decode

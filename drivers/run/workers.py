@@ -9,6 +9,7 @@ that sends it messages and hands back its lines."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -65,6 +66,7 @@ class _Worker:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pongs: dict[int, asyncio.Future[float]] = {}
         self.origin: float | None = None  # the run's t = 0 on its clock (None: not set yet)
+        self.through = -math.inf  # every event it has sent is stamped at most this (ww.Through; inf once done)
         self.lost = False
 
 
@@ -125,7 +127,7 @@ class WorkerPool:
             for task in list(self._replacing):
                 task.cancel()
             for w in self.workers:
-                if started and not w.done.done():  # it did not stop when asked: what it had in flight is lost
+                if started and not w.done.done():  # not stopped when asked (or a replacement still starting): lost
                     late = f"did not stop within {STOP_WAIT_S:g}s" if w.hello.done() else "was still starting"
                     self._on_exit(w, f"{late} and was killed")
                 w.link.kill()
@@ -274,6 +276,8 @@ class WorkerPool:
         elif isinstance(message, ww.Hello):
             if not w.hello.done():
                 w.hello.set_result(message)
+        elif isinstance(message, ww.Through):
+            w.through = max(w.through, message.t)
         elif isinstance(message, ww.WorkerDone):
             self.failed |= message.failed
             if not w.done.done():
@@ -402,6 +406,11 @@ class WorkerPool:
         return ww.GateState(live=gate.live, turn=turn, finished=finished, time_up=gate.time_up, release_at=at)
 
     # -- a trace's requests (--trace: the coordinator reads it and hands them out, trace_spread.py) ---------------
+
+    def through(self) -> float:
+        """The time up to which every running worker has sent its events (inf: none is running, or has said)."""
+        running = (w.through for w in self.workers if not w.done.done() and w.through > -math.inf)
+        return min(running, default=math.inf)
 
     def send_to(self, index: int, message: object) -> bool:
         """A message to worker `index`, unless it has finished or was lost (False: not sent)."""

@@ -390,7 +390,7 @@ class SimServer:
                 upto = req.generated
                 if upto > sent and not error_after and not drop_after and sent >= req.reasoning:
                     # No fault to inject and no more thinking: the answer's events in a few slices (the fast path).
-                    yield answers.run(sent - req.reasoning, upto - sent)
+                    yield answers.events(sent - req.reasoning, upto - sent)
                     sent = upto
                 elif upto > sent:
                     out = []
@@ -448,7 +448,7 @@ class _Repeating:
         self.twice = b"".join(events) * 2
         self.at = list(itertools.accumulate((len(e) for e in events + events), initial=0))  # each event's offset
 
-    def run(self, k: int, count: int) -> bytes:
+    def events(self, k: int, count: int) -> bytes:
         """The events of words k .. k+count-1 (k counted from the reply's first word)."""
         i = k % self.n
         whole, rest = divmod(count, self.n)

@@ -72,7 +72,8 @@ def add_sim_args(p: argparse.ArgumentParser, default_profile: str = "tiny") -> N
         type=_whole_at_least(1),
         default=None,
         metavar="N",
-        help="tokens each running request gets a step, written together (the 'fast' profile: 8)",
+        help="tokens each running request gets a step, written together (the 'fast' profile: 8); for 'fast': "
+        "on a calibrated profile it multiplies the modelled decode rate",
     )
     p.add_argument(
         "--flavor",
