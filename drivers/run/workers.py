@@ -66,7 +66,7 @@ class _Worker:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pongs: dict[int, asyncio.Future[float]] = {}
         self.origin: float | None = None  # the run's t = 0 on its clock (None: not set yet)
-        self.through = -math.inf  # every event it has sent is stamped at most this (ww.Through; inf once done)
+        self.through = -math.inf  # every event it sent before its latest ww.Through is stamped at most this
         self.lost = False
 
 
@@ -405,12 +405,12 @@ class WorkerPool:
         at = self.clock() + RELEASE_S  # every worker hears it within this, and all go at once
         return ww.GateState(live=gate.live, turn=turn, finished=finished, time_up=gate.time_up, release_at=at)
 
-    # -- a trace's requests (--trace: the coordinator reads it and hands them out, trace_spread.py) ---------------
-
     def through(self) -> float:
         """The time up to which every running worker has sent its events (inf: none is running, or has said)."""
         running = (w.through for w in self.workers if not w.done.done() and w.through > -math.inf)
         return min(running, default=math.inf)
+
+    # -- a trace's requests (--trace: the coordinator reads it and hands them out, trace_spread.py) ---------------
 
     def send_to(self, index: int, message: object) -> bool:
         """A message to worker `index`, unless it has finished or was lost (False: not sent)."""
