@@ -40,6 +40,9 @@ def replay(trace: Path, record: Path, profile: str, block: int, *more: str) -> d
     return report_json(record)
 
 
+# Serial: the engine's hits follow the order the requests ran, the ideal the trace's; on a loaded machine a late
+# send can let a later request that shares blocks run first (a CI pass found 288 cached tokens of an ideal 256).
+@pytest.mark.serial
 @pytest.mark.parametrize(("name", "profile", "block", "named"), FORMATS, ids=[f[0] for f in FORMATS])
 def test_a_trace_replays_as_its_sessions_with_its_sizes_and_its_reuse(tmp_path, name, profile, block, named):
     trace = TRACES / name
