@@ -324,10 +324,10 @@ def test_token_ids_read_each_tokens_bytes_as_a_little_endian_number():
 
 
 def test_a_run_of_repeating_events_is_the_events_in_turn():
-    from rampwatch.drivers.sim.app import _Repeating
+    from rampwatch.drivers.sim.repeating import RepeatingEvents
 
     events = [b"<%d>" % i * (i % 3 + 1) for i in range(7)]  # of different lengths
-    repeating = _Repeating(events)
+    repeating = RepeatingEvents(events)
     for k in (0, 3, 6, 7, 30):
         for count in (0, 1, 6, 7, 8, 20, 71):
             assert repeating.events(k, count) == b"".join(events[(k + j) % 7] for j in range(count)), (k, count)

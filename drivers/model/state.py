@@ -7,12 +7,11 @@ or for a prefill/decode split once the decode servers' counters show its transfe
 the folded state lives in panels.py; the deployment's shape in deployment.py; the servers' side of the fold
 (endpoints, GPUs) in servers_fold.py. (Over ~400 lines, about 460: one handler per event kind, read together as
 the one fold of the sessions' turns; what has a job of its own lives beside it: the servers' fold, the spans',
-the transfers' and the backends' ledgers, the client check, the run's log.)
+the transfers' and the backends' ledgers, the client check, the run's log, the prefill index.)
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -26,6 +25,7 @@ from rampwatch.drivers.model.engine_spans import SpanLedger
 from rampwatch.drivers.model.gaps import add_gaps
 from rampwatch.drivers.model.log import LogEntry, RunLog
 from rampwatch.drivers.model.modelled import modelled, time_factor
+from rampwatch.drivers.model.prefill_index import PrefillIndex
 from rampwatch.drivers.model.servers_fold import ServersFold
 from rampwatch.drivers.model.slo import GoodputTally, parse_slo
 from rampwatch.drivers.model.split_transfer import TransferLedger, covers, transfer_counters
@@ -35,7 +35,6 @@ from rampwatch.drivers.model.views import NO_ANSWER, SessionView
 from rampwatch.drivers.model.warmup import SteadyWindow, parse_warmup
 from rampwatch.drivers.model.workers import WorkerLedger
 
-PRUNE_EVERY = 256  # token batches between two prunings of the ended prefills (_prune_prefill_ends)
 T = TypeVar("T")
 
 
@@ -67,11 +66,8 @@ class RunState:
         self.ended: ev.RunEnded | None = None
         self.recording_error: str | None = None
         self._prefilling: dict[str, TurnRecord] = {}
-        # Each session's newest prefill span's end (inf while in flight): a token batch looks only at the sessions
-        # whose spans reach into it, not at every session (O(sessions) per batch was 5 ms a pass at 64 sessions).
-        self._prefill_ends: dict[str, float] = {}
+        self.prefills = PrefillIndex()  # which sessions' prefills a token batch can overlap
         self._planned_ramp = 0  # ramp sessions planned so far: the next one's `order`
-        self._times_seen = 0  # TokenTimes folded: every PRUNE_EVERY, the ended prefills no batch can reach go
         self.last_prefill_rate: dict[str, float] = {}  # session ('' = any) -> new tokens/s
         # A split's transferred KV per turn: a finished turn settles once a decode server's sample covers its
         # first token (or the run ends), so its line never calls transferred KV cached.
@@ -177,7 +173,7 @@ class RunState:
         s.current, s.turn, s.state = rec, e.turn, "prefilling"
         s.recent.clear()
         s.prefill_spans.append([e.t, None])
-        self._prefill_ends[e.session] = math.inf
+        self.prefills.began(e.session)
         self._prefilling[e.session] = rec
         self.spans.sent(rec, e.request_id)
         self.backends.sent(rec, self.endpoints.values(), s.endpoint, self.header.endpoints if self.header else ())
@@ -202,18 +198,9 @@ class RunState:
             rec.answer_t = e.t
         s.state = "reasoning" if e.reasoning else "decoding"
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
-            s.prefill_spans[-1][1] = self._prefill_ends[e.session] = e.t
+            s.prefill_spans[-1][1] = e.t
+            self.prefills.ended(e.session, e.t)
         self._prefilling.pop(e.session, None)
-
-    def _prune_prefill_ends(self) -> None:
-        """Forget the prefills that ended before any batch still to come can start: before every turn in flight's
-        last token (or its send) and before now. A trace's thousands of finished sessions would otherwise be
-        walked on every batch."""
-        floor = self.t
-        for s in self.sessions.values():
-            if (rec := s.current) is not None:
-                floor = min(floor, rec.last_t if rec.last_t is not None else rec.sent_t)
-        self._prefill_ends = {sid: end for sid, end in self._prefill_ends.items() if end > floor}
 
     def _on_answer(self, e: ev.FirstAnswer) -> None:
         s, rec = self._in_flight(e.session, e.turn)
@@ -227,19 +214,10 @@ class RunState:
         if rec is None or not e.times:
             return
         times = e.times
-        self._times_seen += 1
-        if self._times_seen % PRUNE_EVERY == 0:
-            self._prune_prefill_ends()
         # Foreign prefill spans that overlap this batch; usually none, so the
         # per-token check runs only while another session prefills.
         lo, hi = (rec.last_t if rec.last_t is not None else times[0]), times[-1]
-        spans = [
-            sp
-            for sid, end in self._prefill_ends.items()
-            if end > lo and sid != e.session
-            for sp in self.sessions[sid].prefills_overlapping(lo, hi)
-        ]
-        add_gaps(rec, times, spans)
+        add_gaps(rec, times, self.prefills.others_overlapping(self.sessions, e.session, lo, hi, self.t))
         self.client.stamped(rec, times, s.worker)  # judged by its own worker's loop
         rec.chunks += len(times)
         s.chunks_arrived(times)
@@ -287,7 +265,8 @@ class RunState:
             if rate:
                 self.last_prefill_rate[e.session] = self.last_prefill_rate[""] = rate
         if s.prefill_spans and s.prefill_spans[-1][1] is None:
-            s.prefill_spans[-1][1] = self._prefill_ends[e.session] = e.t
+            s.prefill_spans[-1][1] = e.t
+            self.prefills.ended(e.session, e.t)
         if e.status == "ok":
             self._add_waits(rec)  # the split is known only now: the engine's figures come with the turn's end
         s.current, s.last_done = None, rec

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
@@ -33,6 +32,7 @@ from rampwatch.drivers.sim.errors import error_response
 from rampwatch.drivers.sim.faults import SimFaults, SimulatedDrop
 from rampwatch.drivers.sim.gpus import DCGM_PATH, SimGpus
 from rampwatch.drivers.sim.profiles import SimProfile
+from rampwatch.drivers.sim.repeating import RepeatingEvents
 from rampwatch.drivers.sim.surfaces import metrics_for
 from rampwatch.drivers.sim.traces import SpanExporter
 
@@ -376,7 +376,7 @@ class SimServer:
             built = pieces[(w, thinks)] = head + (thinking if thinks else pre) + _enc(w) + post
             return built
 
-        answers = _Repeating([head + pre + _enc(w) + post for w in req.words])
+        answers = RepeatingEvents([head + pre + _enc(w) + post for w in req.words])
         try:
             if chat:
                 yield (
@@ -437,20 +437,3 @@ class SimServer:
         finally:
             if not req.finished:
                 self.engine.abort(req)  # the client went away mid-stream
-
-
-class _Repeating:
-    """The SSE events of a reply's words, which repeat (engine.reply_words): any run of them as a few slices of
-    bytes built once, so a long burst of the 'fast' profile costs its process little beside the client."""
-
-    def __init__(self, events: list[bytes]):
-        self.n = len(events)
-        self.twice = b"".join(events) * 2
-        self.at = list(itertools.accumulate((len(e) for e in events + events), initial=0))  # each event's offset
-
-    def events(self, k: int, count: int) -> bytes:
-        """The events of words k .. k+count-1 (k counted from the reply's first word)."""
-        i = k % self.n
-        whole, rest = divmod(count, self.n)
-        tail = self.twice[self.at[i] : self.at[i + rest]]
-        return self.twice[self.at[i] : self.at[i + self.n]] * whole + tail if whole else tail
