@@ -145,3 +145,32 @@ def test_outside_a_split_nothing_is_transferred():
     )
     _, rows = fold_split([one, *turn("s1", 1.0, 1000, 500)])
     assert (rows[0].cached_tokens, rows[0].transferred_tokens, rows[0].hit_rate) == (500, None, 0.5)
+
+
+def test_turns_given_transfer_never_add_up_to_more_than_the_counters_grew():
+    """One session's turns, each counted a scrape late (CI: a real pair's turns added up to 114 tokens more than
+    the decode server's counter grew): turn 2's window opens at a sample that does not show turn 1 yet, so it
+    holds turn 1's transfer too. Turn 2 waits for a sample that can hold its own admission, and gets what the
+    counters grew by beyond turn 1's share."""
+    from rampwatch.drivers.model import events as ev
+
+    start = [sample(0.0, "prefill", 0, 0), sample(0.0, "decode", 0, 0)]
+    one = [*turn("s1", 1.0, 1000, 999)]
+    two = [
+        ev.RequestSent(t=1.75, session="s1", turn=2, target_tokens=2000, new_tokens_est=1000, body_bytes=1),
+        ev.FirstToken(t=2.25, session="s1", turn=2),
+        ev.TurnDone(t=2.35, session="s1", turn=2, status="ok", prompt_tokens=2000, cached_tokens=1999),
+    ]
+    events = [
+        *start,
+        *one,
+        sample(1.7, "decode", 0, 0),  # after turn 1's first token, yet without it
+        two[0],
+        sample(1.9, "decode", 999, 1000),
+        *two[1:],
+        sample(2.4, "decode", 999, 1000),  # after turn 2's first token, yet without it
+        sample(2.6, "decode", 999 + 300, 1000 + 2000),
+    ]
+    state, rows = fold_split(events)
+    assert [(r.turn, r.cached_tokens, r.transferred_tokens) for r in rows] == [(1, 0, 999), (2, 1699, 300)]
+    assert [x.t for x in state.log if "turn 2" in log_text(x)] == [2.6]

@@ -42,6 +42,9 @@ class TransferLedger:
         # Recently attributed turns: (send time, first token time, KV transferred, prompt tokens), so a later
         # turn's counter window does not count their admissions again.
         self._attributed: deque[tuple[float, float, float, float]] = deque(maxlen=256)
+        # What the turns were given, and their prompt tokens, all told: the counters since start must hold it.
+        self._given_kv = 0.0
+        self._given_prompt = 0.0
 
     def attribute(self, rec: TurnRecord, decode: list[EndpointView] | None) -> bool:
         """The KV transferred for `rec`: the decode servers' counters from its send to a sample after its first
@@ -52,6 +55,8 @@ class TransferLedger:
         a, b = rec.transfer_at_sent, transfer_counters(decode)
         if a is None or b is None or not rec.prompt_tokens:
             return True  # nothing any sample could tell
+        if b[1] - self._given_prompt < rec.prompt_tokens:
+            return False  # the counters cannot hold this turn's admission yet, whatever its window says
         moved, admitted = b[0] - a[0], b[1] - a[1]
         # Turns admitted inside this window were attributed already: take theirs out. One sent after the sample
         # at `rec`'s send surely was; one sent before it but first answered after may have been admitted on either
@@ -68,7 +73,12 @@ class TransferLedger:
         # reply; nothing before turn 1) came from the prefill side: a floor when turns share a scrape window.
         held = rec.prev_prompt_tokens + rec.prev_reply_tokens if rec.prev_prompt_tokens is not None else 0
         mine = max(mine, min(round(moved), rec.prompt_tokens - held))
+        # Never more than the counters grew by beyond what earlier turns were given: the turns add up to the
+        # server's total, whichever window a late-published admission fell in.
+        mine = min(mine, max(0, round(b[0] - self._given_kv)))
         rec.kv_transferred = mine if rec.cached_tokens is None else min(mine, rec.cached_tokens)  # usage counts it
+        self._given_kv += rec.kv_transferred
+        self._given_prompt += rec.prompt_tokens
         self._attributed.append((rec.sent_t, rec.first_t or rec.sent_t, rec.kv_transferred, rec.prompt_tokens))
         return True
 
