@@ -269,3 +269,58 @@ def test_a_turn_given_as_text_is_sent_as_written_with_its_conversation(tmp_path,
     turns = {s["id"]: s["turns"] for s in report_json(record)["sessions"]}["chat-b"]
     first, second = turns
     assert second["context_tokens"] > first["context_tokens"] + first["output_tokens"], (first, second)
+
+
+async def test_a_text_session_resumed_elsewhere_sends_what_it_would_have_sent():
+    """--workers-restart with a text trace: what each turn adds to the conversation goes to the coordinator
+    (keep_said), and a session resumed from it on another worker (LocalSessions.resume) sends its next turn
+    byte for byte as the lost worker's session would have, the reply it had got included."""
+    import asyncio
+
+    import httpx
+
+    from rampwatch.drivers.client.streamer import TurnOptions
+    from rampwatch.drivers.client.trace_prompt import Atoms, Template, TracePrompts
+    from rampwatch.drivers.client.trace_session import TraceSessionRunner
+    from rampwatch.drivers.model.clock import RunClock
+    from rampwatch.drivers.model.trace import TraceRequest
+    from rampwatch.drivers.run.trace_run import LocalSessions
+
+    said = ["Tell me about the sea.", "And the mountains?"]
+    requests = [TraceRequest(session="c", turn=k, due_s=0.0, input_length=16, output_length=8, hash_ids=[], text=t)
+                for k, t in enumerate(said, start=1)]  # fmt: skip
+    prompts = TracePrompts(Atoms(words=(" a",)), "salt", 64, Template(), chat=True)
+    bodies: dict[str, list[bytes]] = {"lost": [], "resumed": []}
+    kept: list[list[tuple[str, str]]] = []
+
+    with ThreadedSim(make_profile("fast")) as sim:
+        async with httpx.AsyncClient() as client:
+
+            def runner(name: str) -> TraceSessionRunner:
+                opts = TurnOptions(model="sim-model")
+                r = TraceSessionRunner("c", prompts, client, sim.url, {}, opts, lambda e: None, RunClock(), 0.0)
+                r.keep_said = kept.append
+                send = r.send
+
+                async def spy(turn, body, *rest):  # noqa: ANN001, ANN002, ANN202
+                    bodies[name].append(b"".join(body))
+                    return await send(turn, body, *rest)
+
+                r.send = spy
+                return r
+
+            lost = runner("lost")
+            for request in requests:
+                lost.turns.put_nowait(request)
+            lost.turns.put_nowait(None)
+            assert await lost.run()
+            assert [[role for role, _ in k] for k in kept] == [["user", "assistant"]] * 2
+            assert kept[0][0] == ("user", said[0]) and kept[0][1][1]  # the reply, as the worker got it
+
+            tasks: list[asyncio.Task[bool]] = []
+            here = LocalSessions(lambda sid, k, origin: runner("resumed"), lambda e: None, tasks)
+            here.resume(1, "c", 0.0, None, kept[0])
+            here.turn(requests[1])
+            here.end("c")
+            assert await asyncio.gather(*tasks) == [True]
+    assert bodies["resumed"] == bodies["lost"][1:] and len(kept) == 3  # it keeps on from there

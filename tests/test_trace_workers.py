@@ -119,6 +119,39 @@ def test_a_worker_killed_mid_trace_loses_its_turns_and_the_run_goes_on(tmp_path)
     assert isinstance(events[-1], ev.RunEnded) and events[-1].status == "failed"
 
 
+@pytest.mark.serial  # a run at real speed, a worker killed mid-turn
+def test_with_workers_restart_a_lost_workers_trace_sessions_go_on_at_their_next_turn(tmp_path):
+    """The same kill with --workers-restart: the turn in flight stays failed, and worker 2 takes alpha and beta on
+    at their next turn (neither announced again, no turn sent twice) and starts the sixth session when it comes
+    due; every other turn runs, the run exits 1, and no process is left."""
+    trace = grown_trace(tmp_path / "t.jsonl", 4, [2000, 4000, 8000, 16000], start_ms=100, gap_ms=500, output=64)
+    late = [{"session_id": sid, "timestamp": 20_000, "input_length": 128, "output_length": 8, "hash_ids": [k, k + 1]}
+            for k, sid in ((90_000, "kappa"), (91_000, "eta"))]  # fmt: skip
+    trace.write_text(trace.read_text() + "".join(json.dumps(r) + "\n" for r in late))
+    record = tmp_path / "run.jsonl"
+    argv = [*rampwatch_cmd(), "demo", "--headless", "--workers", "2", "--time-scale", "1", "--gpus", "0"]
+    argv += [*trace_flags(trace), "--trace-timing", "session", "--workers-restart", "--record", str(record)]
+    proc, out, err, _ = run_and_kill_a_worker(argv, record)
+    assert proc.returncode == 1, err[-3000:]
+    events = list(read_recording(record).events)
+    (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
+    assert (lost.worker, lost.sessions, lost.resumed_on) == (1, ["alpha", "beta"], 2), lost
+    failed = {(e.session, e.turn) for e in events if isinstance(e, ev.TurnDone) and e.status != "ok"}
+    assert len(failed) == lost.turns_lost >= 1 and {s for s, _ in failed} <= {"alpha", "beta"}
+    assert all(e.error == "worker lost" for e in events if isinstance(e, ev.TurnDone) and e.status != "ok")
+    every = {(s, k) for s in NAMES[:4] for k in range(1, 5)} | {("kappa", 1), ("eta", 1)}
+    done = [(e.session, e.turn) for e in events if isinstance(e, ev.TurnDone) and e.status == "ok"]
+    assert sorted(done) == sorted(every - failed)  # each once
+    sends = [(e.session, e.turn) for e in events if isinstance(e, ev.RequestSent)]
+    assert sorted(sends) == sorted(every)  # none sent twice: the replacement began at the turn after the lost one
+    announced = [e.session for e in events if isinstance(e, ev.SessionPlanned)]
+    assert sorted(announced) == sorted(NAMES) and planned(events)["eta"].worker == 2
+    (started,) = [e for e in events if isinstance(e, ev.WorkerStarted) and e.replaces == 1]
+    assert started.worker == 2 and {"alpha", "beta"} <= set(started.sessions)
+    assert "went on at their next turn on w2" in out, out[-2000:]
+    assert isinstance(events[-1], ev.RunEnded) and events[-1].status == "failed"
+
+
 def test_three_shards_of_a_trace_merge_into_the_run_of_three_workers(tmp_path):
     """`run --shard I/3 --seed 7 --start-at T --trace FILE` three times: each replays only its own sessions (the
     trace's k-th on shard (k-1) mod 3), and the report of their merge is, turn by turn, that of the same trace and

@@ -168,3 +168,88 @@ def test_a_lost_worker_of_sessions_that_are_not_a_ramps_is_lost_cleanly():
     events, _, gate = run_pool(script, arrivals=[0.0, 0.0, 0.0, 0.0], restart=False)
     (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
     assert lost.sessions == ["alpha"] and lost.resumed_on is None and gate.live == 0
+
+
+def test_a_lost_workers_trace_sessions_go_on_on_its_replacement_where_it_left_them():
+    """--trace: w1 did alpha's turn 1 (keeping what it said) and lost turn 2 in flight, had beta handed to it but
+    not yet announced, and alpha's turn 3, its end and a new session (gamma) came due while the replacement
+    started. w2 gets the prompts' makings, then alpha resumed at turn 3 (not announced again; its last turn, the
+    lost one, timed from the loss), beta and gamma from their start, and the dispatch's end once it has them."""
+    from rampwatch.drivers.client.trace_prompt import Atoms, Template
+    from rampwatch.drivers.model.trace import TraceRequest
+    from rampwatch.drivers.run.trace_spread import WorkerSessions
+
+    def request(session: str, turn: int) -> TraceRequest:
+        return TraceRequest(
+            session=session, turn=turn, due_s=float(turn), input_length=64, output_length=4, hash_ids=[1]
+        )
+
+    prompts = ww.TraceStart(atoms=Atoms(words=("a",)), salt="s", block_size=64, template=Template(), chat=False)
+    cfg = RunConfig(url="http://127.0.0.1:1", schedule=[64], workers=2, workers_restart=True)
+    plan = ww.SessionPlan(salt="s", model="m", calibration=Calibration(), lead=Lead(), sessions=0)
+    events: list[ev.AnyEvent] = []
+    links: list[ScriptedWorker] = []
+
+    def link(i: int) -> ScriptedWorker:
+        links.append(ScriptedWorker(i, lambda link, begin: None))  # the test says what each worker does
+        return links[-1]
+
+    async def go() -> None:
+        pool = WorkerPool(cfg, plan, lambda e, line=None: events.append(e), RunClock(), TurnGate(0), link, 2)
+        sessions = pool.trace = WorkerSessions(pool, prompts)
+        run = asyncio.create_task(pool.run())
+        await asyncio.wait_for(pool.begun.wait(), 5)
+        w0, w1 = links
+        sessions.start(2, request("alpha", 1), 0.5, [64, 64, 64])  # the trace's 2nd and 4th: worker 1's
+        sessions.turn(request("alpha", 1))
+        sessions.turn(request("alpha", 2))
+        w1.say(ev.SessionPlanned(t=0.5, session="alpha", schedule=[64, 64, 64], salt="s"))
+        w1.say(ww.GateJoin(session="alpha"))
+        w1.say(sent("alpha", 1))
+        w1.say(ev.TurnDone(t=1.2, session="alpha", turn=1, status="ok"))
+        w1.say(ww.TraceSaid(session="alpha", said=[("user", "hi"), ("assistant", "hello")]))
+        w1.say(sent("alpha", 2))
+        sessions.start(4, request("beta", 1), 0.5, [64])
+        sessions.turn(request("beta", 1))
+        w1.die()
+        sessions.turn(request("alpha", 3))  # due while the replacement starts: held for it
+        sessions.end("alpha")
+        sessions.start(6, request("gamma", 1), 0.5, [64])
+        sessions.turn(request("gamma", 1))
+        sessions.end("gamma")
+        while len(links) < 3 or not any(isinstance(m, ww.TraceStart) for m in links[2].sent):
+            await asyncio.sleep(0.01)
+        sessions.finish()
+        for w in (w0, links[2]):
+            w.say(ww.WorkerDone(failed=False))
+        await asyncio.wait_for(run, 5)
+
+    asyncio.run(go())
+    w2 = links[2]
+    said = [m for m in w2.sent if not isinstance(m, ww.Ping | ww.Begin | ww.GateState)]
+    (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
+    (failed,) = [e for e in events if isinstance(e, ev.TurnDone) and e.status == "failed"]
+    assert (failed.session, failed.turn, failed.error) == ("alpha", 2, "worker lost")
+    assert said[0] == prompts
+    resume = said[1]
+    assert isinstance(resume, ww.TraceResume) and (resume.k, resume.session, resume.origin) == (2, "alpha", 0.5)
+    assert resume.previous == (2.0, failed.t)  # its lost turn 2: the next is due its gap after the loss
+    assert resume.said == [("user", "hi"), ("assistant", "hello")]  # a text trace's conversation, as w1 kept it
+    turns = [(type(m).__name__, session_of(m)) for m in said[2:]]
+    assert turns == [
+        ("TraceTurn", "alpha"), ("TraceEnd", "alpha"), ("TraceSession", "beta"), ("TraceTurn", "beta"),
+        ("TraceSession", "gamma"), ("TraceTurn", "gamma"), ("TraceEnd", "gamma"), ("TraceOver", None),
+    ]  # fmt: skip
+    assert said[2].request.turn == 3 and said[-1] == ww.TraceOver()
+    assert (lost.worker, lost.sessions, lost.resumed_on) == (1, ["alpha"], 2)
+    (started,) = [e for e in events if isinstance(e, ev.WorkerStarted) and e.worker == 2]
+    assert started.replaces == 1 and started.sessions == ["alpha", "beta", "gamma"]
+
+
+def session_of(message: object) -> str | None:
+    """The session a coordinator's trace message is about (None: the whole worker's)."""
+    if isinstance(message, ww.TraceSession):
+        return message.first.session
+    if isinstance(message, ww.TraceTurn):
+        return message.request.session
+    return getattr(message, "session", None)

@@ -53,6 +53,9 @@ class TraceSessionRunner(TurnStreamer):
         self.failed = False
         self.previous: tuple[float, float] | None = None  # the last turn's (due in the trace, reply's end)
         self.said: list[tuple[str, str]] = []  # a text trace's conversation so far: (role, text)
+        # --workers-restart on a worker: what each text turn added to `said` goes to the coordinator, from `kept` on.
+        self.keep_said: Callable[[list[tuple[str, str]]], None] | None = None
+        self.kept = 0
 
     def due(self, request: TraceRequest) -> float:
         """When the request is due on the run's clock."""
@@ -135,5 +138,8 @@ class TraceSessionRunner(TurnStreamer):
         outcome, res = await self.send(request.turn, body, plan, lambda _res: None, path)
         if request.text is not None and res is not None:
             self.said.append(("assistant", res.text))
+        if self.keep_said is not None and len(self.said) > self.kept:
+            self.keep_said(self.said[self.kept :])
+            self.kept = len(self.said)
         self.failed = self.failed or outcome != "ok"
         return outcome

@@ -65,6 +65,8 @@ Handshake = DriverReady | DriverFailed
 def enc_hook(obj: Any) -> Any:
     if isinstance(obj, PurePath):
         return str(obj)
+    if isinstance(obj, range):  # a trace's derived hash ids (model/trace.py), handed to a worker
+        return list(obj)
     raise NotImplementedError(f"cannot send {type(obj).__name__}")
 
 

@@ -71,5 +71,3 @@ def check_workers(cfg: RunConfig) -> None:
             raise BadInput("--lockstep needs one barrier for all sessions: shards never talk; use --workers N")
     if (cfg.workers > 1 or cfg.cluster is not None) and cfg.concurrency is not None:
         raise BadInput("concurrency runs in one driver process for now: not with --workers or --cluster")
-    if cfg.workers_restart and cfg.trace is not None:
-        raise BadInput("--workers-restart resumes ramp sessions: a trace's sessions on a lost worker are not resumed")

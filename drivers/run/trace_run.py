@@ -212,6 +212,15 @@ class LocalSessions:
         self.emit(planned)
         self.tasks.append(asyncio.create_task(runner.run()))
 
+    def resume(
+        self, k: int, sid: str, origin: float, previous: tuple[float, float] | None, said: list[tuple[str, str]]
+    ) -> None:
+        """A lost worker's session, going on here (--workers-restart): planned already, it is not announced again;
+        `previous` and `said` are where that worker left its timing and its conversation."""
+        runner = self.live[sid] = self.make(sid, k, origin)
+        runner.previous, runner.said, runner.kept = previous, list(said), len(said)
+        self.tasks.append(asyncio.create_task(runner.run()))
+
     def turn(self, request: TraceRequest) -> None:
         self.live[request.session].turns.put_nowait(request)
 

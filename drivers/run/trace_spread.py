@@ -5,6 +5,7 @@ first appearance runs on worker (k-1) mod N, all its turns there, as a ramp's se
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -37,31 +38,125 @@ def prompts_message(prompts: TracePrompts) -> ww.TraceStart:
     )
 
 
-class WorkerSessions:
-    """TraceReplay.dispatch's sessions, each handed to its worker of the pool's; a session whose worker was lost
-    before it started is not started, and counted (`unstarted`)."""
+class _Handed:
+    """A session handed out: what it needs to go on elsewhere should its worker be lost (--workers-restart)."""
 
-    def __init__(self, pool: WorkerPool):
-        self.pool = pool
-        self.where: dict[str, int] = {}  # each live session's worker
+    def __init__(self, k: int, first: TraceRequest, origin: float, schedule: list[int], slot: int):
+        self.k, self.first, self.origin, self.schedule, self.slot = k, first, origin, schedule, slot
+        self.worker: int | None = None  # the worker it was last handed to (None: held for its slot's next one)
+        self.requests: deque[TraceRequest] = deque()  # handed on and, as far as its worker said, not done
+        self.ended = False  # its last request was handed on
+        self.previous: tuple[float, float] | None = None  # its last turn done: (due in the trace, end)
+        self.said: list[tuple[str, str]] = []  # a text trace's conversation, as its worker kept it (TraceSaid)
+
+
+class WorkerSessions:
+    """TraceReplay.dispatch's sessions, each handed to its slot's worker: the trace's k-th to slot (k-1) mod N.
+
+    A slot's worker lost with --workers-restart is replaced: until the replacement has begun, what is due to its
+    sessions is held; then each goes on there at its first request not done (TraceResume, or from its start if it
+    had not begun). A slot whose line of workers ends takes no more sessions: those due later are counted
+    (`unstarted`)."""
+
+    def __init__(self, pool: WorkerPool, prompts: ww.TraceStart):
+        self.pool, self.prompts = pool, prompts
+        self.handed: dict[str, _Handed] = {}  # each session handed out and not yet ended on its worker
+        self.at: dict[int, int | None] = {slot: slot for slot in range(pool.n)}  # slot -> its worker (None: held)
         self.unstarted: dict[int, list[str]] = {}  # a lost worker's sessions that were due to start after it
+        self.over = False  # every request was handed on
 
     def start(self, k: int, first: TraceRequest, origin: float, schedule: list[int]) -> None:
-        w = worker_of(k, self.pool.n)
-        if self.pool.send_to(w, ww.TraceSession(k=k, origin=origin, schedule=schedule, first=first)):
-            self.where[first.session] = w
-        else:
-            self.unstarted.setdefault(w, []).append(first.session)
+        slot = worker_of(k, self.pool.n)
+        if slot not in self.at:
+            self.unstarted.setdefault(slot, []).append(first.session)
+            return
+        h = self.handed[first.session] = _Handed(k, first, origin, schedule, slot)
+        self._to(h, ww.TraceSession(k=k, origin=origin, schedule=schedule, first=first))
 
     def turn(self, request: TraceRequest) -> None:
-        w = self.where.get(request.session)
-        if w is not None:
-            self.pool.send_to(w, ww.TraceTurn(request))
+        h = self.handed.get(request.session)
+        if h is not None:
+            self._trim(request.session, h)
+            h.requests.append(request)
+            self._to(h, ww.TraceTurn(request))
 
     def end(self, session: str) -> None:
-        w = self.where.pop(session, None)
-        if w is not None:
-            self.pool.send_to(w, ww.TraceEnd(session))
+        h = self.handed.get(session)
+        if h is not None:
+            h.ended = True
+            self._to(h, ww.TraceEnd(session))
+
+    def finish(self) -> None:
+        """No more requests: each running worker is told so, and a replacement once it has its sessions."""
+        self.over = True
+        for index in self.at.values():
+            if index is not None:
+                self.pool.send_to(index, ww.TraceOver())
+
+    def _to(self, h: _Handed, message: object) -> None:
+        index = self.at.get(h.slot)
+        if index is not None and self.pool.send_to(index, message):
+            h.worker = index
+
+    def _trim(self, session: str, h: _Handed) -> None:
+        """Let go of the requests its worker has done (or lost): a replacement starts after them."""
+        if h.worker is None:
+            return
+        w = self.pool.workers[h.worker]
+        done = w.ended.get(session, 0)
+        last = None
+        while h.requests and h.requests[0].turn <= done:
+            last = h.requests.popleft()
+        if last is not None and session in w.ended_at:
+            h.previous = (last.due_s, w.ended_at[session])
+
+    # -- what the pool tells of its workers (--workers-restart) -------------------------------------------------
+
+    def goes_on(self, slot: int) -> bool:
+        """Whether a lost worker of `slot` leaves anything to go on with: sessions of its, or requests to come."""
+        return not self.over or any(h.slot == slot for h in self.handed.values())
+
+    def names(self, slot: int) -> list[str]:
+        return [sid for sid, h in self.handed.items() if h.slot == slot]
+
+    def lost(self, slot: int, replaced: bool) -> None:
+        """The slot's worker was lost: hold what is due to it for its replacement, or end its sessions."""
+        if replaced:
+            self.at[slot] = None
+            return
+        self.at.pop(slot, None)
+        for sid in self.names(slot):
+            del self.handed[sid]
+
+    def ready(self, slot: int, index: int) -> None:
+        """The slot's replacement has begun: the prompts' makings, then each of the slot's sessions at its first
+        request not done (a session its lost worker had announced goes on; one it had not starts over)."""
+        self.at[slot] = index
+        self.pool.send_to(index, self.prompts)
+        for sid in self.names(slot):
+            h = self.handed[sid]
+            self._trim(sid, h)
+            lost = self.pool.workers[h.worker] if h.worker is not None else None
+            if lost is not None and sid in lost.planned:
+                resume = ww.TraceResume(k=h.k, session=sid, origin=h.origin, previous=h.previous, said=h.said)
+                self._to(h, resume)
+            else:
+                self._to(h, ww.TraceSession(k=h.k, origin=h.origin, schedule=h.schedule, first=h.first))
+            for request in h.requests:
+                self._to(h, ww.TraceTurn(request))
+            if h.ended:
+                self._to(h, ww.TraceEnd(sid))
+        if self.over:
+            self.pool.send_to(index, ww.TraceOver())
+
+    def left(self, session: str) -> None:
+        """The session ended on its worker: nothing of it is left to resume."""
+        self.handed.pop(session, None)
+
+    def said(self, kept: ww.TraceSaid) -> None:
+        h = self.handed.get(kept.session)
+        if h is not None:
+            h.said += kept.said
 
 
 async def replay_on_workers(
@@ -76,6 +171,7 @@ async def replay_on_workers(
     prompts' makings and then the trace's requests; TraceOver to all at the end, however it ends, so each worker
     finishes once its sessions have."""
     assert trace.prompts is not None
+    sessions = pool.trace = WorkerSessions(pool, prompts_message(trace.prompts))  # told of lost workers from now
     begun = asyncio.ensure_future(pool.begun.wait())
     try:
         await asyncio.wait([begun, running], return_when=asyncio.FIRST_COMPLETED)
@@ -83,12 +179,11 @@ async def replay_on_workers(
         begun.cancel()
     if not pool.begun.is_set():
         return
-    pool.send_all(prompts_message(trace.prompts))
-    sessions = WorkerSessions(pool)
+    pool.send_all(sessions.prompts)
     try:
         await trace.dispatch(sessions, clock, time_scale, until)
     finally:
-        pool.send_all(ww.TraceOver())
+        sessions.finish()
         for w, names in sorted(sessions.unstarted.items()):  # never dropped unsaid
             listed = ", ".join(names[:8]) + ("…" if len(names) > 8 else "")
             message = (

@@ -1,7 +1,7 @@
 """A worker's share of a trace (--trace with --workers N or --cluster): the coordinator reads the trace and starts
 each of this worker's sessions (TraceSession), hands it its requests just before they are due (TraceTurn) and
 ends it (TraceEnd); this makes the session's runner as the one driver would (trace_run.trace_runner) and runs it.
-TraceOver: no more sessions will start here."""
+TraceResume: a lost worker's session goes on here (--workers-restart). TraceOver: no more sessions will start here."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class SessionGate(Gate, Protocol):
     def join(self) -> None: ...
 
 
-TraceMessage = ww.TraceStart | ww.TraceSession | ww.TraceTurn | ww.TraceEnd | ww.TraceOver
+TraceMessage = ww.TraceStart | ww.TraceSession | ww.TraceResume | ww.TraceTurn | ww.TraceEnd | ww.TraceOver
 
 
 class WorkerTrace:
@@ -39,6 +39,7 @@ class WorkerTrace:
         cfg: RunConfig,
         opts: TurnOptions,
         emit: Callable[[ev.AnyEvent], None],
+        send: Callable[[object], None],
         clock: Callable[[], float],
         gate_for: Callable[[str], SessionGate],
         client_for: Callable[[], httpx.AsyncClient],
@@ -46,10 +47,11 @@ class WorkerTrace:
         tasks: list[asyncio.Task[bool]],
         runners: list,
     ):
-        """`gate_for(session)`: the session's gate (it joins the run-wide one as it starts); `tls()`: the worker's
-        TLS context, known once it runs; each runner is added to `runners` and its task to `tasks`."""
+        """`send`: a control message to the coordinator; `gate_for(session)`: the session's gate (it joins the
+        run-wide one as it starts); `tls()`: the worker's TLS context, known once it runs; each runner is added to
+        `runners` and its task to `tasks`."""
         self.cfg, self.opts, self.clock, self.gate_for, self.client_for = cfg, opts, clock, gate_for, client_for
-        self.emit, self.tls, self.runners = emit, tls, runners
+        self.emit, self.send, self.tls, self.runners = emit, send, tls, runners
         self.sessions = LocalSessions(self._make, emit, tasks)
         self.prompts: TracePrompts | None = None
         self.over = asyncio.Event()
@@ -61,6 +63,10 @@ class WorkerTrace:
         elif isinstance(message, ww.TraceSession):
             if self.prompts is not None:  # always, in order: TraceStart comes first
                 self.sessions.start(message.k, message.first, message.origin, message.schedule)
+        elif isinstance(message, ww.TraceResume):
+            if self.prompts is not None:
+                m = message
+                self.sessions.resume(m.k, m.session, m.origin, m.previous, m.said)
         elif isinstance(message, ww.TraceTurn):
             if message.request.session in self.sessions.live:
                 self.sessions.turn(message.request)
@@ -77,5 +83,7 @@ class WorkerTrace:
         runner = trace_runner(
             self.cfg, self.prompts, self.opts, sid, k, origin, client, self.emit, self.clock, gate, tls
         )
+        if self.cfg.workers_restart:  # a text trace's conversation is kept by the coordinator, to go on elsewhere
+            runner.keep_said = lambda said: self.send(ww.TraceSaid(session=sid, said=said))
         self.runners.append(runner)
         return runner

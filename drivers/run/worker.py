@@ -162,6 +162,7 @@ class ShardDriver:
             self.cfg,
             opts,
             self.emit,
+            self.send,
             self.clock,
             lambda sid: _SessionGate(self.gate, sid),
             self._client_for,

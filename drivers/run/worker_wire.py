@@ -5,8 +5,8 @@ preparing, so every worker makes the same sessions), then Ping, Begin (the run's
 clock: its sessions start), GateState (the run-wide lockstep barrier and time limit) and Stop (cancel the turns in
 flight and finish: the time limit's grace, an interrupted run).
 Worker -> coordinator: the run's events, as the recording has them, and Hello, Pong, GateAfter/GateJoin/GateLeave
-(its sessions at the barrier), TurnKept (--workers-restart: what each turn added to a session's history) and
-WorkerDone. A local worker talks over its stdin/stdout; a Ray actor over calls that carry the same lines
+(its sessions at the barrier), TurnKept and TraceSaid (--workers-restart: what each turn added to a session's
+history) and WorkerDone. A local worker talks over its stdin/stdout; a Ray actor over calls that carry the same lines
 (drivers/run/ray_workers.py)."""
 
 from __future__ import annotations
@@ -108,6 +108,14 @@ class TurnKept(msgspec.Struct, tag="w_kept", kw_only=True):
     state: ConversationState
 
 
+class TraceSaid(msgspec.Struct, tag="w_tsaid"):
+    """--trace with --workers-restart: what a text trace's turn added to its session's conversation, (role, text)
+    in order; the coordinator keeps it (never recorded) to resume the session elsewhere."""
+
+    session: str
+    said: list[tuple[str, str]]
+
+
 class GateJoin(msgspec.Struct, tag="w_join"):
     session: str
 
@@ -142,6 +150,19 @@ class TraceSession(msgspec.Struct, tag="w_tsession", kw_only=True):
     first: TraceRequest
 
 
+class TraceResume(msgspec.Struct, tag="w_tresume", kw_only=True):
+    """--trace with --workers-restart: session `session` (the trace's k-th) goes on here, where a lost worker left
+    it: planned already, so not announced again; `previous` its last turn's (due in the trace, end on the run's
+    clock) for --trace-timing session, `said` a text trace's conversation so far (TraceSaid). Its requests still
+    to send follow as TraceTurn."""
+
+    k: int
+    session: str
+    origin: float
+    previous: tuple[float, float] | None = None
+    said: list[tuple[str, str]] = []
+
+
 class TraceTurn(msgspec.Struct, tag="w_tturn"):
     """--trace: the session's next request, handed on shortly before it is due."""
 
@@ -158,8 +179,11 @@ class TraceOver(msgspec.Struct, tag="w_tover"):
     """--trace: no session will start on this worker any more: it finishes once those it has are done."""
 
 
-ToWorker = WorkerStart | Ping | Begin | GateState | Stop | TraceStart | TraceSession | TraceTurn | TraceEnd | TraceOver
-FromWorker = Hello | Pong | Through | GateAfter | GateJoin | GateLeave | WorkerDone | TurnKept
+ToWorker = (
+    WorkerStart | Ping | Begin | GateState | Stop | TraceStart | TraceSession | TraceResume | TraceTurn | TraceEnd
+    | TraceOver
+)  # fmt: skip
+FromWorker = Hello | Pong | Through | GateAfter | GateJoin | GateLeave | WorkerDone | TurnKept | TraceSaid
 
 encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
 decode_to_worker = msgspec.json.Decoder(ToWorker, dec_hook=dec_hook).decode

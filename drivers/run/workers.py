@@ -1,7 +1,8 @@
 """The coordinator's side of --workers N: start the driver workers, give each its share of the sessions, set
 their clocks to the run's, hold the lockstep barrier for all of them, pass their events on, and account for a
 worker that dies (--workers-restart: replace it, its sessions going on at their next turn with the history each
-turn's TurnKept brought). The coordinator (the Run) alone probes, scrapes, receives spans and records.
+turn's TurnKept brought; a trace's, with what trace_spread.WorkerSessions holds of them). The coordinator (the
+Run) alone probes, scrapes, receives spans and records.
 
 A worker is reached through a link (a process over its stdin/stdout, local_worker.py; a Ray actor, ray_workers.py)
 that sends it messages and hands back its lines."""
@@ -43,6 +44,27 @@ class WorkerLink(Protocol):
     def stderr_tail(self) -> str: ...
 
 
+class TraceHandOut(Protocol):
+    """--trace: where the coordinator hands the trace's sessions out to the workers' slots (trace_spread.py), told
+    what it must know to go on with a lost worker's sessions elsewhere (--workers-restart)."""
+
+    def goes_on(self, slot: int) -> bool:
+        """Whether a lost worker of `slot` leaves anything to go on with."""
+
+    def names(self, slot: int) -> list[str]:
+        """The slot's sessions, for its replacement's WorkerStarted."""
+
+    def lost(self, slot: int, replaced: bool) -> None: ...
+
+    def ready(self, slot: int, index: int) -> None:
+        """The slot's replacement, worker `index`, has begun: its sessions go on there."""
+
+    def left(self, session: str) -> None:
+        """The session has ended on its worker."""
+
+    def said(self, kept: ww.TraceSaid) -> None: ...
+
+
 class WorkerUnreachable(Exception):
     """A clock exchange got no answer: the worker died, or its loop is held for seconds."""
 
@@ -59,6 +81,8 @@ class _Worker:
         # Each session's last turn done (TurnDone) or lost in flight, and its last counted at the barrier
         # (GateAfter): a resumed session's from the turn before the one it goes on at, should it be lost again.
         self.ended = {f"s{r.session}": r.turn - 1 for r in self.resume}
+        self.ended_at: dict[str, float] = {}  # ... and when (--trace: a resumed session's next turn is timed from it)
+        self.planned: set[str] = set()  # --trace: its sessions announced (SessionPlanned): one resumed is not again
         self.passed = dict(self.ended)
         self.slot = index  # where it runs (a Ray node): a replacement takes its lost worker's
         self.generation = 0  # how many lost workers came before it in its line (--workers-restart)
@@ -102,6 +126,7 @@ class WorkerPool:
         self.histories = SessionHistories()  # --workers-restart: each live session's, as its worker kept it
         self._replacing: set[asyncio.Future[None]] = set()  # replacements starting
         self.session_names: list[list[str]] | None = None  # --trace: each worker's sessions, as WorkerStarted names
+        self.trace: TraceHandOut | None = None  # --trace: where its requests are handed out, told of lost workers
         gate.listeners.append(self._gate_changed)
 
     # -- the run ------------------------------------------------------------------
@@ -166,6 +191,8 @@ class WorkerPool:
         hello = w.hello.result()
         if self.session_names is not None and replaces is None:
             names = self.session_names[w.index]
+        elif self.trace is not None:
+            names = self.trace.names(w.slot)  # the sessions it goes on with (more may start on it)
         else:
             names = [f"s{k}" for k in w.sessions] + [f"s{r.session}" for r in w.resume]
         started = ev.WorkerStarted(
@@ -254,6 +281,9 @@ class WorkerPool:
             elif isinstance(message, ev.TurnDone):
                 w.in_flight.pop((message.session, message.turn), None)
                 w.ended[message.session] = message.turn
+                w.ended_at[message.session] = message.t
+            elif isinstance(message, ev.SessionPlanned) and self.trace is not None:
+                w.planned.add(message.session)
             self.emit(message, line)  # recorded as the worker encoded it
         elif isinstance(message, ww.GateAfter):
             w.passed[message.session] = message.turn
@@ -268,7 +298,12 @@ class WorkerPool:
             if message.session in w.live:
                 w.live.discard(message.session)
                 self.histories.forget(message.session)  # it has ended: nothing left to resume
+                if self.trace is not None:
+                    self.trace.left(message.session)
                 self.gate.leave()
+        elif isinstance(message, ww.TraceSaid):
+            if self.trace is not None:
+                self.trace.said(message)
         elif isinstance(message, ww.Pong):
             pong = w.pongs.get(message.n)
             if pong is not None and not pong.done():
@@ -294,12 +329,15 @@ class WorkerPool:
         for session, turn in list(w.in_flight):
             self.emit(ev.TurnDone(t=t, session=session, turn=turn, status="failed", error=LOST))
             w.ended[session] = max(w.ended.get(session, 0), turn)
+            w.ended_at[session] = t
         lost = sorted(w.live, key=lambda s: self._session_order(w, s))
-        resumes = self._resumes(w, lost) if self.cfg.workers_restart else []
+        trace = self.trace  # a trace's sessions, and those to start on it, go on as its hand-out says
+        resumes = self._resumes(w, lost) if self.cfg.workers_restart and trace is None else []
         # An open loop's sessions still to arrive on it (a trace's are the trace dispatch's to say).
         unarrived = [k for k in w.sessions if f"s{k}" not in w.joined] if self._arrivals is not None else []
+        goes_on = resumes or unarrived or (trace is not None and trace.goes_on(w.slot))
         replacement = None
-        if (resumes or unarrived) and self.cfg.workers_restart and self._may_replace(w):
+        if goes_on and self.cfg.workers_restart and self._may_replace(w):
             replacement = _Worker(len(self.workers), self.links(w.slot), unarrived, resumes)
             replacement.slot, replacement.generation = w.slot, w.generation + 1
             if self._arrivals is not None:  # those to come count at the barrier once they arrive (GateJoin)
@@ -333,6 +371,8 @@ class WorkerPool:
         w.lost = True
         self.failed = True
         w.done.set_result(None)
+        if trace is not None:  # a replacement's sessions join the barrier anew as they start on it
+            trace.lost(w.slot, replaced=replacement is not None)
         if replacement is not None:
             self.workers.append(replacement)
             task = asyncio.ensure_future(self._replace(replacement, w.index))
@@ -388,6 +428,8 @@ class WorkerPool:
             w.link.send(ww.Stop())
             return
         self._let_go(w, self._arrivals)
+        if self.trace is not None:
+            self.trace.ready(w.slot, w.index)
 
     def _gate_changed(self, turn: int) -> None:
         """The run-wide barrier moved: every worker hears its counts (a turn's count only in lockstep, where a
@@ -427,6 +469,6 @@ class WorkerPool:
     def _session_order(self, w: _Worker, session: str) -> int:
         """Where a worker's session stands among its others: session k's k; a trace's, its first appearance."""
         if self.session_names is not None:
-            names = self.session_names[w.index]
+            names = self.session_names[w.slot]
             return names.index(session) if session in names else len(names)
         return int(session[1:]) if session[1:].isdigit() else 0

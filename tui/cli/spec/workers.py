@@ -33,7 +33,8 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workers-restart",
         action="store_true",
-        help="replace a worker that dies: a new one picks its sessions up at their next turn, with their history "
+        help="replace a worker that dies: a new one picks its sessions (a trace's too) up at their next turn, with "
+        "their history "
         "(the coordinator keeps every session's history for it); the turns it had in flight stay failed",
     )
 
