@@ -196,6 +196,7 @@ def test_a_lost_workers_trace_sessions_go_on_on_its_replacement_where_it_left_th
 
     async def go() -> None:
         pool = WorkerPool(cfg, plan, lambda e, line=None: events.append(e), RunClock(), TurnGate(0), link, 2)
+        pool.session_names = [["zeta", "mid", "kappa"], ["alpha", "beta", "gamma", "eta"]]  # by first appearance
         sessions = pool.trace = WorkerSessions(pool, prompts)
         run = asyncio.create_task(pool.run())
         await asyncio.wait_for(pool.begun.wait(), 5)
@@ -243,7 +244,7 @@ def test_a_lost_workers_trace_sessions_go_on_on_its_replacement_where_it_left_th
     assert said[2].request.turn == 3 and said[-1] == ww.TraceOver()
     assert (lost.worker, lost.sessions, lost.resumed_on) == (1, ["alpha"], 2)
     (started,) = [e for e in events if isinstance(e, ev.WorkerStarted) and e.worker == 2]
-    assert started.replaces == 1 and started.sessions == ["alpha", "beta", "gamma"]
+    assert started.replaces == 1 and started.sessions == ["alpha", "beta", "gamma", "eta"]  # eta: still to come
 
 
 def session_of(message: object) -> str | None:

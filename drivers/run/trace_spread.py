@@ -63,6 +63,7 @@ class WorkerSessions:
         self.handed: dict[str, _Handed] = {}  # each session handed out and not yet ended on its worker
         self.at: dict[int, int | None] = {slot: slot for slot in range(pool.n)}  # slot -> its worker (None: held)
         self.unstarted: dict[int, list[str]] = {}  # a lost worker's sessions that were due to start after it
+        self.started: set[str] = set()  # every session that has started
         self.over = False  # every request was handed on
 
     def start(self, k: int, first: TraceRequest, origin: float, schedule: list[int]) -> None:
@@ -71,6 +72,7 @@ class WorkerSessions:
             self.unstarted.setdefault(slot, []).append(first.session)
             return
         h = self.handed[first.session] = _Handed(k, first, origin, schedule, slot)
+        self.started.add(first.session)
         self._to(h, ww.TraceSession(k=k, origin=origin, schedule=schedule, first=first))
 
     def turn(self, request: TraceRequest) -> None:
@@ -117,6 +119,11 @@ class WorkerSessions:
         return not self.over or any(h.slot == slot for h in self.handed.values())
 
     def names(self, slot: int) -> list[str]:
+        """The slot's sessions a replacement goes on with: those handed out and not ended, then those to come."""
+        share = self.pool.session_names[slot] if self.pool.session_names is not None else []
+        return self._of(slot) + [sid for sid in share if sid not in self.started]
+
+    def _of(self, slot: int) -> list[str]:
         return [sid for sid, h in self.handed.items() if h.slot == slot]
 
     def lost(self, slot: int, replaced: bool) -> None:
@@ -125,7 +132,7 @@ class WorkerSessions:
             self.at[slot] = None
             return
         self.at.pop(slot, None)
-        for sid in self.names(slot):
+        for sid in self._of(slot):
             del self.handed[sid]
 
     def ready(self, slot: int, index: int) -> None:
@@ -133,7 +140,7 @@ class WorkerSessions:
         request not done (a session its lost worker had announced goes on; one it had not starts over)."""
         self.at[slot] = index
         self.pool.send_to(index, self.prompts)
-        for sid in self.names(slot):
+        for sid in self._of(slot):
             h = self.handed[sid]
             self._trim(sid, h)
             lost = self.pool.workers[h.worker] if h.worker is not None else None
