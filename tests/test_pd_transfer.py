@@ -174,3 +174,20 @@ def test_turns_given_transfer_never_add_up_to_more_than_the_counters_grew():
     state, rows = fold_split(events)
     assert [(r.turn, r.cached_tokens, r.transferred_tokens) for r in rows] == [(1, 0, 999), (2, 1699, 300)]
     assert [x.t for x in state.log if "turn 2" in log_text(x)] == [2.6]
+
+
+def test_a_restarted_decode_server_delays_no_turn_past_its_own_window():
+    """The decode server restarts while s2 runs and loses what it counted before its next scrape: the counters
+    since start then never hold every turn given. A turn whose own window shows its admission is not held back
+    by that: each later turn's line comes with the sample after it, as before the restart."""
+    start = [sample(0.0, "prefill", 0, 0), sample(0.0, "decode", 0, 0)]
+    events = [*start, *turn("s1", 1.0, 1000, 999), sample(1.7, "decode", 999, 1000)]
+    events += [*turn("s2", 2.0, 1000, 999), sample(2.7, "decode", 500, 600)]  # restarted: its counters start over
+    kv, prompt = 500, 600
+    for k, sid in enumerate(("s3", "s4", "s5", "s6")):
+        kv, prompt = kv + 999, prompt + 1000
+        events += [*turn(sid, 3.0 + k, 1000, 999), sample(3.7 + k, "decode", kv, prompt)]
+    state, rows = fold_split(events)
+    assert [r.transferred_tokens for r in rows] == [999] * 6
+    lines = [x.t for x in state.log if "turn 1" in log_text(x)]
+    assert lines == [1.7, 3.7, 3.7, 4.7, 5.7, 6.7], lines  # s2's waits for a sample holding its admission

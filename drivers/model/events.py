@@ -231,9 +231,8 @@ class TurnDone(Event):
 
 
 class MetricsSample(Event):
-    """One scrape, normalized by an engine profile, stamped when it was asked
-    for (its text holds at least what the server had counted by then). A field
-    absent from `values` is unavailable on this server (never 0); `missing` says why.
+    """One scrape, normalized by an engine profile. A field absent from
+    `values` is unavailable on this server (never 0); `missing` says why.
     `source` is the endpoint's name (older recordings: its metrics URL).
     `role`: the endpoint's role where the sample says it (found through
     Prometheus, not listed in the header)."""

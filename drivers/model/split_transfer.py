@@ -12,6 +12,8 @@ from collections import deque
 from rampwatch.drivers.model.endpoints import EndpointView
 from rampwatch.drivers.model.turns import TurnRecord
 
+GUARD_SAMPLES = 3  # a turn waits at most this many samples for the counters to hold its admission
+
 Counters = tuple[float, float, float]  # (KV transferred in, prompt tokens admitted) since start, oldest sample's time
 
 
@@ -45,18 +47,17 @@ class TransferLedger:
         # What the turns were given, and their prompt tokens, all told: the counters since start must hold it.
         self._given_kv = 0.0
         self._given_prompt = 0.0
+        self._waits: dict[tuple[str, int], tuple[float, int]] = {}  # a turn waiting: (last sample's time, samples)
 
-    def attribute(self, rec: TurnRecord, decode: list[EndpointView] | None) -> bool:
+    def attribute(self, rec: TurnRecord, decode: list[EndpointView] | None, final: bool = False) -> bool:
         """The KV transferred for `rec`: the decode servers' counters from its send to a sample after its first
         token, less what turns already attributed were admitted in that window (a decode server admits a turn
         just before its first token); the rest shared with the turns still unattributed by prompt tokens.
         False: the counters do not show the turn yet (a server may publish them a scrape after the first token
-        reached the client), so a later sample is to be waited for."""
+        reached the client), so a later sample is to be waited for (`final`: none will come)."""
         a, b = rec.transfer_at_sent, transfer_counters(decode)
         if a is None or b is None or not rec.prompt_tokens:
             return True  # nothing any sample could tell
-        if b[1] - self._given_prompt < rec.prompt_tokens:
-            return False  # the counters cannot hold this turn's admission yet, whatever its window says
         moved, admitted = b[0] - a[0], b[1] - a[1]
         # Turns admitted inside this window were attributed already: take theirs out. One sent after the sample
         # at `rec`'s send surely was; one sent before it but first answered after may have been admitted on either
@@ -67,6 +68,13 @@ class TransferLedger:
                 moved, admitted = moved - m, admitted - p
         if admitted <= 0:
             return False
+        if b[1] - self._given_prompt < rec.prompt_tokens:  # the counters since start cannot hold it yet
+            if admitted < rec.prompt_tokens and not final and self._wait(rec, b[2]):
+                return False  # nor can its window: a server may count an admission a scrape late
+            # Its window holds it, or GUARD_SAMPLES samples went by: the counters lost growth (a restarted
+            # server) or the turns count what they never saw (another server's). The count starts afresh here.
+            self._given_prompt, self._given_kv = b[1] - rec.prompt_tokens, min(self._given_kv, a[0])
+        self._waits.pop((rec.session, rec.turn), None)
         share = min(1.0, rec.prompt_tokens / admitted)
         mine = max(0, round(moved * share))
         # What the decode server's prefix cache cannot have held (more than the session's previous prompt and
@@ -82,13 +90,21 @@ class TransferLedger:
         self._attributed.append((rec.sent_t, rec.first_t or rec.sent_t, rec.kv_transferred, rec.prompt_tokens))
         return True
 
+    def _wait(self, rec: TurnRecord, t: float) -> bool:
+        """Whether `rec` may wait for another sample (fewer than GUARD_SAMPLES seen since it began to)."""
+        key = (rec.session, rec.turn)
+        last, seen = self._waits.get(key, (t, 0))
+        seen += t != last or seen == 0
+        self._waits[key] = (t, seen)
+        return seen <= GUARD_SAMPLES
+
     def settle(self, decode: list[EndpointView] | None, final: bool) -> list[TurnRecord]:
         """The waiting turns the decode servers' counters now show, attributed (all of them at the run's end: one
         the counters never showed keeps no figure)."""
         ready: list[TurnRecord] = []
         waiting: list[TurnRecord] = []
         for rec in self.awaiting:
-            shown = (final or covers(rec, decode)) and self.attribute(rec, decode)
+            shown = (final or covers(rec, decode)) and self.attribute(rec, decode, final)
             (ready if shown or final else waiting).append(rec)
         self.awaiting = waiting
         return ready

@@ -369,12 +369,9 @@ class MetricsScraper:
         return self._llama_ctx
 
     async def scrape_once(self) -> bool:
-        # Stamped when asked: the text holds at least everything the server counted before then, which is what
-        # a turn's first token is checked against (split_transfer.covers). Read later under load, a text stamped
-        # on arrival could predate a first token it claimed to follow.
-        t = self.clock()
         try:
             status, body = await self._get(self._path)
+            t = self.clock()
             if status != 200:
                 hint = HTTP_HINTS.get(status, "")
                 raise MetricsFormatError(f"HTTP {status}" + (f": {hint}" if hint else ""))
