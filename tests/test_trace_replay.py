@@ -323,4 +323,5 @@ async def test_a_text_session_resumed_elsewhere_sends_what_it_would_have_sent():
             here.turn(requests[1])
             here.end("c")
             assert await asyncio.gather(*tasks) == [True]
-    assert bodies["resumed"] == bodies["lost"][1:] and len(kept) == 3  # it keeps on from there
+    assert bodies["resumed"] == bodies["lost"][1:]
+    assert len(kept) == 3 and kept[2][0] == ("user", said[1]) and [r for r, _ in kept[2]] == ["user", "assistant"]

@@ -170,68 +170,95 @@ def test_a_lost_worker_of_sessions_that_are_not_a_ramps_is_lost_cleanly():
     assert lost.sessions == ["alpha"] and lost.resumed_on is None and gate.live == 0
 
 
+def trace_request(session: str, turn: int):  # noqa: ANN201
+    from rampwatch.drivers.model.trace import TraceRequest
+
+    return TraceRequest(session=session, turn=turn, due_s=float(turn), input_length=64, output_length=4, hash_ids=[1])
+
+
+def run_trace_pool(
+    script,  # noqa: ANN001
+    mute_from: int | None = None,
+    events: list[ev.AnyEvent] | None = None,
+) -> tuple[list[ev.AnyEvent], list[ScriptedWorker], TurnGate]:
+    """Two scripted workers (and their replacements) under a trace's hand-out (WorkerSessions), the trace's second,
+    fourth, sixth... sessions on worker 1; `await script(sessions, links)` plays the trace and the workers' part, and
+    then the run finishes. Workers from index `mute_from` on never say Hello; `events` gathers the run's."""
+    from rampwatch.drivers.client.trace_prompt import Atoms, Template
+    from rampwatch.drivers.run.trace_spread import WorkerSessions
+
+    prompts = ww.TraceStart(atoms=Atoms(words=("a",)), salt="s", block_size=64, template=Template(), chat=False)
+    cfg = RunConfig(url="http://127.0.0.1:1", schedule=[64], workers=2, workers_restart=True)
+    plan = ww.SessionPlan(salt="s", model="m", calibration=Calibration(), lead=Lead(), sessions=0)
+    events = [] if events is None else events
+    links: list[ScriptedWorker] = []
+    gate = TurnGate(0)
+
+    def link(i: int) -> ScriptedWorker:
+        worker = ScriptedWorker(i, lambda link, begin: None)  # the script says what each worker does
+        if mute_from is not None and len(links) >= mute_from:
+            worker.say = lambda message: None  # type: ignore[method-assign]
+        links.append(worker)
+        return worker
+
+    async def go() -> None:
+        pool = WorkerPool(cfg, plan, lambda e, line=None: events.append(e), RunClock(), gate, link, 2)
+        pool.session_names = [["zeta", "mid", "kappa"], ["alpha", "beta", "gamma", "eta"]]  # by first appearance
+        sessions = pool.trace = WorkerSessions(pool, prompts)
+        run = asyncio.create_task(pool.run())
+        await asyncio.wait_for(pool.begun.wait(), 5)
+        await script(sessions, links)
+        sessions.finish()
+        for w in links:
+            w.on_line(ww.encode(ww.WorkerDone(failed=False)))
+        await asyncio.wait_for(run, 5)
+
+    asyncio.run(go())
+    return events, links, gate
+
+
+def announce(link: ScriptedWorker, session: str) -> None:
+    link.say(ev.SessionPlanned(t=0.5, session=session, schedule=[64, 64, 64], salt="s"))
+    link.say(ww.GateJoin(session=session))
+
+
+async def replacement_ready(links: list[ScriptedWorker], index: int) -> None:
+    while len(links) <= index or not any(isinstance(m, ww.TraceStart) for m in links[index].sent):
+        await asyncio.sleep(0.01)
+
+
 def test_a_lost_workers_trace_sessions_go_on_on_its_replacement_where_it_left_them():
     """--trace: w1 did alpha's turn 1 (keeping what it said) and lost turn 2 in flight, had beta handed to it but
     not yet announced, and alpha's turn 3, its end and a new session (gamma) came due while the replacement
     started. w2 gets the prompts' makings, then alpha resumed at turn 3 (not announced again; its last turn, the
     lost one, timed from the loss), beta and gamma from their start, and the dispatch's end once it has them."""
-    from rampwatch.drivers.client.trace_prompt import Atoms, Template
-    from rampwatch.drivers.model.trace import TraceRequest
-    from rampwatch.drivers.run.trace_spread import WorkerSessions
 
-    def request(session: str, turn: int) -> TraceRequest:
-        return TraceRequest(
-            session=session, turn=turn, due_s=float(turn), input_length=64, output_length=4, hash_ids=[1]
-        )
-
-    prompts = ww.TraceStart(atoms=Atoms(words=("a",)), salt="s", block_size=64, template=Template(), chat=False)
-    cfg = RunConfig(url="http://127.0.0.1:1", schedule=[64], workers=2, workers_restart=True)
-    plan = ww.SessionPlan(salt="s", model="m", calibration=Calibration(), lead=Lead(), sessions=0)
-    events: list[ev.AnyEvent] = []
-    links: list[ScriptedWorker] = []
-
-    def link(i: int) -> ScriptedWorker:
-        links.append(ScriptedWorker(i, lambda link, begin: None))  # the test says what each worker does
-        return links[-1]
-
-    async def go() -> None:
-        pool = WorkerPool(cfg, plan, lambda e, line=None: events.append(e), RunClock(), TurnGate(0), link, 2)
-        pool.session_names = [["zeta", "mid", "kappa"], ["alpha", "beta", "gamma", "eta"]]  # by first appearance
-        sessions = pool.trace = WorkerSessions(pool, prompts)
-        run = asyncio.create_task(pool.run())
-        await asyncio.wait_for(pool.begun.wait(), 5)
-        w0, w1 = links
-        sessions.start(2, request("alpha", 1), 0.5, [64, 64, 64])  # the trace's 2nd and 4th: worker 1's
-        sessions.turn(request("alpha", 1))
-        sessions.turn(request("alpha", 2))
-        w1.say(ev.SessionPlanned(t=0.5, session="alpha", schedule=[64, 64, 64], salt="s"))
-        w1.say(ww.GateJoin(session="alpha"))
+    async def script(sessions, links) -> None:  # noqa: ANN001
+        w1 = links[1]
+        sessions.start(2, trace_request("alpha", 1), 0.5, [64, 64, 64])  # the trace's 2nd and 4th: worker 1's
+        sessions.turn(trace_request("alpha", 1))
+        sessions.turn(trace_request("alpha", 2))
+        announce(w1, "alpha")
         w1.say(sent("alpha", 1))
         w1.say(ev.TurnDone(t=1.2, session="alpha", turn=1, status="ok"))
         w1.say(ww.TraceSaid(session="alpha", said=[("user", "hi"), ("assistant", "hello")]))
         w1.say(sent("alpha", 2))
-        sessions.start(4, request("beta", 1), 0.5, [64])
-        sessions.turn(request("beta", 1))
+        sessions.start(4, trace_request("beta", 1), 0.5, [64])
+        sessions.turn(trace_request("beta", 1))
         w1.die()
-        sessions.turn(request("alpha", 3))  # due while the replacement starts: held for it
+        sessions.turn(trace_request("alpha", 3))  # due while the replacement starts: held for it
         sessions.end("alpha")
-        sessions.start(6, request("gamma", 1), 0.5, [64])
-        sessions.turn(request("gamma", 1))
+        sessions.start(6, trace_request("gamma", 1), 0.5, [64])
+        sessions.turn(trace_request("gamma", 1))
         sessions.end("gamma")
-        while len(links) < 3 or not any(isinstance(m, ww.TraceStart) for m in links[2].sent):
-            await asyncio.sleep(0.01)
-        sessions.finish()
-        for w in (w0, links[2]):
-            w.say(ww.WorkerDone(failed=False))
-        await asyncio.wait_for(run, 5)
+        await replacement_ready(links, 2)
 
-    asyncio.run(go())
-    w2 = links[2]
-    said = [m for m in w2.sent if not isinstance(m, ww.Ping | ww.Begin | ww.GateState)]
+    events, links, gate = run_trace_pool(script)
+    said = [m for m in links[2].sent if not isinstance(m, ww.Ping | ww.Begin | ww.GateState)]
     (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
     (failed,) = [e for e in events if isinstance(e, ev.TurnDone) and e.status == "failed"]
     assert (failed.session, failed.turn, failed.error) == ("alpha", 2, "worker lost")
-    assert said[0] == prompts
+    assert isinstance(said[0], ww.TraceStart)
     resume = said[1]
     assert isinstance(resume, ww.TraceResume) and (resume.k, resume.session, resume.origin) == (2, "alpha", 0.5)
     assert resume.previous == (2.0, failed.t)  # its lost turn 2: the next is due its gap after the loss
@@ -245,6 +272,61 @@ def test_a_lost_workers_trace_sessions_go_on_on_its_replacement_where_it_left_th
     assert (lost.worker, lost.sessions, lost.resumed_on) == (1, ["alpha"], 2)
     (started,) = [e for e in events if isinstance(e, ev.WorkerStarted) and e.worker == 2]
     assert started.replaces == 1 and started.sessions == ["alpha", "beta", "gamma", "eta"]  # eta: still to come
+    assert gate.live == 0  # alpha left the barrier with w1, to join it again as w2 starts it (a scripted one never)
+
+
+def test_a_trace_session_lost_twice_goes_on_again_and_is_never_announced_twice():
+    """alpha, announced by w1, goes on on w2, which is lost before a turn of it ends: w3 resumes it too, with
+    the conversation w1 kept, never starting it over (a second SessionPlanned would reset its figures)."""
+
+    async def script(sessions, links) -> None:  # noqa: ANN001
+        sessions.start(2, trace_request("alpha", 1), 0.5, [64, 64])
+        sessions.turn(trace_request("alpha", 1))
+        announce(links[1], "alpha")
+        links[1].say(ww.TraceSaid(session="alpha", said=[("user", "hi")]))
+        links[1].die()
+        await replacement_ready(links, 2)
+        links[2].say(sent("alpha", 1))
+        links[2].die()
+        sessions.turn(trace_request("alpha", 2))
+        sessions.end("alpha")
+        await replacement_ready(links, 3)
+
+    events, links, _ = run_trace_pool(script)
+    for w in (2, 3):
+        resume = [m for m in links[w].sent if isinstance(m, ww.TraceResume | ww.TraceSession)]
+        assert [type(m) for m in resume] == [ww.TraceResume] and resume[0].said == [("user", "hi")], (w, resume)
+    sent_to_w3 = [m.request.turn for m in links[3].sent if isinstance(m, ww.TraceTurn)]
+    assert sent_to_w3 == [2]  # turn 1 was lost with w2
+    assert [(e.worker, e.resumed_on) for e in events if isinstance(e, ev.WorkerLost)] == [(1, 2), (2, 3)]
+
+
+def test_a_replacement_that_never_starts_names_what_ended_with_it():
+    """w1 is lost with alpha announced; its replacement never says Hello (a Ray node gone), so alpha ends and is
+    named with w2's loss, and beta, handed out while w2 started, is counted as never started, as gamma, due later."""
+    import rampwatch.drivers.run.workers as pool_module
+
+    async def script(sessions, links) -> None:  # noqa: ANN001
+        sessions.start(2, trace_request("alpha", 1), 0.5, [64])
+        sessions.turn(trace_request("alpha", 1))
+        announce(links[1], "alpha")
+        links[1].die()
+        sessions.start(4, trace_request("beta", 1), 0.5, [64])
+        while not any(isinstance(e, ev.WorkerLost) and e.worker == 2 for e in events):
+            await asyncio.sleep(0.01)
+        sessions.start(6, trace_request("gamma", 1), 0.5, [64])
+        unstarted.update(sessions.unstarted)
+
+    events: list[ev.AnyEvent] = []
+    unstarted: dict[int, list[str]] = {}
+    wait, pool_module.START_WAIT_S = pool_module.START_WAIT_S, 0.2
+    try:
+        _, links, gate = run_trace_pool(script, mute_from=2, events=events)
+    finally:
+        pool_module.START_WAIT_S = wait
+    lost = [(e.worker, e.sessions, e.resumed_on) for e in events if isinstance(e, ev.WorkerLost)]
+    assert lost == [(1, ["alpha"], 2), (2, ["alpha"], None)]
+    assert unstarted == {2: ["beta", "gamma"]} and gate.live == 0
 
 
 def session_of(message: object) -> str | None:

@@ -48,6 +48,13 @@ class _Handed:
         self.ended = False  # its last request was handed on
         self.previous: tuple[float, float] | None = None  # its last turn done: (due in the trace, end)
         self.said: list[tuple[str, str]] = []  # a text trace's conversation, as its worker kept it (TraceSaid)
+        self.announced = False  # a worker announced it (SessionPlanned): it goes on elsewhere, never starts over
+
+    def seen_announced(self, pool: WorkerPool, session: str) -> bool:
+        """Whether it was announced, by its last worker (the pool saw its SessionPlanned) or before."""
+        if not self.announced and self.worker is not None:
+            self.announced = session in pool.workers[self.worker].planned
+        return self.announced
 
 
 class WorkerSessions:
@@ -55,24 +62,25 @@ class WorkerSessions:
 
     A slot's worker lost with --workers-restart is replaced: until the replacement has begun, what is due to its
     sessions is held; then each goes on there at its first request not done (TraceResume, or from its start if it
-    had not begun). A slot whose line of workers ends takes no more sessions: those due later are counted
-    (`unstarted`)."""
+    had not begun). A slot whose line of workers ends takes no more sessions: those it had not announced and those
+    due later are counted (`unstarted`, by the last worker lost on the slot)."""
 
     def __init__(self, pool: WorkerPool, prompts: ww.TraceStart):
         self.pool, self.prompts = pool, prompts
         self.handed: dict[str, _Handed] = {}  # each session handed out and not yet ended on its worker
         self.at: dict[int, int | None] = {slot: slot for slot in range(pool.n)}  # slot -> its worker (None: held)
-        self.unstarted: dict[int, list[str]] = {}  # a lost worker's sessions that were due to start after it
-        self.started: set[str] = set()  # every session that has started
+        self.unstarted: dict[int, list[str]] = {}  # by lost worker: its sessions that will not start
+        self.started = [0] * pool.n  # each slot's sessions started: its share's first so many, by first appearance
+        self.gone: dict[int, int] = {}  # slot -> the worker whose loss ended its line
         self.over = False  # every request was handed on
 
     def start(self, k: int, first: TraceRequest, origin: float, schedule: list[int]) -> None:
         slot = worker_of(k, self.pool.n)
-        if slot not in self.at:
-            self.unstarted.setdefault(slot, []).append(first.session)
+        self.started[slot] += 1
+        if slot in self.gone:
+            self.unstarted.setdefault(self.gone[slot], []).append(first.session)
             return
         h = self.handed[first.session] = _Handed(k, first, origin, schedule, slot)
-        self.started.add(first.session)
         self._to(h, ww.TraceSession(k=k, origin=origin, schedule=schedule, first=first))
 
     def turn(self, request: TraceRequest) -> None:
@@ -115,36 +123,45 @@ class WorkerSessions:
     # -- what the pool tells of its workers (--workers-restart) -------------------------------------------------
 
     def goes_on(self, slot: int) -> bool:
-        """Whether a lost worker of `slot` leaves anything to go on with: sessions of its, or requests to come."""
-        return not self.over or any(h.slot == slot for h in self.handed.values())
+        """Whether a lost worker of `slot` leaves anything to go on with: sessions of its, now or to come."""
+        return bool(self.names(slot))
 
     def names(self, slot: int) -> list[str]:
         """The slot's sessions a replacement goes on with: those handed out and not ended, then those to come."""
         share = self.pool.session_names[slot] if self.pool.session_names is not None else []
-        return self._of(slot) + [sid for sid in share if sid not in self.started]
+        return self._of(slot) + share[self.started[slot] :]
 
     def _of(self, slot: int) -> list[str]:
         return [sid for sid, h in self.handed.items() if h.slot == slot]
 
-    def lost(self, slot: int, replaced: bool) -> None:
-        """The slot's worker was lost: hold what is due to it for its replacement, or end its sessions."""
+    def lost(self, slot: int, worker: int, replaced: bool) -> list[str]:
+        """The slot's worker `worker` was lost: hold what is due to it for its replacement, or end its sessions.
+        Ended: those announced (the pool names them lost), the others counted as not started."""
         if replaced:
             self.at[slot] = None
-            return
+            return []
         self.at.pop(slot, None)
+        self.gone[slot] = worker
+        announced = []
         for sid in self._of(slot):
-            del self.handed[sid]
+            h = self.handed.pop(sid)
+            if h.seen_announced(self.pool, sid):
+                announced.append(sid)
+            else:
+                self.unstarted.setdefault(worker, []).append(sid)
+        return announced
 
     def ready(self, slot: int, index: int) -> None:
         """The slot's replacement has begun: the prompts' makings, then each of the slot's sessions at its first
-        request not done (a session its lost worker had announced goes on; one it had not starts over)."""
+        request not done (a session a lost worker had announced goes on; one none had starts over)."""
+        if slot not in self.at or self.at[slot] is not None:
+            return  # (a replacement lost while it was introduced: the slot went on without it)
         self.at[slot] = index
         self.pool.send_to(index, self.prompts)
         for sid in self._of(slot):
             h = self.handed[sid]
             self._trim(sid, h)
-            lost = self.pool.workers[h.worker] if h.worker is not None else None
-            if lost is not None and sid in lost.planned:
+            if h.seen_announced(self.pool, sid):
                 resume = ww.TraceResume(k=h.k, session=sid, origin=h.origin, previous=h.previous, said=h.said)
                 self._to(h, resume)
             else:

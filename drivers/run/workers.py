@@ -54,7 +54,8 @@ class TraceHandOut(Protocol):
     def names(self, slot: int) -> list[str]:
         """The slot's sessions, for its replacement's WorkerStarted."""
 
-    def lost(self, slot: int, replaced: bool) -> None: ...
+    def lost(self, slot: int, worker: int, replaced: bool) -> list[str]:
+        """Worker `worker` of `slot` was lost: the sessions announced that end with it (none if `replaced`)."""
 
     def ready(self, slot: int, index: int) -> None:
         """The slot's replacement, worker `index`, has begun: its sessions go on there."""
@@ -300,6 +301,8 @@ class WorkerPool:
                 self.histories.forget(message.session)  # it has ended: nothing left to resume
                 if self.trace is not None:
                     self.trace.left(message.session)
+                    w.planned.discard(message.session)
+                    w.ended_at.pop(message.session, None)
                 self.gate.leave()
         elif isinstance(message, ww.TraceSaid):
             if self.trace is not None:
@@ -342,15 +345,19 @@ class WorkerPool:
             replacement.slot, replacement.generation = w.slot, w.generation + 1
             if self._arrivals is not None:  # those to come count at the barrier once they arrive (GateJoin)
                 replacement.live = {f"s{r.session}" for r in resumes}
+        named = lost  # ... and a trace's that it was handed while it started (a replacement that never began)
+        if trace is not None:  # a replacement's sessions join the barrier anew as they start on it
+            named = lost + [s for s in trace.lost(w.slot, w.index, replacement is not None) if s not in w.live]
         turns = len(w.in_flight)
         where = f"they go on at their next turn on worker {replacement.index}" if replacement else "they end"
         resumed_on = replacement.index if replacement else None
         self.emit(
-            ev.WorkerLost(t=t, worker=w.index, reason=reason, sessions=lost, turns_lost=turns, resumed_on=resumed_on)
+            ev.WorkerLost(t=t, worker=w.index, reason=reason, sessions=named, turns_lost=turns, resumed_on=resumed_on)
         )
-        shown = f"{', '.join(lost[:8])}{'…' if len(lost) > 8 else ''}"
+        shown = f"{', '.join(named[:8])}{'…' if len(named) > 8 else ''}"
         message = (
-            f"worker {w.index} lost ({reason}): {turns} turns in flight failed; {len(lost)} sessions ({shown}): {where}"
+            f"worker {w.index} lost ({reason}): {turns} turns in flight failed; {len(named)} sessions ({shown}): "
+            + where
         )
         self.emit(ev.Notice(t=t, level="error", message=message))
         if unarrived and replacement is None:  # never dropped unsaid
@@ -371,8 +378,6 @@ class WorkerPool:
         w.lost = True
         self.failed = True
         w.done.set_result(None)
-        if trace is not None:  # a replacement's sessions join the barrier anew as they start on it
-            trace.lost(w.slot, replaced=replacement is not None)
         if replacement is not None:
             self.workers.append(replacement)
             task = asyncio.ensure_future(self._replace(replacement, w.index))
@@ -420,6 +425,8 @@ class WorkerPool:
             if w.hello not in done:
                 raise WorkerUnreachable(f"no Hello within {START_WAIT_S:g}s")
             await self._introduce(w, replaces)
+            if w.done.done():
+                return  # lost while it was introduced: its exit said so, and the slot went on without it
         except Exception as e:  # noqa: BLE001 - a replacement that cannot start is lost, never the run's end
             w.link.kill()
             self._on_exit(w, f"did not start ({e})")
