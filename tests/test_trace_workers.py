@@ -90,21 +90,27 @@ def test_a_trace_on_two_workers_runs_the_sessions_of_one(tmp_path):
     assert times == sorted(times)
 
 
-@pytest.mark.serial  # a run at real speed, a worker killed mid-turn
-def test_a_worker_killed_mid_trace_loses_its_turns_and_the_run_goes_on(tmp_path):
-    """SIGKILL to worker 1 while one of its trace turns is in flight: that turn fails as `worker lost`, its two
-    sessions (the trace's second and fourth) are named lost, and the sixth, due to start on it 20 s in, is said
-    not started; worker 0's sessions (the fifth too) run every turn, the run exits 1, and no process is left."""
+def trace_run_with_a_worker_killed(tmp_path: Path, *extra: str) -> tuple[str, list[ev.AnyEvent]]:
+    """Four growing sessions and two more 20 s in (kappa, eta), a demo at real speed on two workers, worker 1
+    SIGKILLed once a turn of its is in flight: the run's stdout and events (it exited 1, and left no process)."""
     trace = grown_trace(tmp_path / "t.jsonl", 4, [2000, 4000, 8000, 16000], start_ms=100, gap_ms=500, output=64)
     late = [{"session_id": sid, "timestamp": 20_000, "input_length": 128, "output_length": 8, "hash_ids": [k, k + 1]}
             for k, sid in ((90_000, "kappa"), (91_000, "eta"))]  # fmt: skip
     trace.write_text(trace.read_text() + "".join(json.dumps(r) + "\n" for r in late))
     record = tmp_path / "run.jsonl"
     argv = [*rampwatch_cmd(), "demo", "--headless", "--workers", "2", "--time-scale", "1", "--gpus", "0"]
-    argv += [*trace_flags(trace), "--trace-timing", "session", "--record", str(record)]
+    argv += [*trace_flags(trace), "--trace-timing", "session", *extra, "--record", str(record)]
     proc, out, err, _ = run_and_kill_a_worker(argv, record)
     assert proc.returncode == 1, err[-3000:]
-    events = list(read_recording(record).events)
+    return out, list(read_recording(record).events)
+
+
+@pytest.mark.serial  # a run at real speed, a worker killed mid-turn
+def test_a_worker_killed_mid_trace_loses_its_turns_and_the_run_goes_on(tmp_path):
+    """SIGKILL to worker 1 while one of its trace turns is in flight: that turn fails as `worker lost`, its two
+    sessions (the trace's second and fourth) are named lost, and the sixth, due to start on it 20 s in, is said
+    not started; worker 0's sessions (the fifth too) run every turn, the run exits 1, and no process is left."""
+    out, events = trace_run_with_a_worker_killed(tmp_path)
     (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
     assert lost.worker == 1 and "SIGKILL" in lost.reason and lost.sessions == ["alpha", "beta"], lost
     assert lost.turns_lost >= 1
@@ -124,16 +130,7 @@ def test_with_workers_restart_a_lost_workers_trace_sessions_go_on_at_their_next_
     """The same kill with --workers-restart: the turn in flight stays failed, and worker 2 takes alpha and beta on
     at their next turn (neither announced again, no turn sent twice) and starts the sixth session when it comes
     due; every other turn runs, the run exits 1, and no process is left."""
-    trace = grown_trace(tmp_path / "t.jsonl", 4, [2000, 4000, 8000, 16000], start_ms=100, gap_ms=500, output=64)
-    late = [{"session_id": sid, "timestamp": 20_000, "input_length": 128, "output_length": 8, "hash_ids": [k, k + 1]}
-            for k, sid in ((90_000, "kappa"), (91_000, "eta"))]  # fmt: skip
-    trace.write_text(trace.read_text() + "".join(json.dumps(r) + "\n" for r in late))
-    record = tmp_path / "run.jsonl"
-    argv = [*rampwatch_cmd(), "demo", "--headless", "--workers", "2", "--time-scale", "1", "--gpus", "0"]
-    argv += [*trace_flags(trace), "--trace-timing", "session", "--workers-restart", "--record", str(record)]
-    proc, out, err, _ = run_and_kill_a_worker(argv, record)
-    assert proc.returncode == 1, err[-3000:]
-    events = list(read_recording(record).events)
+    out, events = trace_run_with_a_worker_killed(tmp_path, "--workers-restart")
     (lost,) = [e for e in events if isinstance(e, ev.WorkerLost)]
     assert (lost.worker, lost.sessions, lost.resumed_on) == (1, ["alpha", "beta"], 2), lost
     failed = {(e.session, e.turn) for e in events if isinstance(e, ev.TurnDone) and e.status != "ok"}
