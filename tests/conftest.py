@@ -120,6 +120,11 @@ def tiny_model(tmp_path_factory) -> tuple[Path, Path]:
     return py, model
 
 
+# A vLLM server runs under tests/reaper.py, which ends its whole process group when stopped or when pytest dies:
+# one that takes SIGTERM while it starts hangs there, and its engine core outlives its API server's SIGKILL.
+REAPED = (sys.executable, str(Path(__file__).parent / "reaper.py"))
+
+
 @contextlib.contextmanager
 def vllm(tiny_model: tuple[Path, Path], logs: Path, *extra: str, env: dict[str, str] | None = None):
     """A real vLLM CPU server on a free loopback port serving the tiny model as 'tiny'; yields its URL.
@@ -155,6 +160,7 @@ def vllms(
             log = stack.enter_context(open(path, "w"))
             proc = procs.Popen(
                 [
+                    *REAPED,
                     str(py),
                     "-m",
                     "vllm.entrypoints.openai.api_server",

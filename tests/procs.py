@@ -7,6 +7,9 @@ The kernel sends that signal when the *thread* that forked the child exits, not 
 short-lived thread would be signalled when that thread ends. So only the main thread, which lives as long as the
 process, may start one (pytest runs fixtures and tests there, async ones included); another thread gets an error.
 
+The signal reaches that child only: a server whose own children outlive it (vLLM's engine core), or that hangs
+on SIGTERM (vLLM while it starts), runs under tests/reaper.py, which ends its whole process group.
+
 Linux only: elsewhere prctl is missing and a child of a killed pytest lives on (as before)."""
 
 from __future__ import annotations

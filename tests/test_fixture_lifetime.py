@@ -94,3 +94,36 @@ def test_a_killed_pytest_takes_its_fixtures_server_along(tmp_path, workers):
             for p in left:
                 if _alive(p):
                     p.kill()
+
+
+STUBBORN = (  # a server as vLLM is while it starts: deaf to SIGTERM, and with a child of its own that is too
+    "import os, signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "code = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n"
+    "child = subprocess.Popen([sys.executable, '-c', code])\n"
+    "print(os.getpid(), child.pid, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+STARTER = (  # a pytest stand-in: starts the server under the reaper as the vLLM fixtures do, then dies
+    "import os, sys\n"
+    "from tests import procs\n"
+    "from tests.conftest import REAPED\n"
+    "p = procs.Popen([*REAPED, sys.executable, '-c', sys.argv[1]], stdout=__import__('subprocess').PIPE, text=True)\n"
+    "print(p.stdout.readline(), end='', flush=True)\n"
+    "os._exit(0)\n"
+)
+
+
+def test_a_server_deaf_to_sigterm_ends_with_its_children_once_its_starter_dies():
+    """tests/reaper.py, which the vLLM fixtures start servers under: the server ignores SIGTERM and has a child
+    that does too (a vLLM server while it starts hung there, and its engine core outlived it). Once the process
+    that started them dies, both are gone within the reaper's grace period."""
+    from tests.reaper import GRACE_S
+
+    starter = subprocess.run([sys.executable, "-c", STARTER, STUBBORN], cwd=ROOT, capture_output=True, text=True,
+                             timeout=UP_S)  # fmt: skip
+    pids = [int(x) for x in starter.stdout.split()]
+    assert len(pids) == 2, starter.stderr
+    gone = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)], timeout=GRACE_S + GONE_S)[0]
+    assert sorted(p.pid for p in gone) == sorted(pids)
