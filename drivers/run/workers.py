@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -21,10 +20,9 @@ from rampwatch.drivers.run import worker_wire as ww
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.pacing import TurnGate
 from rampwatch.drivers.run.shards import sessions_of
+from rampwatch.drivers.run.worker_clocks import WorkerClocks, WorkerUnreachable
 from rampwatch.drivers.run.worker_histories import SessionHistories
 
-PINGS = 8  # clock exchanges at the start: the one with the shortest round trip sets the worker's clock
-CLOCK_EVERY_S = 5.0  # then one exchange this often, recorded (WorkerClock)
 START_WAIT_S = 60.0  # how long a worker may take to start and say Hello
 STOP_WAIT_S = 30.0  # how long stopping workers may take to cancel their turns and send what they have
 RELEASE_S = 0.02  # lockstep: the barrier's counts name a time this far ahead, at which every worker lets go
@@ -64,10 +62,6 @@ class TraceHandOut(Protocol):
         """The session has ended on its worker."""
 
     def said(self, kept: ww.TraceSaid) -> None: ...
-
-
-class WorkerUnreachable(Exception):
-    """A clock exchange got no answer: the worker died, or its loop is held for seconds."""
 
 
 class _Worker:
@@ -117,7 +111,7 @@ class WorkerPool:
         self.links, self.n, self.arrivals = links, workers, arrivals
         self.failed = False
         self.workers: list[_Worker] = []
-        self._ping = 0
+        self.clocks = WorkerClocks(emit, clock)
         self.time_limit_at: float | None = cfg.time_limit  # no new conversation after it (open loop)
         self._closed = False  # run() has returned: a worker's exit now is ours (killed at the end), not a loss
         self.begun = asyncio.Event()  # every worker was told Begin: a trace's requests may go to them, and a lost
@@ -138,7 +132,7 @@ class WorkerPool:
         try:
             await self._start()
             started = True
-            clocks = asyncio.create_task(self._keep_clocks())
+            clocks = asyncio.create_task(self.clocks.keep(self.workers))
             # asyncio.wait, not gather: a cancelled gather cancels the futures it waits on, and _stop would then
             # find every worker done and wait for none of them to send its cancelled turns. In a loop: a lost
             # worker's replacement joins the workers while they run.
@@ -188,7 +182,7 @@ class WorkerPool:
 
     async def _introduce(self, w: _Worker, replaces: int | None = None) -> None:
         """Set a worker's clock to the run's and record it started, with the sessions it runs."""
-        w.origin = await self._set_clock(w)
+        w.origin = await self.clocks.set(w)
         hello = w.hello.result()
         if self.session_names is not None and replaces is None:
             names = self.session_names[w.index]
@@ -200,7 +194,7 @@ class WorkerPool:
             t=self.clock(), worker=w.index, pid=hello.pid, node=hello.node, sessions=names, replaces=replaces
         )
         self.emit(started)
-        await self._measure(w)  # while it is idle: the clock as set, before its sessions load it
+        await self.clocks.measure(w)  # while it is idle: the clock as set, before its sessions load it
 
     def _let_go(self, w: _Worker, arrivals: list[float] | None) -> None:
         """The barrier's counts its sessions will ask (a resumed session's, of the turn before its own), then
@@ -222,50 +216,6 @@ class WorkerPool:
         if pending:
             await asyncio.wait(pending, timeout=STOP_WAIT_S)
 
-    # -- clocks -------------------------------------------------------------------
-
-    async def _exchange(self, w: _Worker) -> tuple[float, float, float]:
-        """One ping-pong: (sent, the worker's reading, received), on time.perf_counter of each side."""
-        self._ping += 1
-        n = self._ping
-        pong = w.pongs[n] = asyncio.get_running_loop().create_future()
-        sent = time.perf_counter()
-        w.link.send(ww.Ping(n=n))
-        try:
-            await asyncio.wait([pong, w.done], timeout=10.0, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            w.pongs.pop(n, None)
-        if not pong.done():
-            why = "it is gone" if w.done.done() else "no answer in 10 s"
-            raise WorkerUnreachable(f"worker {w.index}: no clock exchange ({why})")
-        return sent, pong.result(), time.perf_counter()
-
-    async def _set_clock(self, w: _Worker) -> float:
-        """The run's t = 0 on the worker's clock, from the exchange with the shortest round trip."""
-        best = min([await self._exchange(w) for _ in range(PINGS)], key=lambda x: x[2] - x[0])
-        sent, theirs, received = best
-        origin = getattr(self.clock, "origin", 0.0)
-        return origin + theirs - (sent + received) / 2
-
-    async def _measure(self, w: _Worker) -> None:
-        """Record how far the worker's run clock is from ours now, give or take half the round trip."""
-        if w.done.done() or w.origin is None:  # (a replacement still starting: its clock is not set yet)
-            return
-        try:  # the best of three: a round trip that met a busy loop says little
-            exchanges = [await self._exchange(w) for _ in range(3)]
-        except WorkerUnreachable:
-            return  # gone (its exit says so), or too busy to answer in 10 s (its lag reports say so)
-        sent, theirs, received = min(exchanges, key=lambda x: x[2] - x[0])
-        origin = getattr(self.clock, "origin", 0.0)
-        offset = (theirs - w.origin) - ((sent + received) / 2 - origin)
-        self.emit(ev.WorkerClock(t=self.clock(), worker=w.index, offset_s=offset, uncertainty_s=(received - sent) / 2))
-
-    async def _keep_clocks(self) -> None:
-        while True:
-            await asyncio.sleep(CLOCK_EVERY_S)
-            for w in self.workers:
-                await self._measure(w)
-
     # -- what the workers say -----------------------------------------------------
 
     def _on_line(self, w: _Worker, line: bytes) -> None:
@@ -283,7 +233,7 @@ class WorkerPool:
                 w.in_flight.pop((message.session, message.turn), None)
                 w.ended[message.session] = message.turn
                 w.ended_at[message.session] = message.t
-            elif isinstance(message, ev.SessionPlanned) and self.trace is not None:
+            elif self.trace is not None and isinstance(message, ev.SessionPlanned):
                 w.planned.add(message.session)
             self.emit(message, line)  # recorded as the worker encoded it
         elif isinstance(message, ww.GateAfter):
