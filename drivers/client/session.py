@@ -18,6 +18,7 @@ from rampwatch.drivers.client.ramp import FIT_MAX_CHARS, Conversation, Conversat
 from rampwatch.drivers.client.streamer import Outcome, TurnOptions, TurnPlan, TurnStreamer
 from rampwatch.drivers.client.tokenizer import ServerTokenizer, over_connection
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.net.pass_share import take_turn
 
 MASKED_CODE = "XXXX-XXXX"  # what a strict-needle history holds where a reply repeated the code
 
@@ -157,9 +158,10 @@ class SessionRunner(TurnStreamer):
     async def _user_message(self, turn: int) -> tuple[bytes, str | None]:
         filler_chars, _ = self.conv.plan(turn)
         pieces = []
+        await take_turn()
         for piece in self.conv.user_message(turn, filler_chars):
             pieces.append(piece)
-            await asyncio.sleep(0)  # a 1M-token turn is built without stalling other sessions
+            await take_turn()  # a 1M-token turn, or 256 sessions' turns at once, built without stalling the loop
         if self.tokenizer and self.conv.fits(turn) and filler_chars <= FIT_MAX_CHARS:
             # The server counts the turn before it goes: turn 1 as the whole prompt, a later one as its text.
             text = "".join(pieces)
@@ -183,6 +185,7 @@ class SessionRunner(TurnStreamer):
         outcome, res = await self.send(turn, body, plan, lambda r: self.conv.needle.found_in(r.text))
         if res is None:
             return outcome
+        await take_turn()  # every session's stream may end in one engine step: each takes its reply in turn
         completion, reasoning = self.completion_and_reasoning(res)
         # The next turn re-sends the answer alone (never the reasoning), as chat clients do, and no more of it
         # than --output-tokens: with --max-tokens the server may answer longer than the ramp plans for.

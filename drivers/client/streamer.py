@@ -19,6 +19,7 @@ from rampwatch.drivers.client.request_ids import id_headers
 from rampwatch.drivers.client.request_options import HeaderTemplate, merge_headers, request_headers
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.turns import no_answer, reasoning_tokens
+from rampwatch.drivers.net.pass_share import take_turn
 from rampwatch.drivers.net.wire import Connection, ConnectionDropped, ConnectionFailed
 
 Outcome = Literal["ok", "failed", "gone"]  # gone: the server did not come back within --reconnect-timeout
@@ -94,6 +95,8 @@ class TurnStreamer:
         attempt = 0
         while True:
             attempt += 1
+            # Sent in a pass with room (many sessions let go at once take turns); stamped after the wait.
+            await take_turn()
             # Each attempt names itself to the engine, so the engine's own record can be joined to it.
             ids, rid = id_headers(headers, o.run_id or self.salt, self.sid, turn, attempt)
             self.emit(

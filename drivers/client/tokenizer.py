@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import msgspec
 
+from rampwatch.drivers.net.pass_share import take_turn
 from rampwatch.drivers.net.wire import Connection, ConnectionDropped, ConnectionFailed
 
 TEXT_FIELDS = ("prompt", "content")
@@ -49,6 +50,7 @@ def over_connection(conn: Connection, base_path: str, headers: dict[str, str]) -
         parser = await conn.post(
             base + path, msgspec.json.encode(payload), sent, lambda s, d, t: body.append(d), TIMEOUT_S
         )
+        await take_turn()  # answers to many sessions come together: each is read on in a pass with room
         status = parser.status or 0
         return status, msgspec.json.decode(b"".join(body)) if status == 200 else None
 

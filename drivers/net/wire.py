@@ -23,6 +23,7 @@ from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 from rampwatch.drivers.model.clock import RunClock
+from rampwatch.drivers.net.pass_share import take_turn
 from rampwatch.drivers.net.tls import tls_context
 
 
@@ -302,6 +303,7 @@ class Connection:
     async def _connect(self) -> _Protocol:
         loop = asyncio.get_running_loop()
         ctx = (self.tls or tls_context()) if self.https else None
+        await take_turn()  # 256 sessions connecting at once: their connects (and what each costs) take turns
         try:
             _, proto = await within(
                 loop.create_connection(lambda: _Protocol(read_stamp(self.clock)), self.host, self.port, ssl=ctx),

@@ -22,6 +22,7 @@ from collections.abc import Coroutine
 from typing import Any, NamedTuple, TypeVar
 
 from rampwatch.drivers.model.events import CLIENT_BUSY_S
+from rampwatch.drivers.net.pass_share import PassShare
 
 T = TypeVar("T")
 
@@ -96,10 +97,12 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
 
 
 class DriverLoop(asyncio.SelectorEventLoop):
-    """asyncio's selector loop, which says when it woke for the current pass and which wakes came late."""
+    """asyncio's selector loop, which says when it woke for the current pass and which wakes came late, and
+    spreads many sessions' turn steps over its passes (`share`, drivers/net/pass_share.py)."""
 
     def __init__(self) -> None:
         self.passes = PassSelector()
+        self.share = PassShare(lambda: self.passes.woke)
         super().__init__(self.passes)
 
     def take_late(self) -> list[LateWake]:
