@@ -9,15 +9,17 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 
+from rampwatch.drivers.client.chat import stream_chat
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
-from rampwatch.drivers.net.wire import read_stamp
+from rampwatch.drivers.net.wire import Connection, read_stamp
 from rampwatch.drivers.present.turn_table import BY_HEAD, client_mark
 from rampwatch.drivers.run import event_loop
 from rampwatch.drivers.run.config import RunConfig
@@ -74,23 +76,9 @@ def test_the_fold_marks_exactly_the_turns_stamped_in_a_window():
     assert state.client.worst_ms == 40.0 and state.client.lag_ms(1.5) == 40.0 and state.client.lag_ms(9.0) is None
 
 
-@pytest.mark.parametrize(
-    "run_loop",
-    [
-        pytest.param(asyncio.run, id="asyncio-loop"),
-        pytest.param(
-            event_loop.run,
-            id="driver-loop",
-        ),
-    ],
-)
-def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late(run_loop):
-    """A real ramp against the simulated engine; 50 ms into session 1's second decode, something holds the
-    driver's loop for 50 ms. On asyncio's own loop (the timer's windows) and on the driver's (the late wakes
-    it notes, its reads stamped at each wake) the recording has that window, and the turns marked are exactly
-    those with a stamp in a recorded window (on a loaded machine the OS, and here the simulated engine's thread holding
-    the GIL, may add windows of their own: they count too; that turns outside every window stay unmarked is
-    test_the_fold_marks_exactly_the_turns_stamped_in_a_window's)."""
+def _blocked_run(run_loop) -> tuple[Run, tuple[float, float]]:
+    """A real ramp against the simulated engine (a thread of this process); 50 ms into session 1's second
+    decode, something holds the driver's loop for 50 ms (the engine's thread goes on emitting meanwhile)."""
     with ThreadedSim(make_profile("tiny")) as sim:
         cfg = RunConfig(
             url=sim.url,
@@ -121,22 +109,98 @@ def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late(run_loop):
             return await run.drive()
 
         assert run_loop(main()) == 0
-    events = run.hub.events
-    windows = [w for e in events if isinstance(e, ev.ClientLag) for w in e.busy]
     ((start, end),) = blocked
-    # The timer was due at most a tick after the block began (the driver's loop: the pass began before it),
-    # and cannot wake before it ends.
-    assert any(a <= start + TICK_S and b >= end for a, b in windows), (start, end, windows)
+    return run, (start, end)
+
+
+def _stamps(events: list[ev.AnyEvent]) -> dict[tuple[str, int], list[float]]:
     stamps: dict[tuple[str, int], list[float]] = {}
     for e in events:
         if isinstance(e, ev.FirstToken):
             stamps.setdefault((e.session, e.turn), []).append(e.t)
         elif isinstance(e, ev.TokenTimes):
             stamps.setdefault((e.session, e.turn), []).extend(e.times)
-    late = {key for key, ts in stamps.items() if any(a <= t <= b for t in ts for a, b in windows)}
+    return stamps
+
+
+@pytest.mark.parametrize(
+    "run_loop", [pytest.param(asyncio.run, id="asyncio-loop"), pytest.param(event_loop.run, id="driver-loop")]
+)
+def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late(run_loop):
+    """On asyncio's own loop (the timer's windows) and on the driver's (the late wakes it notes: the tokens that
+    piled up through the block came in one read under the kernel's one stamp, which counts as stamped at the
+    wake) the recording has the block's window, and the turns marked are exactly those with a stamp in a
+    recorded window (on a loaded machine the OS, and here the simulated engine's thread holding the GIL, may add
+    windows of their own: they count too; that turns outside every window stay unmarked is
+    test_the_fold_marks_exactly_the_turns_stamped_in_a_window's)."""
+    run, (start, end) = _blocked_run(run_loop)
+    events = run.hub.events
+    windows = [w for e in events if isinstance(e, ev.ClientLag) for w in e.busy]
+    # The timer was due at most a tick after the block began, and cannot wake before it ends.
+    assert any(a <= start + TICK_S and b >= end for a, b in windows), (start, end, windows)
+    late = {key for key, ts in _stamps(events).items() if any(a <= t <= b for t in ts for a, b in windows)}
     marked = {(r.session, r.turn) for r in run.state.turns if r.client_busy}
     assert ("s1", 2) in late
     assert marked == late
+
+
+def test_a_lone_token_read_late_keeps_the_kernels_arrival_time_and_marks_nothing():
+    """A server sends a token every 40 ms; 20 ms after the first, the driver's loop is held for 30 ms, through
+    the second's arrival. Read at the late wake, alone, it carries the kernel's receive time (stamped_socket.py),
+    within a millisecond or two of its sending, not the wake's 10 ms later; the wake counts for the lag, but no
+    read was stamped at it, so it leaves no window and marks nothing."""
+    clock, sent, times, held = RunClock(), [], [], []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)  # the request (small: one read)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            for k in range(4):
+                if k:
+                    time.sleep(0.04)
+                sent.append(clock())
+                conn.sendall(_chunked_event(b'{"choices":[{"index":0,"delta":{"content":"w%d"}}]}' % k))
+            conn.sendall(_chunked_event(b"[DONE]") + b"0\r\n\r\n")
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    lags: list[ev.AnyEvent] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        monitor = LoopLagMonitor(lags.append, clock)
+        watch = asyncio.create_task(monitor.run())
+
+        def first(t: float) -> None:
+            loop.call_later(0.02, hold)
+
+        def hold() -> None:
+            start = clock()
+            time.sleep(0.03)
+            held.append((start, clock()))
+
+        conn = Connection(f"http://127.0.0.1:{listener.getsockname()[1]}", clock)
+        await stream_chat(conn, "/v1/chat/completions", b"{}", {}, first, times.extend, timeout=10)
+        conn.close()
+        await asyncio.sleep(0.05)
+        watch.cancel()
+        monitor.flush(clock())
+
+    event_loop.run(main())
+    server.join(5)
+    listener.close()
+    ((start, end),) = held
+    assert len(times) == 4 and start < sent[1] < end, (sent, held)
+    assert abs(times[1] - sent[1]) < 0.002 and times[1] < end - 0.005, (times, sent, held)
+    assert not [w for e in lags if isinstance(e, ev.ClientLag) for w in e.busy]
+    assert max(e.max_ms for e in lags if isinstance(e, ev.ClientLag)) >= 25  # the hold itself is reported
+
+
+def _chunked_event(data: bytes) -> bytes:
+    event = b"data: " + data + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(event), event)
 
 
 def test_a_sped_up_demo_keeps_its_windows_and_shows_its_lag_in_wall_seconds():
@@ -313,11 +377,13 @@ def _lag_windows_of(hold, until) -> list[tuple[float, float, bool]]:
     async def main() -> None:
         m = LoopLagMonitor(out.append, RunClock(0.0))  # the run's clock, counting from perf_counter's 0
         task = asyncio.create_task(m.run())
+        stream = _WakeStampedStream(asyncio.get_running_loop())
         hold(asyncio.get_running_loop())
         deadline = time.perf_counter() + 20.0
         while not until() and time.perf_counter() < deadline:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.1)
+        stream.close()
         task.cancel()
         m.flush(time.perf_counter())
 
@@ -325,6 +391,37 @@ def _lag_windows_of(hold, until) -> list[tuple[float, float, bool]]:
     lags = [e for e in out if isinstance(e, ev.ClientLag)]
     assert lags and all(len(e.busy_own) == len(e.busy) and e.own_max_ms is not None for e in lags)
     return [(a, b, own) for e in lags for (a, b), own in zip(e.busy, e.busy_own)]
+
+
+class _WakeStampedStream:
+    """A stream whose reads are stamped at the loop's wake, as TLS's are: a byte every 2 ms from another process
+    (which the OS stopping this one does not stop), so a late wake has stamps to put off, and leaves its window."""
+
+    WRITER = (
+        "import socket, sys, time\n"
+        "s = socket.socket(fileno=int(sys.argv[1]))\n"
+        "while True:\n    s.send(b'x')\n    time.sleep(0.002)\n"
+    )
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, (self.r, w) = loop, socket.socketpair()
+        self.r.setblocking(False)
+        loop.add_reader(self.r, self._read)
+        self.writer = procs.Popen([sys.executable, "-c", self.WRITER, str(w.fileno())], pass_fds=[w.fileno()])
+        w.close()
+
+    def _read(self) -> None:
+        self.loop.passes.read_time()  # type: ignore[attr-defined]
+        try:
+            self.r.recv(65536)
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        self.writer.kill()
+        self.writer.wait()
+        self.loop.remove_reader(self.r)
+        self.r.close()
 
 
 def _overlapping(windows: list[tuple[float, float, bool]], spans: list[tuple[float, float]]) -> list[list[bool]]:

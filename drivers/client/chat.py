@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from rampwatch.drivers.net.wire import Connection
+from rampwatch.drivers.net.wire import Connection, several_in_one_read
 
 
 class Delta(msgspec.Struct):
@@ -210,6 +210,7 @@ class ChatStreamParser:
             buf = buf.replace(b"\r\n", b"\n")
         *events, self._buf = buf.split(b"\n\n")
         res = self.res
+        before = res.chunks
         for ev in events:
             for line in ev.split(b"\n"):
                 if not line.startswith(b"data:"):
@@ -264,6 +265,8 @@ class ChatStreamParser:
                         res.reasoning_tokens = u.completion_tokens_details.reasoning_tokens
                     if u.prompt_tokens_details is not None:
                         res.cached_tokens = u.prompt_tokens_details.cached_tokens
+        if res.chunks - before > 1:
+            several_in_one_read()  # one stamp for several tokens: exact only if the loop read them promptly
         if self._batch and (t >= self._next_flush or self.done):
             self.on_times(self._batch)
             self._batch = []

@@ -1,12 +1,15 @@
 """A minimal HTTP/1.1 client for what shares the loop that stamps the streams: a streaming POST, and a GET.
 
 httpx costs ~40 µs of CPU per network read (coroutine layers per read);
-here each read lands in the connection's own buffer (a BufferedProtocol: the
-stock Protocol path allocates a fresh 256 KiB bytes object per read, about a
-quarter of the read's CPU), is stamped first, and flows straight into the SSE
-parser, for a few µs. On the driver's own loop the stamp is when the loop woke
-for the read (drivers/run/event_loop.py), so a read handled after 63 others in
-the same pass is not stamped late by their work. One keep-alive connection per session, which also
+here each read lands in the connection's own buffer, is stamped first, and
+flows straight into the SSE parser (http_response.py), for a few µs. Plain HTTP
+is read from its socket with the kernel's receive time of each read
+(stamped_socket.py), so a read the loop comes to late keeps when its bytes
+arrived. TLS goes through asyncio's transport (a BufferedProtocol: the stock
+Protocol path allocates a fresh 256 KiB bytes object per read), and on the
+driver's own loop is stamped when the loop woke for the read
+(drivers/run/event_loop.py), so a read handled after 63 others in the same pass
+is not stamped late by their work. One keep-alive connection per session, which also
 carries the session's /tokenize counts between its turns
 (tokenizer.over_connection); each engine's /metrics scraper keeps one too
 (telemetry/metrics.py). Everything else (probes, calibration, Prometheus,
@@ -23,134 +26,20 @@ from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 from rampwatch.drivers.model.clock import RunClock
+from rampwatch.drivers.net.http_response import (
+    READ_BUFFER,
+    ConnectionDropped,
+    ConnectionFailed,
+    ResponseParser,
+    ResponseReader,
+    write_slices,
+)
 from rampwatch.drivers.net.pass_share import take_turn
+from rampwatch.drivers.net.stamped_socket import SO_TIMESTAMPNS, StampedSocket
 from rampwatch.drivers.net.tls import tls_context
 
-
-class ConnectionFailed(Exception):
-    """Could not open a connection: the server is not there."""
-
-
-class ConnectionDropped(Exception):
-    """The connection closed before the response was complete."""
-
-
-class ResponseParser:
-    """Incremental HTTP/1.x response parser: status and headers (interim 1xx
-    responses skipped), then the body, framed by chunked encoding, by
-    Content-Length, or by the connection closing (RFC 9112 §6.3), handed to
-    `on_body(status, bytes, t)`."""
-
-    def __init__(self, on_body: Callable[[int, bytes, float], None]):
-        self.on_body = on_body
-        self.status: int | None = None
-        self.version = "HTTP/1.1"
-        self.headers: dict[str, str] = {}
-        self.done = False
-        self.until_close = False  # neither chunked nor Content-Length: the body ends when the connection does
-        self._buf = b""
-        self._chunked = False
-        self._remaining: int | None = None  # Content-Length left, or the current chunk's
-        self._in_head = True
-        self._state = "size"  # chunked decoding: size | data | crlf | trailer
-
-    @property
-    def keep_alive(self) -> bool:
-        connection = self.headers.get("connection", "").lower()
-        if self.until_close or connection == "close":
-            return False
-        return self.version != "HTTP/1.0" or connection == "keep-alive"  # HTTP/1.0 closes unless told otherwise
-
-    def connection_closed(self) -> bool:
-        """The connection ended: True when that completes the response (a close-delimited body)."""
-        if self.until_close and not self._in_head:
-            self.done = True
-        return self.done
-
-    def feed(self, data: bytes, t: float) -> None:
-        while self._in_head:
-            self._buf += data
-            end = self._buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head, data = self._buf[:end].decode("latin-1"), self._buf[end + 4 :]
-            self._buf = b""
-            lines = head.split("\r\n")
-            parts = lines[0].split(" ", 2)
-            if len(parts) < 2:
-                raise ValueError(f"not an HTTP response: {lines[0][:80]!r}")
-            self.version, self.status = parts[0], int(parts[1])
-            if 100 <= self.status < 200 and self.status != 101:
-                continue  # an interim response (100 Continue, 103 Early Hints): the real one follows
-            for line in lines[1:]:
-                k, _, v = line.partition(":")
-                self.headers[k.strip().lower()] = v.strip()
-            self._in_head = False
-            self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
-            if not self._chunked:
-                length = self.headers.get("content-length")
-                self._remaining = int(length) if length is not None else None
-                if self._remaining == 0 or self.status in (204, 304):
-                    self.done = True
-                    return
-                self.until_close = self._remaining is None
-            if not data:
-                return
-        if self._chunked:
-            self._feed_chunked(data, t)
-        else:
-            if self._remaining is not None:
-                data = data[: self._remaining]
-                self._remaining -= len(data)
-                if self._remaining <= 0:
-                    self.done = True
-            if data:
-                self.on_body(self.status or 0, data, t)
-
-    def _feed_chunked(self, data: bytes, t: float) -> None:
-        buf = self._buf + data if self._buf else data
-        self._buf = b""
-        out = []
-        pos, n = 0, len(buf)
-        while pos < n and not self.done:
-            state = self._state
-            if state == "data":
-                take = min(self._remaining or 0, n - pos)
-                out.append(buf[pos : pos + take])
-                pos += take
-                self._remaining = (self._remaining or 0) - take
-                if self._remaining == 0:
-                    self._state = "crlf"
-            elif state == "crlf":
-                if n - pos < 2:
-                    break
-                pos += 2
-                self._state = "size"
-            else:  # "size" line, or a trailer line after the last chunk
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    break
-                line, pos = buf[pos:eol], eol + 2
-                if state == "trailer":
-                    self.done = not line
-                    continue
-                size = int(line.split(b";", 1)[0], 16)
-                if size == 0:
-                    self._state = "trailer"
-                else:
-                    self._remaining, self._state = size, "data"
-        if pos < n and not self.done:
-            self._buf = buf[pos:]
-        if out:
-            self.on_body(self.status or 0, b"".join(out) if len(out) > 1 else out[0], t)
-
-
-# A request body goes out in slices of this size, each when the transport has room: what it buffers
-# stays near this, not a copy of the rest of a 4 MB prompt per session.
-WRITE_SLICE = 256 * 1024
 SSE_OR_JSON = "text/event-stream, application/json"  # what a POST accepts: a stream, or an error's JSON
 T = TypeVar("T")
-READ_BUFFER = 64 * 1024  # each connection's reads land here; a stream's chunk is a few hundred bytes
 
 
 def url_credentials(url: str) -> dict[str, str]:
@@ -188,6 +77,18 @@ async def within(aw: Awaitable[T], timeout: float | None) -> T:
         timer.cancel()
 
 
+def several_in_one_read() -> None:
+    """A read just handled carried several tokens under one stamp (the kernel's, of its last bytes): the earlier
+    ones came before it, by as long as the loop took to come to them. On the driver's own loop the read counts
+    as stamped at the pass's wake, so a late wake marks it as it marks a read stamped there (event_loop.py)."""
+    try:
+        passes = getattr(asyncio.get_running_loop(), "passes", None)
+    except RuntimeError:  # parsed off any loop (a recorded stream read back)
+        return
+    if passes is not None:
+        passes.read_time()
+
+
 def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
     """What this loop's reads are stamped with: when the loop woke for them, on `clock`, where the loop says
     (the driver's own loop: `passes.read_time()`, on time.perf_counter, which the run's clock counts from);
@@ -199,14 +100,14 @@ def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
     return lambda: read_time() - origin
 
 
-class _Protocol(asyncio.BufferedProtocol):
+class _Protocol(ResponseReader, asyncio.BufferedProtocol):
+    """A connection over asyncio's transport (TLS, or where the clock is not the run's): each read stamped when
+    the loop woke for it."""
+
     def __init__(self, stamp: Callable[[], float]):
         self.stamp = stamp
         self._read_into = memoryview(bytearray(READ_BUFFER))
         self.transport: asyncio.Transport | None = None
-        self.parser: ResponseParser | None = None
-        self.finished: asyncio.Future[None] | None = None
-        self.closed = False
         self._writable = asyncio.Event()
         self._writable.set()
 
@@ -224,23 +125,9 @@ class _Protocol(asyncio.BufferedProtocol):
         gathered into one write, large ones sliced without a copy); stops early if the
         connection goes (the response then says why)."""
         assert self.transport is not None
-        small = bytearray()
-        for part in parts:
-            if len(part) < WRITE_SLICE:
-                small += part
-                if len(small) < WRITE_SLICE:
-                    continue
-                part, small = bytes(small), bytearray()
-            elif small:
-                if not await self._write(small):
-                    return
-                small = bytearray()
-            view = memoryview(part)
-            for start in range(0, len(view), WRITE_SLICE):
-                if not await self._write(view[start : start + WRITE_SLICE]):
-                    return
-        if small:
-            await self._write(small)
+        for piece in write_slices(parts):
+            if not await self._write(piece):
+                return
 
     async def _write(self, data: bytes | bytearray | memoryview) -> bool:
         """One write once the transport has room; False when the connection is gone."""
@@ -257,27 +144,16 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         t = self.stamp()  # stamped before anything else looks at the bytes
-        p, fut = self.parser, self.finished
-        if p is None or fut is None or fut.done():
-            return
-        try:
-            p.feed(bytes(self._read_into[:nbytes]), t)
-        except Exception as e:  # noqa: BLE001 - a parse error fails this request only
-            fut.set_exception(e)
-            return
-        if p.done:
-            fut.set_result(None)
+        self.take(bytes(self._read_into[:nbytes]), t)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._writable.set()  # a send waiting for room stops
-        fut = self.finished
-        if fut is None or fut.done():
-            return
-        if self.parser is not None and exc is None and self.parser.connection_closed():
-            fut.set_result(None)  # a body delimited by the close is complete
-        else:
-            fut.set_exception(ConnectionDropped("connection closed mid-response"))
+        self.ended(exc)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
 
 class Connection:
@@ -298,15 +174,21 @@ class Connection:
         self.host_header = name if u.port is None else f"{name}:{self.port}"
         self.clock, self.connect_timeout = clock, connect_timeout
         self.tls = tls
-        self._proto: _Protocol | None = None
+        self._proto: _Protocol | StampedSocket | None = None
 
-    async def _connect(self) -> _Protocol:
+    async def _connect(self) -> _Protocol | StampedSocket:
+        """A fresh connection: plain HTTP on the run's clock reads the kernel's receive times (stamped_socket.py);
+        TLS, or another clock, goes through asyncio's transport, stamped when the loop woke."""
         loop = asyncio.get_running_loop()
         ctx = (self.tls or tls_context()) if self.https else None
         await take_turn()  # 256 sessions connecting at once: their connects (and what each costs) take turns
+        wake_stamp = read_stamp(self.clock)
         try:
+            if ctx is None and isinstance(self.clock, RunClock) and SO_TIMESTAMPNS is not None:
+                opened = StampedSocket.open(self.host, self.port, self.clock, wake_stamp)
+                return await within(opened, self.connect_timeout)
             _, proto = await within(
-                loop.create_connection(lambda: _Protocol(read_stamp(self.clock)), self.host, self.port, ssl=ctx),
+                loop.create_connection(lambda: _Protocol(wake_stamp), self.host, self.port, ssl=ctx),
                 self.connect_timeout,
             )
         except (TimeoutError, OSError) as e:
@@ -354,7 +236,7 @@ class Connection:
         if not reused:
             self._proto = await self._connect()
         proto = self._proto
-        assert proto is not None and proto.transport is not None
+        assert proto is not None
         received = False
 
         def body_seen(status: int, data: bytes, t: float) -> None:
@@ -388,6 +270,6 @@ class Connection:
         return parser
 
     def close(self) -> None:
-        if self._proto is not None and self._proto.transport is not None:
-            self._proto.transport.close()
+        if self._proto is not None:
+            self._proto.close()
         self._proto = None

@@ -1,6 +1,6 @@
 """The driver's event loop: asyncio's own, with a selector that times each pass of the loop.
 
-Every read is stamped when the loop woke for it (`PassSelector.read_time`, drivers/net/wire.py), not when
+A read over TLS is stamped when the loop woke for it (`PassSelector.read_time`, drivers/net/wire.py), not when
 its callback got its turn: the 64th stream read in a pass is stamped as early as the first. A stamp is then
 off only if the loop came to look late, or handled a read long after it woke, and the selector notes each:
   - the pass before held the loop (the driver's work, or the OS taking the core from it mid-pass), and what
@@ -9,7 +9,10 @@ off only if the loop came to look late, or handled a read long after it woke, an
   - a read was handled more than 5 ms after its pass woke: bytes that came since are stamped early by as
     much, so that pass's own wake counts as late too;
   - the loop waited past its timer (the OS or a virtual machine's host woke it late): the machine's.
-The loop-lag check (loop_lag.py) turns these into the windows that mark turns `client busy`."""
+A read over plain HTTP carries the kernel's receive time of its last bytes (drivers/net/stamped_socket.py),
+which a late wake does not put off; one that carried several tokens counts as stamped at its wake (the earlier
+ones came before, as long as the loop took). The loop-lag check (loop_lag.py) turns the late wakes at which a
+read was so stamped into the windows that mark turns `client busy`; the others count for the lag alone."""
 
 from __future__ import annotations
 
@@ -33,12 +36,14 @@ EDGE_S = 1e-6  # how far a window reaches past a wake it holds (or short of one 
 
 class LateWake(NamedTuple):
     """The stamps taken at the wake `end` (time.perf_counter), and at `start` where `from_start`, may be
-    `end - start` s off, `own_s` of it the driver's own work (the CPU its process spent meanwhile)."""
+    `end - start` s off, `own_s` of it the driver's own work (the CPU its process spent meanwhile); `stamped`:
+    a read was stamped at one of those wakes (False: every read there carried the kernel's time)."""
 
     start: float
     end: float
     own_s: float
     from_start: bool = False
+    stamped: bool = True
 
     def window(self, offset: float) -> tuple[float, float]:
         """The span holding exactly those stamps, on a clock `offset` s from time.perf_counter."""
@@ -54,17 +59,23 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         self.woke = time.perf_counter()  # when the latest wait returned: this pass's reads are stamped then
         self._cpu = time.process_time()
         self._read_late = False  # this pass handled a read long after it woke
+        self._stamped = False  # this pass stamped a read with its wake
+        self._pending: LateWake | None = None  # this pass's wake came late: noted once its reads are known
+        self._carried: LateWake | None = None  # ... one that stamped none, carried to the wake after
+        self._was_carried = False  # this pass's late wake is one carried
         self.late: deque[LateWake] = deque(maxlen=KEPT)
 
     def read_time(self) -> float:
         """The time a read handled now is stamped with: when this pass woke (time.perf_counter)."""
         woke = self.woke
+        self._stamped = True
         if time.perf_counter() - woke > CLIENT_BUSY_S:
             self._read_late = True
         return woke
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         entered = time.perf_counter()
+        self._carried = self._settle(entered)
         since, read_late = self.woke, self._read_late
         held = entered - since > NOTED_S
         if held:  # a long pass: how much of it the process ran (not the OS running another)
@@ -85,14 +96,33 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
             return self._woke(ready, woke, LateWake(entered + asked, woke, 0.0))
         return self._woke(ready, woke)
 
+    def _settle(self, entered: float) -> LateWake | None:
+        """The pass that began late is over, and whether it stamped a read is known: note its wake. One that
+        stamped none in a pass that ended at once is carried to the next wake (returned): a wait that timed out
+        while the OS held the process returns no socket, and what waited through it is read a pass later."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        if pending.from_start or self._stamped:
+            self.late.append(pending)
+        elif entered - pending.end < NOTED_S and not self._was_carried:  # once: a window never creeps on
+            return pending
+        else:
+            self.late.append(pending._replace(stamped=False))
+        return None
+
     def _woke(
         self, ready: list[tuple[selectors.SelectorKey, int]], woke: float, late: LateWake | None = None
     ) -> list[tuple[selectors.SelectorKey, int]]:
-        """A wait returned at `woke`, which starts the next pass."""
+        """A wait returned at `woke`, which starts the next pass (a late wake carried from the last reaches it)."""
+        carried, self._carried = self._carried, None
+        self._was_carried = carried is not None
+        if carried is not None:
+            own = max(carried.own_s, late.own_s) if late is not None else carried.own_s
+            late = LateWake(carried.start, woke, own, carried.from_start)
         self.woke = woke
-        self._cpu, self._read_late = time.process_time(), False
-        if late is not None:
-            self.late.append(late)
+        self._cpu, self._read_late, self._stamped = time.process_time(), False, False
+        self._pending = late
         return ready
 
 

@@ -1,16 +1,17 @@
 """The driver checking itself: how late its event loop came to look, and whose the delay was.
 
-Every timestamp rampwatch records is taken on that loop, so a stamp taken while the loop ran late is late by
-as much: the turns with such a stamp are marked `client busy` (drivers/model/client_check.py), and the lag is
-recorded each second. A timer every 10 ms measures the lag (its p50/p99/max), and keeps the loop waking often
-enough to see the OS wake it late.
-On the driver's own loop (event_loop.DriverLoop) reads are stamped when the loop woke for them, and the loop
-notes each late wake itself (event_loop.LateWake): a window covers exactly the stamps that wake may have put
-off, and says whether the driver's own work (the CPU its process spent in the pass that held the loop) made it late,
-or the machine (the OS or a VM's host waking it late, or taking the core mid-pass; a disk wait, since the
-recording is written from this loop, reads the same). On any other loop (or clock, whose reads are not
-stamped at the loop's wakes) a late timer leaves a window from when it was due to a tick after it woke, all
-the driver's own.
+A stamp the loop takes while it runs late is late by as much: the turns with such a stamp are marked
+`client busy` (drivers/model/client_check.py), and the lag is recorded each second. A timer every 10 ms
+measures the lag (its p50/p99/max), and keeps the loop waking often enough to see the OS wake it late.
+On the driver's own loop (event_loop.DriverLoop) the loop notes each late wake itself (event_loop.LateWake): a
+window covers exactly the stamps that wake may have put off, and says whether the driver's own work (the CPU
+its process spent in the pass that held the loop) made it late, or the machine (the OS or a VM's host waking
+it late, or taking the core mid-pass; a disk wait, since the recording is written from this loop, reads the
+same). A read there is stamped when the loop woke for it (TLS), or with the kernel's receive time of its last
+bytes (plain HTTP, drivers/net/stamped_socket.py), which no late wake puts off unless the read carried several
+tokens that may have come apart: a late wake at which no read was stamped so leaves no window. On any other
+loop (or clock, whose reads are not stamped at the loop's wakes) a late timer leaves a window from when it was
+due to a tick after it woke, all the driver's own.
 Each report also says how much CPU the process spent over its second (time.process_time, every thread of the
 process), and, in a driver worker (--workers N), whose loop it was: that worker's windows mark only its turns."""
 
@@ -108,7 +109,7 @@ class LoopLagMonitor:
         self.split = True  # only a DriverLoop notes them
         self._max = max(self._max, lag)
         self._own_max = max(self._own_max, wake.own_s)
-        if lag > BUSY_S:
+        if lag > BUSY_S and wake.stamped:  # no read stamped at it (the kernel's times): nothing to mark
             self._window(*wake.window(self._offset), wake.own_s > BUSY_S)
 
     def _window(self, start: float, end: float, own: bool) -> None:

@@ -1,0 +1,126 @@
+"""A plain-HTTP connection whose reads carry the kernel's own receive time (SO_TIMESTAMPNS, on Linux).
+
+Over asyncio's transport a read can only be stamped when the loop woke for it (event_loop.py), so a pass that
+held the loop (256 streams' reads, a turn's text, the collector) puts off the stamps of what arrived meanwhile,
+and their turns are marked `client busy`. Here the kernel says when each read's last bytes reached this
+machine's socket, and the stamp is that, however late the loop came to read them: such reads need no mark
+(a late wake marks only the reads stamped at it). The socket is read by a reader registered on the loop with
+recvmsg_into (an asyncio transport's reads carry no ancillary data) and written with sock_sendall. Where the
+kernel gives no time (not Linux, a sandbox that does not stamp), a read is stamped at the wake, as over TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from rampwatch.drivers.net.http_response import READ_BUFFER, ResponseReader, write_slices
+
+# SO_TIMESTAMPNS (its control message has the same number): 35 on Linux's common ABIs; Python names it from 3.12.
+SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
+ANCILLARY = socket.CMSG_SPACE(16)  # one struct timespec
+_TIMESPEC = struct.Struct("qq")
+
+
+class StampedSocket(ResponseReader):
+    """One connected TCP socket: `send` writes a request, and each read feeds the response in flight (the
+    ResponseReader's), stamped on `clock` (the run's) with when the kernel received it."""
+
+    def __init__(self, sock: socket.socket, clock: Callable[[], float], wake_stamp: Callable[[], float]):
+        self.sock, self.clock, self.wake_stamp = sock, clock, wake_stamp
+        self.kernel = False  # the kernel stamps this socket's reads
+        if SO_TIMESTAMPNS is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self.kernel = True
+            except OSError:
+                pass
+        self._into = bytearray(READ_BUFFER)
+        self._view = memoryview(self._into)
+        self._open = True
+        self._drained = -float("inf")  # when a read last emptied the socket: later bytes came after it
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._readable)
+
+    @classmethod
+    async def open(
+        cls, host: str, port: int, clock: Callable[[], float], wake_stamp: Callable[[], float]
+    ) -> StampedSocket:
+        """Connected to the first of `host`'s addresses that answers; OSError if none does."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        error: OSError = OSError(f"no address for {host}")
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
+                await loop.sock_connect(sock, address)
+            except OSError as e:
+                sock.close()
+                error = e
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            return cls(sock, clock, wake_stamp)
+        raise error
+
+    def _readable(self) -> None:
+        try:
+            n, ancillary, _, _ = self.sock.recvmsg_into([self._into], ANCILLARY)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        if not n:
+            self._lost(None)
+            return
+        t = self._stamp(ancillary, n)
+        self.take(bytes(self._view[:n]), t)
+
+    def _stamp(self, ancillary: list[tuple[int, int, bytes]], n: int) -> float:
+        """When the kernel received this read's last bytes, on the run's clock: now less how long ago that was
+        (the realtime clock's reading less the kernel's), and never before the last read that emptied the
+        socket. Without a kernel time: when the loop woke for it."""
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+                sec, ns = _TIMESPEC.unpack_from(data)
+                now = self.clock()
+                t = max(self._drained, now - max(0.0, time.time() - (sec + ns * 1e-9)))
+                self._drained = now if n < len(self._into) else -float("inf")
+                return t
+        return self.wake_stamp()
+
+    async def send(self, parts: Sequence[bytes]) -> None:
+        """Write `parts` in order, a slice at a time as the socket takes them; stops early if the connection goes
+        (the response then says why)."""
+        for piece in write_slices(parts):
+            if self.closed:
+                return
+            try:
+                await self._loop.sock_sendall(self.sock, piece)
+            except OSError as e:
+                self._lost(e)
+                return
+
+    def _lost(self, exc: BaseException | None) -> None:
+        self._shut()
+        self.ended(exc)
+
+    def close(self) -> None:
+        """Close it; a response in flight ends as the close leaves it (complete only if the close delimits it)."""
+        self._shut()
+        self.ended(None)
+
+    def _shut(self) -> None:
+        if self._open:
+            self._open = False
+            fd = self.sock.fileno()
+            self._loop.remove_reader(fd)
+            self._loop.remove_writer(fd)  # a send waiting for room: its fd may be reused once closed
+            self.sock.close()
