@@ -17,6 +17,7 @@ from rampwatch.drivers.client.chat import (
 )
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.net.http_response import WRITE_SLICE
+from rampwatch.drivers.net.stamped_socket import StampedSocket
 from rampwatch.drivers.net.wire import (
     Connection,
     ConnectionDropped,
@@ -188,6 +189,8 @@ async def test_stream_over_a_socket_with_chunks_split_anywhere():
                 timeout=10,
             )
             assert res.text == "Hello" and res.chunks == 2 and res.prompt_tokens == 18
+        # the kind of connection asked for, not a silent fallback
+        assert isinstance(conn._proto, StampedSocket) == (_clock_kind[0] == "kernel-stamped")
         conn.close()
     assert len(requests) == 2 and b"Authorization: Bearer k" in requests[0] and requests[0].endswith(b'{"x":1}')
 

@@ -47,6 +47,7 @@ def over_connection(conn: Connection, base_path: str, headers: dict[str, str]) -
 
     async def post(path: str, payload: dict[str, object]) -> tuple[int, object]:
         body: list[bytes] = []
+        await take_turn()  # 256 sessions counting at once (their connections opening): they take turns
         parser = await conn.post(
             base + path, msgspec.json.encode(payload), sent, lambda s, d, t: body.append(d), TIMEOUT_S
         )

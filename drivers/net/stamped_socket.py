@@ -51,7 +51,12 @@ class StampedSocket(ResponseReader):
     ) -> StampedSocket:
         """Connected to the first of `host`'s addresses that answers; OSError if none does."""
         loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        try:  # an address needs no resolver (a thread pool's round trip, after the request was stamped)
+            infos = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_NUMERICHOST
+            )
+        except socket.gaierror:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         error: OSError = OSError(f"no address for {host}")
         for family, kind, proto, _, address in infos:
             sock = socket.socket(family, kind, proto)

@@ -34,7 +34,6 @@ from rampwatch.drivers.net.http_response import (
     ResponseReader,
     write_slices,
 )
-from rampwatch.drivers.net.pass_share import take_turn
 from rampwatch.drivers.net.stamped_socket import SO_TIMESTAMPNS, StampedSocket
 from rampwatch.drivers.net.tls import tls_context
 
@@ -80,13 +79,14 @@ async def within(aw: Awaitable[T], timeout: float | None) -> T:
 def several_in_one_read() -> None:
     """A read just handled carried several tokens under one stamp (the kernel's, of its last bytes): the earlier
     ones came before it, by as long as the loop took to come to them. On the driver's own loop the read counts
-    as stamped at the pass's wake, so a late wake marks it as it marks a read stamped there (event_loop.py)."""
+    as stamped at the pass's wake, and a late wake's window reaches it, so a late wake marks it as it marks a
+    read stamped there (event_loop.py)."""
     try:
         passes = getattr(asyncio.get_running_loop(), "passes", None)
     except RuntimeError:  # parsed off any loop (a recorded stream read back)
         return
     if passes is not None:
-        passes.read_time()
+        passes.several_read()
 
 
 def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
@@ -101,8 +101,8 @@ def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
 
 
 class _Protocol(ResponseReader, asyncio.BufferedProtocol):
-    """A connection over asyncio's transport (TLS, or where the clock is not the run's): each read stamped when
-    the loop woke for it."""
+    """A connection over asyncio's transport (TLS, a clock not the run's, or a system without SO_TIMESTAMPNS):
+    each read stamped when the loop woke for it."""
 
     def __init__(self, stamp: Callable[[], float]):
         self.stamp = stamp
@@ -181,7 +181,6 @@ class Connection:
         TLS, or another clock, goes through asyncio's transport, stamped when the loop woke."""
         loop = asyncio.get_running_loop()
         ctx = (self.tls or tls_context()) if self.https else None
-        await take_turn()  # 256 sessions connecting at once: their connects (and what each costs) take turns
         wake_stamp = read_stamp(self.clock)
         try:
             if ctx is None and isinstance(self.clock, RunClock) and SO_TIMESTAMPNS is not None:

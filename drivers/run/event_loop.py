@@ -37,18 +37,20 @@ EDGE_S = 1e-6  # how far a window reaches past a wake it holds (or short of one 
 class LateWake(NamedTuple):
     """The stamps taken at the wake `end` (time.perf_counter), and at `start` where `from_start`, may be
     `end - start` s off, `own_s` of it the driver's own work (the CPU its process spent meanwhile); `stamped`:
-    a read was stamped at one of those wakes (False: every read there carried the kernel's time)."""
+    a read was stamped at one of those wakes (False: every read there carried the kernel's time); `reach`: the
+    latest kernel stamp of a read in that pass that carried several tokens (they came up to then)."""
 
     start: float
     end: float
     own_s: float
     from_start: bool = False
     stamped: bool = True
+    reach: float = 0.0
 
     def window(self, offset: float) -> tuple[float, float]:
         """The span holding exactly those stamps, on a clock `offset` s from time.perf_counter."""
         edge = -EDGE_S if self.from_start else EDGE_S
-        return self.start + offset + edge, self.end + offset + EDGE_S
+        return self.start + offset + edge, max(self.end, self.reach) + offset + EDGE_S
 
 
 class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -63,6 +65,9 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         self._pending: LateWake | None = None  # this pass's wake came late: noted once its reads are known
         self._carried: LateWake | None = None  # ... one that stamped none, carried to the wake after
         self._was_carried = False  # this pass's late wake is one carried
+        self._late_empty = False  # this pass's late wake returned no socket
+        self._entered = 0.0  # when the latest wait began
+        self._reach = 0.0  # the latest a read of this pass that carried several tokens was handled
         self.late: deque[LateWake] = deque(maxlen=KEPT)
 
     def read_time(self) -> float:
@@ -73,8 +78,14 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
             self._read_late = True
         return woke
 
+    def several_read(self) -> None:
+        """A read just handled carried several tokens under one stamp (the kernel's, of its last bytes, at most
+        now): it counts as stamped at this pass's wake, and a late wake's window reaches to now to hold it."""
+        self.read_time()
+        self._reach = time.perf_counter()
+
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        entered = time.perf_counter()
+        entered = self._entered = time.perf_counter()
         self._carried = self._settle(entered)
         since, read_late = self.woke, self._read_late
         held = entered - since > NOTED_S
@@ -104,8 +115,8 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         if pending is None:
             return None
         if pending.from_start or self._stamped:
-            self.late.append(pending)
-        elif entered - pending.end < NOTED_S and not self._was_carried:  # once: a window never creeps on
+            self.late.append(pending._replace(reach=self._reach))
+        elif entered - pending.end < NOTED_S and self._late_empty and not self._was_carried:  # once, no creeping
             return pending
         else:
             self.late.append(pending._replace(stamped=False))
@@ -116,11 +127,14 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     ) -> list[tuple[selectors.SelectorKey, int]]:
         """A wait returned at `woke`, which starts the next pass (a late wake carried from the last reaches it)."""
         carried, self._carried = self._carried, None
-        self._was_carried = carried is not None
+        self._was_carried = False
         if carried is not None:
-            own = max(carried.own_s, late.own_s) if late is not None else carried.own_s
-            late = LateWake(carried.start, woke, own, carried.from_start)
-        self.woke = woke
+            if woke - self._entered < NOTED_S:  # the wait after it returned at once: what it put off is read now
+                own = max(carried.own_s, late.own_s) if late is not None else carried.own_s
+                late, self._was_carried = LateWake(carried.start, woke, own, carried.from_start), True
+            else:  # an idle wait between: it is not this wake's
+                self.late.append(carried._replace(stamped=False))
+        self.woke, self._late_empty, self._reach = woke, not ready, 0.0
         self._cpu, self._read_late, self._stamped = time.process_time(), False, False
         self._pending = late
         return ready

@@ -58,7 +58,7 @@ class LoopLagMonitor:
 
     async def run(self) -> None:
         loop, clock = asyncio.get_running_loop(), self.clock
-        # The wakes the loop notes are those its reads are stamped with, on the run's clock (wire.read_stamp).
+        # The wakes the loop notes are those its wake-stamped reads take, on the run's clock (wire.read_stamp).
         self._loop = loop if isinstance(loop, DriverLoop) and isinstance(clock, RunClock) else None
         self.split = self._loop is not None  # a second with no late wake is the driver's, 0 ms, too
         self._offset = -clock.origin if isinstance(clock, RunClock) else 0.0
