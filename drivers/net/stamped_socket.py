@@ -31,13 +31,11 @@ class StampedSocket(ResponseReader):
 
     def __init__(self, sock: socket.socket, clock: Callable[[], float], wake_stamp: Callable[[], float]):
         self.sock, self.clock, self.wake_stamp = sock, clock, wake_stamp
-        self.kernel = False  # the kernel stamps this socket's reads
         if SO_TIMESTAMPNS is not None:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-                self.kernel = True
             except OSError:
-                pass
+                pass  # no kernel time with its reads: each is stamped at the wake (_stamp)
         self._into = bytearray(READ_BUFFER)
         self._view = memoryview(self._into)
         self._open = True

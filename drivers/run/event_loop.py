@@ -37,8 +37,8 @@ EDGE_S = 1e-6  # how far a window reaches past a wake it holds (or short of one 
 class LateWake(NamedTuple):
     """The stamps taken at the wake `end` (time.perf_counter), and at `start` where `from_start`, may be
     `end - start` s off, `own_s` of it the driver's own work (the CPU its process spent meanwhile); `stamped`:
-    a read was stamped at one of those wakes (False: every read there carried the kernel's time); `reach`: the
-    latest kernel stamp of a read in that pass that carried several tokens (they came up to then)."""
+    a read was stamped at one of those wakes (False: every read there carried the kernel's time); `reach`: when
+    the latest read of that pass that carried several tokens was handled (its kernel stamp is no later)."""
 
     start: float
     end: float
