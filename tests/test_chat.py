@@ -61,7 +61,7 @@ def _run_sync(reads: list[bytes]):
     """Feed each 'network read' to the parser at t = 1, 2, 3, ..."""
     firsts: list[float] = []
     batches: list[list[float]] = []
-    p = ChatStreamParser(firsts.append, batches.append, flush_every=100.0)
+    p = ChatStreamParser(firsts.append, lambda b, piled: batches.append(b), flush_every=100.0)
     for i, r in enumerate(reads):
         p.feed(r, float(i + 1))
     return p.finish(), firsts, batches
@@ -185,7 +185,7 @@ async def test_stream_over_a_socket_with_chunks_split_anywhere():
                 b'{"x":1}',
                 {"Authorization": "Bearer k"},
                 lambda t: None,
-                lambda b: None,
+                lambda b, p: None,
                 timeout=10,
             )
             assert res.text == "Hello" and res.chunks == 2 and res.prompt_tokens == 18
@@ -212,7 +212,7 @@ async def _one_response(raw: bytes) -> object:
         conn = Connection(url, conn_clock())
         try:
             return await stream_chat(
-                conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b: None, timeout=10
+                conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b, p: None, timeout=10
             )
         finally:
             conn.close()
@@ -265,8 +265,8 @@ async def test_a_keepalive_connection_the_server_dropped_is_retried_on_a_fresh_o
     server, url = await _server(handle)
     async with server:
         conn = Connection(url, conn_clock())
-        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None, timeout=10)).text == "a"
-        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None, timeout=10)).text == "a"
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None, timeout=10)).text == "a"
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None, timeout=10)).text == "a"
         conn.close()
     assert len(connections) == 2  # the second request went out twice: on the old connection, then a new one
 
@@ -296,11 +296,11 @@ async def test_stale_keepalive_connection_is_retried_once_and_drops_are_reported
     server, url = await _server(handle)
     async with server:
         conn = Connection(url, conn_clock())
-        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None)).text == "a"
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None)).text == "a"
         await asyncio.sleep(0.05)
-        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None)).text == "b"
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None)).text == "b"
         with pytest.raises(ConnectionDropped):
-            await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b: None)
+            await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None)
         conn.close()
 
 
@@ -336,7 +336,7 @@ async def test_a_large_body_goes_out_in_parts_without_a_buffered_copy():
                 await asyncio.sleep(0)
 
         watcher = asyncio.create_task(watch())
-        res = await stream_chat(conn, "/p", parts, {}, lambda t: None, lambda b: None, timeout=30)
+        res = await stream_chat(conn, "/p", parts, {}, lambda t: None, lambda b, p: None, timeout=30)
         watcher.cancel()
         conn.close()
     assert res.text == "a" and bytes(got) == b"".join(parts)
@@ -359,7 +359,9 @@ async def test_an_answer_before_the_body_went_out_ends_the_request_and_the_conne
     async with server:
         conn = Connection(url, conn_clock())
         with pytest.raises(StreamError, match="too large"):
-            await stream_chat(conn, "/p", [b"x" * (64 * 1024 * 1024)], {}, lambda t: None, lambda b: None, timeout=20)
+            await stream_chat(
+                conn, "/p", [b"x" * (64 * 1024 * 1024)], {}, lambda t: None, lambda b, p: None, timeout=20
+            )
         assert conn._proto is None
         server.close()
 

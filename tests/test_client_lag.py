@@ -76,6 +76,24 @@ def test_the_fold_marks_exactly_the_turns_stamped_in_a_window():
     assert state.client.worst_ms == 40.0 and state.client.lag_ms(1.5) == 40.0 and state.client.lag_ms(9.0) is None
 
 
+def test_a_read_that_piled_tokens_up_marks_its_turn_alone_and_says_whose():
+    """A batch whose read held several tokens long (TokenTimes.piled_up) marks that turn with no window: as the
+    driver's own (True) or the machine's (False); counted to the worker that stamped it."""
+    state = RunState()
+    for sid in ("s1", "s2", "s3"):
+        state.apply(ev.SessionPlanned(t=0.0, session=sid, schedule=[100], salt=sid))
+        state.apply(ev.RequestSent(t=0.0, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
+    state.apply(ev.TokenTimes(t=0.7, session="s1", turn=1, times=[0.6, 0.7, 0.7], piled_up=True))
+    state.apply(ev.TokenTimes(t=0.7, session="s2", turn=1, times=[0.6, 0.7, 0.7], piled_up=False))
+    state.apply(ev.TokenTimes(t=0.7, session="s3", turn=1, times=[0.6, 0.7, 0.7]))
+    marks = {sid: (s.current.client_busy, s.current.client_busy_own) for sid, s in state.sessions.items()}
+    assert marks == {"s1": (True, True), "s2": (True, False), "s3": (False, False)}
+    assert (state.client.marked, state.client.marked_own) == (2, 1)
+    state.apply(ev.ClientLag(t=1.0, p50_ms=0.1, p99_ms=1.0, max_ms=1.0, busy=[]))  # the loop's first report
+    (driver,) = state.client.workers.values()
+    assert (driver.marked, driver.marked_own, driver.first_t) == (2, 1, 1.0)
+
+
 def _blocked_run(run_loop) -> tuple[Run, tuple[float, float]]:
     """A real ramp against the simulated engine (a thread of this process); 50 ms into session 1's second
     decode, something holds the driver's loop for 50 ms (the engine's thread goes on emitting meanwhile)."""
@@ -127,18 +145,22 @@ def _stamps(events: list[ev.AnyEvent]) -> dict[tuple[str, int], list[float]]:
     "run_loop", [pytest.param(asyncio.run, id="asyncio-loop"), pytest.param(event_loop.run, id="driver-loop")]
 )
 def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late(run_loop):
-    """On asyncio's own loop (the timer's windows) and on the driver's (the late wakes it notes: the tokens that
-    piled up through the block came in one read under the kernel's one stamp, which counts as stamped at the
-    wake) the recording has the block's window, and the turns marked are exactly those with a stamp in a
-    recorded window (on a loaded machine the OS, and here the simulated engine's thread holding the GIL, may add
-    windows of their own: they count too; that turns outside every window stay unmarked is
+    """On asyncio's own loop the timer's windows mark the turns: the recording has the block's window. On the
+    driver's, every read carries the kernel's stamp, and the tokens that piled up through the block came in one
+    read under the stamp of the last: that read marks its own turn (TokenTimes.piled_up), with no window. Either
+    way the turns marked are exactly those with a stamp in a recorded window or a read that piled tokens up (on
+    a loaded machine the OS, and here the simulated engine's thread holding the GIL, may add their own: they
+    count too; that turns outside every window stay unmarked is
     test_the_fold_marks_exactly_the_turns_stamped_in_a_window's)."""
     run, (start, end) = _blocked_run(run_loop)
     events = run.hub.events
     windows = [w for e in events if isinstance(e, ev.ClientLag) for w in e.busy]
-    # The timer was due at most a tick after the block began, and cannot wake before it ends.
-    assert any(a <= start + TICK_S and b >= end for a, b in windows), (start, end, windows)
-    late = {key for key, ts in _stamps(events).items() if any(a <= t <= b for t in ts for a, b in windows)}
+    piled = {(e.session, e.turn) for e in events if isinstance(e, ev.TokenTimes) and e.piled_up is not None}
+    if run_loop is asyncio.run:  # the timer was due at most a tick after the block began, and woke after it ended
+        assert any(a <= start + TICK_S and b >= end for a, b in windows), (start, end, windows)
+    else:
+        assert ("s1", 2) in piled, (start, end, piled)
+    late = piled | {key for key, ts in _stamps(events).items() if any(a <= t <= b for t in ts for a, b in windows)}
     marked = {(r.session, r.turn) for r in run.state.turns if r.client_busy}
     assert ("s1", 2) in late
     assert marked == late
@@ -182,7 +204,7 @@ def test_a_lone_token_read_late_keeps_the_kernels_arrival_time_and_marks_nothing
             held.append((start, clock()))
 
         conn = Connection(f"http://127.0.0.1:{listener.getsockname()[1]}", clock)
-        await stream_chat(conn, "/v1/chat/completions", b"{}", {}, first, times.extend, timeout=10)
+        await stream_chat(conn, "/v1/chat/completions", b"{}", {}, first, lambda b, p: times.extend(b), timeout=10)
         conn.close()
         await asyncio.sleep(0.05)
         watch.cancel()
@@ -196,6 +218,75 @@ def test_a_lone_token_read_late_keeps_the_kernels_arrival_time_and_marks_nothing
     assert abs(times[1] - sent[1]) < 0.002 and times[1] < end - 0.005, (times, sent, held)
     assert not [w for e in lags if isinstance(e, ev.ClientLag) for w in e.busy]
     assert max(e.max_ms for e in lags if isinstance(e, ev.ClientLag)) >= 25  # the hold itself is reported
+
+
+_PILING_SERVER = """
+import socket, sys, time
+def event(data):
+    e = b"data: " + data + b"\\n\\n"
+    return b"%x\\r\\n%s\\r\\n" % (len(e), e)
+token = lambda k: event(b'{"choices":[{"index":0,"delta":{"content":"w%d"}}]}' % k)
+listener = socket.socket(fileno=int(sys.argv[1]))
+conn, _ = listener.accept()
+conn.recv(65536)
+conn.sendall(b"HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\ntransfer-encoding: chunked\\r\\n\\r\\n")
+conn.sendall(token(0))
+time.sleep(0.04)
+conn.sendall(token(1) + token(2) + token(3))  # together, while the client's loop waits
+time.sleep(0.4)  # past the first batch's flush: token 4's read sends it, and the client holds its loop 30 ms
+conn.sendall(token(4))
+time.sleep(0.005)
+conn.sendall(token(5))
+time.sleep(0.015)
+conn.sendall(token(6))
+time.sleep(0.1)
+conn.sendall(event(b"[DONE]") + b"0\\r\\n\\r\\n")
+conn.close()
+"""
+
+
+def test_a_read_that_piled_tokens_up_marks_its_turn_only_if_the_loop_held_them():
+    """Tokens written together while the loop waits come in one read under one kernel stamp: exact for all, no
+    mark. Two tokens 15 ms apart, both while the driver's own work holds the loop (30 ms of CPU), come in one
+    read stamped with the second's arrival: the first's stamp is 15 ms late, and that batch says so
+    (piled_up True: the driver's own), with no window for any other turn. The server is another process, which
+    the loop's hold does not hold up."""
+    clock, batches, lags = RunClock(), [], []
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = procs.Popen([sys.executable, "-c", _PILING_SERVER, str(listener.fileno())], pass_fds=[listener.fileno()])
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        monitor = LoopLagMonitor(lags.append, clock)
+        watch = asyncio.create_task(monitor.run())
+
+        def hold() -> None:  # the driver's own work: CPU, not a sleep
+            until = time.perf_counter() + 0.03
+            while time.perf_counter() < until:
+                pass
+
+        def on_times(batch: list[float], piled: bool | None) -> None:
+            if not batches:
+                loop.call_soon(hold)  # token 4's read sent the first batch: tokens 5 and 6 come during the hold
+            batches.append((batch, piled))
+
+        conn = Connection(f"http://127.0.0.1:{listener.getsockname()[1]}", clock)
+        await stream_chat(conn, "/v1/chat/completions", b"{}", {}, lambda t: None, on_times, timeout=10)
+        conn.close()
+        await asyncio.sleep(0.05)
+        watch.cancel()
+        monitor.flush(clock())
+
+    try:
+        event_loop.run(main())
+    finally:
+        server.kill()
+        server.wait()
+        listener.close()
+    (together, together_piled), (held, held_piled) = batches
+    assert len(together) == 5 and together[1] == together[2] == together[3] and together_piled is None, batches
+    assert len(held) == 2 and held[0] == held[1] and held_piled is True, batches
+    assert not [w for e in lags if isinstance(e, ev.ClientLag) for w in e.busy]
 
 
 def _chunked_event(data: bytes) -> bytes:

@@ -270,7 +270,7 @@ def test_the_parser_tells_reasoning_from_the_answer():
     calls: list[tuple[str, float]] = []
     p = ChatStreamParser(
         lambda t: calls.append(("first", t)),
-        lambda ts: None,
+        lambda ts, piled: None,
         on_reasoning=lambda t: calls.append(("reasoning", t)),
         on_answer=lambda t: calls.append(("answer", t)),
     )
@@ -293,7 +293,9 @@ def test_the_parser_tells_reasoning_from_the_answer():
     assert (res.text, res.reasoning, res.reasoning_tokens, res.finish_reason) == ("42", "hm so", 2, "stop")
 
     plain: list[str] = []
-    q = ChatStreamParser(lambda t: plain.append("first"), lambda ts: None, on_answer=lambda t: plain.append("answer"))
+    q = ChatStreamParser(
+        lambda t: plain.append("first"), lambda ts, piled: None, on_answer=lambda t: plain.append("answer")
+    )
     q.feed(sse({"choices": [{"delta": {"content": "hi"}, "finish_reason": "length"}]}, done=True), 1.0)
     res = q.finish()
     assert plain == ["first"] and res.answer_t == 1.0 and res.reasoning_chunks == 0 and res.finish_reason == "length"

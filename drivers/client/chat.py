@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from rampwatch.drivers.net.wire import Connection, several_in_one_read
+from rampwatch.drivers.net.wire import Connection, piled_up
 
 
 class Delta(msgspec.Struct):
@@ -177,8 +177,10 @@ def error_text(body: bytes | str, status: int | None = None) -> str:
 class ChatStreamParser:
     """Server-sent events of a chat completion, fed as body bytes arrive.
 
-    `on_first(t)` fires at the first text chunk; `on_times(batch)` gets the
-    arrival times of text chunks every `flush_every` seconds and at the end.
+    `on_first(t)` fires at the first text chunk; `on_times(batch, piled_up)` gets
+    the arrival times of text chunks every `flush_every` seconds and at the end,
+    and whether a read of them held several tokens that may have come over 5 ms
+    apart (None: none did; True: the driver's own work held them; False: the machine's).
     A reply that reasons first: `on_reasoning(t)`, where given, fires at its
     first chunk instead of `on_first`, and `on_answer(t)` at the first chunk
     of its answer (content or a tool call)."""
@@ -186,7 +188,7 @@ class ChatStreamParser:
     def __init__(
         self,
         on_first: Callable[[float], None],
-        on_times: Callable[[list[float]], None],
+        on_times: Callable[[list[float], bool | None], None],
         flush_every: float = 0.25,
         on_reasoning: Callable[[float], None] | None = None,
         on_answer: Callable[[float], None] | None = None,
@@ -198,6 +200,7 @@ class ChatStreamParser:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._batch: list[float] = []
+        self._piled_up: bool | None = None  # the batch's: see on_times
         self._next_flush = 0.0
         self._buf = b""
 
@@ -265,18 +268,22 @@ class ChatStreamParser:
                         res.reasoning_tokens = u.completion_tokens_details.reasoning_tokens
                     if u.prompt_tokens_details is not None:
                         res.cached_tokens = u.prompt_tokens_details.cached_tokens
-        if res.chunks - before > 1:
-            several_in_one_read()  # one stamp for several tokens: exact only if the loop read them promptly
+        if res.chunks - before > 1:  # one stamp for several tokens: exact only if the loop read them promptly
+            held = piled_up()
+            if held is not None:
+                self._piled_up = held or bool(self._piled_up)
         if self._batch and (t >= self._next_flush or self.done):
-            self.on_times(self._batch)
-            self._batch = []
+            self._flush()
             self._next_flush = t + self.flush_every
+
+    def _flush(self) -> None:
+        self.on_times(self._batch, self._piled_up)
+        self._batch, self._piled_up = [], None
 
     def finish(self) -> StreamResult:
         """The result once the response has ended; raises if it ended early."""
         if self._batch:
-            self.on_times(self._batch)
-            self._batch = []
+            self._flush()
         if not self.done:
             raise StreamError(
                 "stream ended before any token" if self.res.first_t is None else "connection closed mid-stream"
@@ -306,7 +313,7 @@ async def stream_chat(
     body: bytes | list[bytes],
     headers: dict[str, str],
     on_first: Callable[[float], None],
-    on_times: Callable[[list[float]], None],
+    on_times: Callable[[list[float], bool | None], None],
     timeout: float | None = None,
     on_reasoning: Callable[[float], None] | None = None,
     on_answer: Callable[[float], None] | None = None,

@@ -8,6 +8,8 @@ ones) they are `k` times as long in the times this sees.
 A window carries whose it was: the driver's own (its work held the loop) or the machine's (the loop lay idle
 past its timer, or was held without spending the CPU: the OS, a VM's host); a turn is marked `client busy` by
 either, and `client_busy_own` says whether a window of the driver's own marked it.
+A read that carried several tokens under one kernel stamp, which may have come over 5 ms apart while the loop
+was held, marks its own turn alone (TokenTimes.piled_up, drivers/run/event_loop.py): it needs no window.
 With driver workers (--workers N) each worker's loop reports its own lag (ClientLag.worker), and its windows
 mark only the turns of the sessions it runs (SessionView.worker): another worker's stamps were taken on
 another loop. A report of no worker (one driver; every recording made before workers) marks every turn."""
@@ -41,8 +43,9 @@ class WorkerLag:
     cpu_peak: float | None = None  # the largest share of a second's wall time that it spent on the CPU
     first_t: float = 0.0  # its first and latest report, in the fold's times
     last_t: float = 0.0
-    marked: int = 0  # turns its windows marked client busy
-    marked_own: int = 0  # ... by a window of its own work
+    marked: int = 0  # turns it marked client busy (its windows, its reads that piled tokens up)
+    marked_own: int = 0  # ... by its own work
+    reported: bool = False  # a lag report of its came (a turn may be marked before: a read that piled tokens up)
 
     def span_s(self, k: float) -> float:
         """Wall seconds its reports cover: the first one's second and on to the latest."""
@@ -117,8 +120,10 @@ class ClientCheck:
     def _tally(self, e: ev.ClientLag) -> None:
         """The worker's figures over the run: its worst lag, and the CPU its process spent."""
         w = self.workers.get(e.worker)
-        if w is None:
-            w = self.workers[e.worker] = WorkerLag(e.worker, first_t=e.t, last_t=e.t)
+        if w is None or not w.reported:
+            w = self.workers[e.worker] = w or WorkerLag(e.worker)
+            w.first_t = w.last_t = e.t
+            w.reported = True
             second = REPORT_S  # the first report's second began before this saw anything
         else:
             second = (e.t - w.last_t) / self.k  # wall seconds since its last report: what this one covers
@@ -155,6 +160,11 @@ class ClientCheck:
         recent = self.recent_lag(now)
         return recent.ms if recent is not None else None
 
+    def piled_up(self, rec: TurnRecord, own: bool, worker: int | None) -> None:
+        """A read of `rec`'s stream on `worker`'s loop carried several tokens that may have come over 5 ms apart
+        while the loop was held (by its own work, if `own`): its earlier stamps are late, and it is marked."""
+        self._mark(rec, own, worker)
+
     def _judge(self, rec: TurnRecord, times: list[float], window: Window, worker: int | None) -> None:
         """Marks `rec` client busy if a stamp of `times` lies in `window` (and as the driver's own, if it was),
         counted to `worker`, whose window it is."""
@@ -162,17 +172,21 @@ class ClientCheck:
         if (rec.client_busy and (rec.client_busy_own or not own)) or times[0] > b or times[-1] < a:
             return
         if any(a <= t <= b for t in times):
-            w = self.workers.get(worker)
-            if not rec.client_busy:
-                self.marked += 1
-                if w is not None:
-                    w.marked += 1
-            if own and not rec.client_busy_own:
-                self.marked_own += 1
-                if w is not None:
-                    w.marked_own += 1
-            rec.client_busy = True
-            rec.client_busy_own = rec.client_busy_own or own
+            self._mark(rec, own, worker)
+
+    def _mark(self, rec: TurnRecord, own: bool, worker: int | None) -> None:
+        """`rec` marked client busy (and as the driver's own, if `own`), counted to `worker`'s loop."""
+        w = self.workers.get(worker)
+        if w is None:  # marked before its loop's first lag report (a read that piled tokens up)
+            w = self.workers[worker] = WorkerLag(worker)
+        if not rec.client_busy:
+            self.marked += 1
+            w.marked += 1
+        if own and not rec.client_busy_own:
+            self.marked_own += 1
+            w.marked_own += 1
+        rec.client_busy = True
+        rec.client_busy_own = rec.client_busy_own or own
 
 
 class ClientWorker(msgspec.Struct):

@@ -202,6 +202,9 @@ class TokenTimes(Event):
     session: str
     turn: int
     times: list[float]
+    # A read of these carried several tokens under one kernel stamp that may have come over 5 ms apart while the
+    # driver's loop was held (drivers/run/event_loop.py): True by its own work, False by the machine's; None: none.
+    piled_up: bool | None = None
 
 
 class TurnDone(Event):

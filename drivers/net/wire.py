@@ -76,17 +76,16 @@ async def within(aw: Awaitable[T], timeout: float | None) -> T:
         timer.cancel()
 
 
-def several_in_one_read() -> None:
+def piled_up() -> bool | None:
     """A read just handled carried several tokens under one stamp (the kernel's, of its last bytes): the earlier
-    ones came before it, by as long as the loop took to come to them. On the driver's own loop the read counts
-    as stamped at the pass's wake, and a late wake's window reaches it, so a late wake marks it as it marks a
-    read stamped there (event_loop.py)."""
+    ones came before it, by as long as the loop took to come to them. None: no more than 5 ms (or off the driver's
+    own loop, which does not time its passes); else whether the driver's own work held them
+    (event_loop.PassSelector.piled_up)."""
     try:
         passes = getattr(asyncio.get_running_loop(), "passes", None)
     except RuntimeError:  # parsed off any loop (a recorded stream read back)
-        return
-    if passes is not None:
-        passes.several_read()
+        return None
+    return passes.piled_up() if passes is not None else None
 
 
 def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:

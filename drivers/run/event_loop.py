@@ -10,9 +10,10 @@ off only if the loop came to look late, or handled a read long after it woke, an
     much, so that pass's own wake counts as late too;
   - the loop waited past its timer (the OS or a virtual machine's host woke it late): the machine's.
 A read over plain HTTP carries the kernel's receive time of its last bytes (drivers/net/stamped_socket.py),
-which a late wake does not put off; one that carried several tokens counts as stamped at its wake (the earlier
-ones came before, as long as the loop took). The loop-lag check (loop_lag.py) turns the late wakes at which a
-read was so stamped into the windows that mark turns `client busy`; the others count for the lag alone."""
+which a late wake does not put off. The loop-lag check (loop_lag.py) turns the late wakes at which a read was
+stamped with the wake into the windows that mark turns `client busy`; the others count for the lag alone. A
+kernel-stamped read that carried several tokens is exact for the last alone: the selector says whether the
+earlier ones may have come over 5 ms before it (`piled_up`), and that read's turn alone is marked."""
 
 from __future__ import annotations
 
@@ -37,20 +38,18 @@ EDGE_S = 1e-6  # how far a window reaches past a wake it holds (or short of one 
 class LateWake(NamedTuple):
     """The stamps taken at the wake `end` (time.perf_counter), and at `start` where `from_start`, may be
     `end - start` s off, `own_s` of it the driver's own work (the CPU its process spent meanwhile); `stamped`:
-    a read was stamped at one of those wakes (False: every read there carried the kernel's time); `reach`: when
-    the latest read of that pass that carried several tokens was handled (its kernel stamp is no later)."""
+    a read was stamped at one of those wakes (False: every read there carried the kernel's time)."""
 
     start: float
     end: float
     own_s: float
     from_start: bool = False
     stamped: bool = True
-    reach: float = 0.0
 
     def window(self, offset: float) -> tuple[float, float]:
         """The span holding exactly those stamps, on a clock `offset` s from time.perf_counter."""
         edge = -EDGE_S if self.from_start else EDGE_S
-        return self.start + offset + edge, max(self.end, self.reach) + offset + EDGE_S
+        return self.start + offset + edge, self.end + offset + EDGE_S
 
 
 class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -67,22 +66,37 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         self._was_carried = False  # this pass's late wake is one carried
         self._late_empty = False  # this pass's late wake returned no socket
         self._entered = 0.0  # when the latest wait began
-        self._reach = 0.0  # the latest a read of this pass that carried several tokens was handled
+        self._kernel: tuple[float, float] | None = None  # the read being handled: its kernel_read figures
         self.late: deque[LateWake] = deque(maxlen=KEPT)
 
     def read_time(self) -> float:
         """The time a read handled now is stamped with: when this pass woke (time.perf_counter)."""
         woke = self.woke
-        self._stamped = True
+        self._stamped, self._kernel = True, None
         if time.perf_counter() - woke > CLIENT_BUSY_S:
             self._read_late = True
         return woke
 
-    def several_read(self) -> None:
-        """A read just handled carried several tokens under one stamp (the kernel's, of its last bytes, at most
-        now): it counts as stamped at this pass's wake, and a late wake's window reaches to now to hold it."""
-        self.read_time()
-        self._reach = time.perf_counter()
+    def kernel_read(self, arrived: float, empty_since: float) -> None:
+        """The read being handled is stamped with the kernel's receive time of its last bytes, `arrived`; its
+        first bytes came after `empty_since`, when a read last emptied its socket (time.perf_counter, both)."""
+        self._kernel = (arrived, empty_since)
+
+    def piled_up(self) -> bool | None:
+        """The read being handled carried several tokens under its one stamp. None: the earlier ones came no more
+        than 5 ms before the last (or it was stamped at the wake, which a late wake's window holds); else they may
+        have, and whether the driver's own work held them: the CPU of the late pass before this wake and of this
+        pass until the last bytes came."""
+        if self._kernel is None:
+            return None
+        arrived, empty_since = self._kernel
+        late = self._pending
+        # When the loop last looked for reads: the late pass's start, or the wait's if the machine woke it late.
+        looked = min(late.start, self._entered) if late is not None else self.woke - NOTED_S
+        if arrived - max(looked, empty_since) <= CLIENT_BUSY_S:
+            return None
+        into_pass = min(max(0.0, arrived - self.woke), time.process_time() - self._cpu)
+        return (late.own_s if late is not None else 0.0) + into_pass > CLIENT_BUSY_S
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         entered = self._entered = time.perf_counter()
@@ -115,7 +129,7 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         if pending is None:
             return None
         if pending.from_start or self._stamped:
-            self.late.append(pending._replace(reach=self._reach))
+            self.late.append(pending)
         elif entered - pending.end < NOTED_S and self._late_empty and not self._was_carried:  # once, no creeping
             return pending
         else:
@@ -134,7 +148,7 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
                 late, self._was_carried = LateWake(carried.start, woke, own, carried.from_start), True
             else:  # an idle wait between: it is not this wake's
                 self.late.append(carried._replace(stamped=False))
-        self.woke, self._late_empty, self._reach = woke, not ready, 0.0
+        self.woke, self._late_empty, self._kernel = woke, not ready, None
         self._cpu, self._read_late, self._stamped = time.process_time(), False, False
         self._pending = late
         return ready
