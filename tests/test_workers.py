@@ -16,7 +16,10 @@ import psutil
 import pytest
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.run.config import RunConfig
+from rampwatch.drivers.run.hub import EventHub
 from rampwatch.drivers.run.recording import read_recording
+from rampwatch.drivers.run.spread import Spread
 from rampwatch.drivers.sim.profiles import make_profile
 from tests import procs
 from tests.conftest import ROOT, rampwatch_cmd, report_json, rw, small_run
@@ -373,3 +376,14 @@ def test_an_open_loop_run_stopped_or_killed_takes_its_workers_along(tmp_path, si
         ended = {(e.session, e.turn) for e in events if isinstance(e, ev.TurnDone)}
         assert sent and sent <= ended and isinstance(events[-1], ev.RunEnded)
         assert not [e for e in events if isinstance(e, ev.WorkerLost)]
+
+
+async def test_worker_processes_spawned_while_a_run_prepares_end_with_a_run_that_never_starts():
+    """Local workers' processes start as the run prepares (their imports overlap the server's probe); a run
+    that never starts (its server unreachable, a bad flag found later) ends them, and reaps them."""
+    spread = Spread(EventHub(None), time.monotonic)
+    spread.connect(RunConfig(url="http://127.0.0.1:1", workers=3))
+    spawned = [w.proc for w in spread._spawned.values()]
+    assert len(spawned) == 3 and all(p is not None and p.poll() is None for p in spawned)
+    await spread.aclose()
+    assert all(p is not None and p.poll() is not None for p in spawned)

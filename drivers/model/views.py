@@ -4,6 +4,7 @@ summaries over every session (the Sessions panel's line, the prefills in flight)
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
@@ -23,6 +24,41 @@ NO_ANSWER = "no answer"  # a turn's needle mark when the reply was cut before an
 DECODE_WINDOW_S = 2.0  # "current" decode rate looks this far back
 TIMELINE_BUCKET_S = 1.0
 TIMELINE_LEN = 1800  # seconds kept per session for the chart; the recording keeps all
+
+
+class RecentTimes:
+    """Arrival times (in time order) within the last `window` seconds of the latest: a list cut by bisection, so
+    a batch of chunks costs the fold C-speed steps (a deque popped a time at a time was a Python step a chunk)."""
+
+    __slots__ = ("_times", "_start", "window")
+
+    def __init__(self, window: float = DECODE_WINDOW_S):
+        self._times: list[float] = []
+        self._start = 0  # the window's first time: _times[_start:]
+        self.window = window
+
+    def extend(self, times: list[float]) -> None:
+        held = self._times
+        held.extend(times)
+        self._start = cut = bisect_left(held, times[-1] - self.window, self._start)
+        if cut > 1024 and 2 * cut > len(held):  # drop the times behind the window: amortised O(1) a time
+            del held[:cut]
+            self._start = 0
+
+    def clear(self) -> None:
+        self._times.clear()
+        self._start = 0
+
+    def __len__(self) -> int:
+        return len(self._times) - self._start
+
+    @property
+    def first(self) -> float:
+        return self._times[self._start]
+
+    @property
+    def last(self) -> float:
+        return self._times[-1]
 
 
 @dataclass(slots=True)
@@ -67,7 +103,7 @@ class SessionView:
     last_prompt_tokens: int | None = None  # the last reported prompt, so the next turn knows its new tokens
     tokens_per_chunk: float = 1.0  # from the last finished turn's usage: turns chunk counts into tokens
     needles: list[bool | str | None] = field(default_factory=list)  # found, missed, NO_ANSWER or not asked
-    recent: deque[float] = field(default_factory=deque)  # arrival times inside the decode window
+    recent: RecentTimes = field(default_factory=RecentTimes)  # arrival times inside the decode window
     # Text chunks per TIMELINE_BUCKET_S: timeline[i] is bucket timeline_first + i (a flat list the chart slices).
     timeline: list[int] = field(default_factory=list)
     timeline_first: int = 0
@@ -152,7 +188,7 @@ class SessionView:
     def decode_rate_now(self) -> float | None:
         """Decode tokens/s over the last DECODE_WINDOW_S (chunks scaled to tokens)."""
         r = self.recent
-        return decode_tok_s(len(r) * self.tokens_per_chunk, r[0], r[-1]) if r else None
+        return decode_tok_s(len(r) * self.tokens_per_chunk, r.first, r.last) if len(r) else None
 
     def timeline_values(self, first_bucket: int, n: int) -> list[float]:
         """Decode tokens/s in each of n buckets from `first_bucket` (0 where nothing arrived)."""
@@ -164,21 +200,22 @@ class SessionView:
         return [0.0] * pad + values + [0.0] * (n - pad - len(values))
 
     def chunks_arrived(self, times: list[float]) -> None:
-        """Text chunks that arrived (in time order): the decode window's and the timeline's."""
-        recent = self.recent
-        recent.extend(times)
-        while recent and recent[0] < times[-1] - DECODE_WINDOW_S:
-            recent.popleft()
+        """Text chunks that arrived (in time order): the decode window's and the timeline's. A batch is counted
+        a bucket at a time (bisected at each bucket's end), not a chunk at a time: a read of a fast stream carries
+        thousands."""
+        self.recent.extend(times)
         counts = self.timeline
-        for t in times:
-            b = int(t // TIMELINE_BUCKET_S)
-            if not counts:
-                self.timeline_first = b
-            i = b - self.timeline_first
-            if i >= len(counts):
-                counts.extend([0] * (i + 1 - len(counts)))
-            if i >= 0:
-                counts[i] += 1
+        if not counts:
+            self.timeline_first = int(times[0] // TIMELINE_BUCKET_S)
+        first, last = int(times[0] // TIMELINE_BUCKET_S), int(times[-1] // TIMELINE_BUCKET_S)
+        if last - self.timeline_first >= len(counts):
+            counts.extend([0] * (last - self.timeline_first + 1 - len(counts)))
+        lo = 0
+        for b in range(first, last + 1):
+            hi = len(times) if b == last else bisect_left(times, (b + 1) * TIMELINE_BUCKET_S, lo)
+            if b >= self.timeline_first:
+                counts[b - self.timeline_first] += hi - lo
+            lo = hi
         if len(counts) > 2 * TIMELINE_LEN:  # trim by halves: amortised O(1) per bucket
             drop = len(counts) - TIMELINE_LEN
             del counts[:drop]

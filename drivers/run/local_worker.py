@@ -22,17 +22,25 @@ class LocalWorker:
         self.proc: subprocess.Popen[bytes] | None = None
         self._stderr = tempfile.TemporaryFile()
 
-    def start(self, message: ww.WorkerStart, on_line: Callable[[bytes], None], on_exit: Callable[[str], None]) -> None:
-        self.proc = proc = lifetime.adopt(
-            subprocess.Popen(
-                [sys.executable, "-m", "rampwatch.drivers.run.worker"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._stderr,
-                start_new_session=True,  # Ctrl-C reaches the coordinator, which stops the workers
-                env=lifetime.child_env(),
+    def spawn(self) -> LocalWorker:
+        """Start its process, which imports what it runs and then waits for its start message: spawned while the
+        run prepares (probing the server, calibrating), the imports are done by the time the workers start."""
+        if self.proc is None:
+            self.proc = lifetime.adopt(
+                subprocess.Popen(
+                    [sys.executable, "-m", "rampwatch.drivers.run.worker"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=self._stderr,
+                    start_new_session=True,  # Ctrl-C reaches the coordinator, which stops the workers
+                    env=lifetime.child_env(),
+                )
             )
-        )
+        return self
+
+    def start(self, message: ww.WorkerStart, on_line: Callable[[bytes], None], on_exit: Callable[[str], None]) -> None:
+        proc = self.spawn().proc
+        assert proc is not None
         self.send(message)
         loop = asyncio.get_running_loop()
         splitter = pipe.LineSplitter(on_line)
@@ -70,6 +78,12 @@ class LocalWorker:
         here has been asked to stop and waited for already."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
+
+    def discard(self) -> None:
+        """End a process spawned for a start that never came (it waits on its start message: it ends at once)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stderr_tail(self) -> str:
         self._stderr.seek(0)

@@ -58,11 +58,15 @@ class Spread:
         self.hub, self.clock = hub, clock
         self.cluster: RayCluster | None = None  # --cluster: the Ray connection its workers are placed through
         self._pool: WorkerPool | None = None
+        self._spawned: dict[int, LocalWorker] = {}  # local workers' processes started early, not yet handed out
 
     def connect(self, cfg: RunConfig) -> RunConfig:
         """--cluster: connect to Ray (imported there alone, only when asked for); the config then holds the
-        workers the cluster gives, which the header records."""
+        workers the cluster gives, which the header records. Local workers' processes start now, to import what
+        they run while the run prepares."""
         if cfg.cluster is None:
+            if on_workers(cfg):
+                self._spawned = {i: LocalWorker().spawn() for i in range(cfg.workers)}
             return cfg
         from rampwatch.drivers.run.ray_workers import RayCluster
 
@@ -82,7 +86,11 @@ class Spread:
         merge in time order (hub.hold; `release_loop` lets them go). With --trace, the workers are named the
         trace's sessions they will run (the coordinator hands them out: trace_spread.py)."""
         self.hub.hold()
-        links: Callable[[int], WorkerLink] = lambda i: LocalWorker()  # noqa: E731
+        spawned, self._spawned = self._spawned, {}
+        for i in [i for i in spawned if i >= cfg.workers]:  # fewer workers than spawned (a sweep's first points)
+            spawned.pop(i).discard()
+        # Worker i's first start takes the process spawned for it; a replacement (--workers-restart), a new one.
+        links: Callable[[int], WorkerLink] = lambda i: spawned.pop(i, None) or LocalWorker()  # noqa: E731
         if self.cluster is not None:  # --cluster: Ray actors over its nodes (ray_workers.py)
             links = self.cluster.link
         pool = self._pool = WorkerPool(cfg, plan, self.hub.emit, self.clock, gate, links, cfg.workers, arrivals)
@@ -126,7 +134,11 @@ class Spread:
         return self.clock() + cfg.time_limit if cfg.time_limit is not None else None
 
     async def aclose(self) -> None:
-        """--cluster: disconnect from Ray (a runtime started for the run stops; a cluster joined goes on)."""
+        """--cluster: disconnect from Ray (a runtime started for the run stops; a cluster joined goes on). Local
+        workers' processes spawned for a run that never started end."""
+        for worker in self._spawned.values():
+            worker.discard()
+        self._spawned = {}
         cluster, self.cluster = self.cluster, None
         if cluster is not None:
             await cluster.aclose()
