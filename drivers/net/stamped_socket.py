@@ -86,6 +86,8 @@ class StampedSocket(ResponseReader):
             return
         t = self._stamp(ancillary, n)
         self.take(bytes(self._view[:n]), t)
+        if self._passes is not None:
+            self._passes.read_over()  # its kernel time is not a later read's
 
     def _stamp(self, ancillary: list[tuple[int, int, bytes]], n: int) -> float:
         """When the kernel received this read's last bytes, on the run's clock: now less how long ago that was

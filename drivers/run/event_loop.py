@@ -82,6 +82,10 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         first bytes came after `empty_since`, when a read last emptied its socket (time.perf_counter, both)."""
         self._kernel = (arrived, empty_since)
 
+    def read_over(self) -> None:
+        """The read told of by kernel_read has been handled."""
+        self._kernel = None
+
     def piled_up(self) -> bool | None:
         """The read being handled carried several tokens under its one stamp. None: the earlier ones came no more
         than 5 ms before the last (or it was stamped at the wake, which a late wake's window holds); else they may
