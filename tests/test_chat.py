@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
+import time
 
 import msgspec
 import pytest
@@ -17,7 +20,7 @@ from rampwatch.drivers.client.chat import (
 )
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.net.http_response import WRITE_SLICE
-from rampwatch.drivers.net.stamped_socket import StampedSocket
+from rampwatch.drivers.net.stamped_socket import SO_TIMESTAMPNS, StampedSocket
 from rampwatch.drivers.net.wire import (
     Connection,
     ConnectionDropped,
@@ -446,3 +449,29 @@ async def test_a_stop_that_comes_as_the_answer_does_is_not_swallowed():
     late = loop.create_future()
     loop.call_later(0.01, late.set_result, "ok")
     assert await within(late, 10) == "ok" and await within(asyncio.sleep(0, "x"), None) == "x"
+
+
+async def test_a_kernel_stamp_never_goes_back_past_the_last_reads():
+    """The kernel's time is converted to the run's clock by reading two clocks apart: a read whose conversion
+    came out early (the realtime reading late) is stamped no earlier than the read before it, and after a read
+    that emptied the socket, no earlier than that read's handling."""
+    a, b = socket.socketpair()
+    clock = RunClock()
+    sock = StampedSocket(a, clock, clock)
+
+    def kernel(seconds_ago: float) -> list[tuple[int, int, bytes]]:
+        at = time.time() - seconds_ago
+        return [(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("qq", int(at), int(at % 1 * 1e9)))]
+
+    try:
+        full = len(sock._into)  # a read that filled the buffer: the socket may hold more
+        first = sock._stamp(kernel(0.010), full)
+        assert clock() - 0.012 < first < clock() - 0.008
+        assert sock._stamp(kernel(0.500), full) == first  # its bytes came after the first read's
+        before = clock()
+        emptied = sock._stamp(kernel(0.0), 10)  # this read emptied the socket
+        assert sock._stamp(kernel(0.500), 10) >= before  # what came next came after it was handled
+        assert emptied <= clock()
+    finally:
+        sock.close()
+        b.close()

@@ -17,6 +17,7 @@ import pytest
 
 from rampwatch.drivers.client.chat import stream_chat
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.client_check import client_workers
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.net.wire import Connection, read_stamp
@@ -78,20 +79,54 @@ def test_the_fold_marks_exactly_the_turns_stamped_in_a_window():
 
 def test_a_read_that_piled_tokens_up_marks_its_turn_alone_and_says_whose():
     """A batch whose read held several tokens long (TokenTimes.piled_up) marks that turn with no window: as the
-    driver's own (True) or the machine's (False); counted to the worker that stamped it."""
+    driver's own ("own") or the machine's ("machine"); counted to the worker that stamped it."""
     state = RunState()
     for sid in ("s1", "s2", "s3"):
         state.apply(ev.SessionPlanned(t=0.0, session=sid, schedule=[100], salt=sid))
         state.apply(ev.RequestSent(t=0.0, session=sid, turn=1, target_tokens=100, new_tokens_est=100, body_bytes=1))
-    state.apply(ev.TokenTimes(t=0.7, session="s1", turn=1, times=[0.6, 0.7, 0.7], piled_up=True))
-    state.apply(ev.TokenTimes(t=0.7, session="s2", turn=1, times=[0.6, 0.7, 0.7], piled_up=False))
+    state.apply(ev.TokenTimes(t=0.7, session="s1", turn=1, times=[0.6, 0.7, 0.7], piled_up="own"))
+    state.apply(ev.TokenTimes(t=0.7, session="s2", turn=1, times=[0.6, 0.7, 0.7], piled_up="machine"))
     state.apply(ev.TokenTimes(t=0.7, session="s3", turn=1, times=[0.6, 0.7, 0.7]))
     marks = {sid: (s.current.client_busy, s.current.client_busy_own) for sid, s in state.sessions.items()}
     assert marks == {"s1": (True, True), "s2": (True, False), "s3": (False, False)}
     assert (state.client.marked, state.client.marked_own) == (2, 1)
+    assert client_workers(state.client) is None  # no loop reported yet: none to list (its marks wait for it)
     state.apply(ev.ClientLag(t=1.0, p50_ms=0.1, p99_ms=1.0, max_ms=1.0, busy=[]))  # the loop's first report
-    (driver,) = state.client.workers.values()
-    assert (driver.marked, driver.marked_own, driver.first_t) == (2, 1, 1.0)
+    (driver,) = client_workers(state.client) or []
+    assert (driver.worker, driver.busy_turns, driver.busy_own_turns, driver.cpu_peak) == (None, 2, 1, None)
+    assert state.client.workers[None].first_t == 1.0
+
+
+def test_the_selector_bounds_how_early_a_read_s_piled_up_tokens_came():
+    """PassSelector.piled_up: the earlier tokens under one kernel stamp came after the loop last looked (this
+    pass's wake, or the start of the late pass before it) and after the socket was last emptied; over 5 ms
+    between that and the stamp, the read is marked, as the driver's own if the CPU of the hold says so. A read
+    stamped at the wake (no kernel time, or another read's forgotten) is a late wake's window's, not marked."""
+    sel = event_loop.PassSelector()
+    try:
+        now = time.perf_counter()
+        sel.woke, sel._cpu = now, time.process_time()
+        assert sel.piled_up() is None  # no kernel time told
+        sel.kernel_read(now + 0.003, now - 1.0)
+        assert sel.piled_up() is None  # 4 ms after the loop last looked (its wake, less 1 ms)
+        sel.kernel_read(now + 0.0045, now - 1.0)
+        assert sel.piled_up() is False  # 5.5 ms: over, and not the driver's CPU (none spent since the wake)
+        sel.read_over()
+        assert sel.piled_up() is None  # forgotten once handled
+        sel._pending = LateWake(now - 0.02, now, 0.015)  # the wake came 20 ms late, 15 ms of it its own work
+        sel._entered = now - 0.001
+        sel.kernel_read(now + 0.001, now - 1.0)
+        assert sel.piled_up() is True
+        sel.kernel_read(now + 0.001, now - 0.003)  # the socket was emptied 3 ms before the wake: 4 ms
+        assert sel.piled_up() is None
+        sel._pending = LateWake(now - 0.004, now, 0.0)  # the machine woke it late, after an idle wait from -30 ms
+        sel._entered = now - 0.03
+        sel.kernel_read(now + 0.001, now - 1.0)
+        assert sel.piled_up() is False
+        sel.read_time()  # a read stamped at the wake: a kernel time told before is not its own
+        assert sel.piled_up() is None
+    finally:
+        sel.close()
 
 
 def _blocked_run(run_loop) -> tuple[Run, tuple[float, float]]:
@@ -249,7 +284,7 @@ def test_a_read_that_piled_tokens_up_marks_its_turn_only_if_the_loop_held_them()
     """Tokens written together while the loop waits come in one read under one kernel stamp: exact for all, no
     mark. Two tokens 15 ms apart, both while the driver's own work holds the loop (30 ms of CPU), come in one
     read stamped with the second's arrival: the first's stamp is 15 ms late, and that batch says so
-    (piled_up True: the driver's own), with no window for any other turn. The server is another process, which
+    (piled_up "own": the driver's), with no window for any other turn. The server is another process, which
     the loop's hold does not hold up."""
     clock, batches, lags = RunClock(), [], []
     listener = socket.create_server(("127.0.0.1", 0))
@@ -285,7 +320,7 @@ def test_a_read_that_piled_tokens_up_marks_its_turn_only_if_the_loop_held_them()
         listener.close()
     (together, together_piled), (held, held_piled) = batches
     assert len(together) == 5 and together[1] == together[2] == together[3] and together_piled is None, batches
-    assert len(held) == 2 and held[0] == held[1] and held_piled is True, batches
+    assert len(held) == 2 and held[0] == held[1] and held_piled == "own", batches
     assert not [w for e in lags if isinstance(e, ev.ClientLag) for w in e.busy]
 
 

@@ -4,6 +4,7 @@ its turns in flight, not the run; bad flags get one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -379,11 +380,14 @@ def test_an_open_loop_run_stopped_or_killed_takes_its_workers_along(tmp_path, si
 
 
 async def test_worker_processes_spawned_while_a_run_prepares_end_with_a_run_that_never_starts():
-    """Local workers' processes start as the run prepares (their imports overlap the server's probe); a run
-    that never starts (its server unreachable, a bad flag found later) ends them, and reaps them."""
+    """Local workers' processes start as the run prepares (their imports overlap the server's probe); those no
+    session needs end once the sessions are known, and a run that never starts (its server unreachable, a bad
+    flag found later) ends the rest, and reaps them."""
     spread = Spread(EventHub(None), time.monotonic)
-    spread.connect(RunConfig(url="http://127.0.0.1:1", workers=3))
+    cfg = spread.connect(RunConfig(url="http://127.0.0.1:1", workers=3))
     spawned = [w.proc for w in spread._spawned.values()]
     assert len(spawned) == 3 and all(p is not None and p.poll() is None for p in spawned)
+    spread.trim(dataclasses.replace(cfg, workers=2))  # two sessions: the third worker's process ends now
+    assert [p is not None and p.poll() is None for p in spawned] == [True, True, False]
     await spread.aclose()
     assert all(p is not None and p.poll() is not None for p in spawned)

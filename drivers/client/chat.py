@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from rampwatch.drivers.model.events import PiledUp
 from rampwatch.drivers.net.wire import Connection, piled_up
 
 
@@ -180,7 +181,7 @@ class ChatStreamParser:
     `on_first(t)` fires at the first text chunk; `on_times(batch, piled_up)` gets
     the arrival times of text chunks every `flush_every` seconds and at the end,
     and whether a read of them held several tokens that may have come over 5 ms
-    apart (None: none did; True: the driver's own work held them; False: the machine's).
+    apart (None: none did; "own": the driver's own work held them; "machine": the machine).
     A reply that reasons first: `on_reasoning(t)`, where given, fires at its
     first chunk instead of `on_first`, and `on_answer(t)` at the first chunk
     of its answer (content or a tool call)."""
@@ -188,7 +189,7 @@ class ChatStreamParser:
     def __init__(
         self,
         on_first: Callable[[float], None],
-        on_times: Callable[[list[float], bool | None], None],
+        on_times: Callable[[list[float], PiledUp | None], None],
         flush_every: float = 0.25,
         on_reasoning: Callable[[float], None] | None = None,
         on_answer: Callable[[float], None] | None = None,
@@ -200,7 +201,7 @@ class ChatStreamParser:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._batch: list[float] = []
-        self._piled_up: bool | None = None  # the batch's: see on_times
+        self._piled_up: PiledUp | None = None  # the batch's: see on_times
         self._next_flush = 0.0
         self._buf = b""
 
@@ -270,8 +271,8 @@ class ChatStreamParser:
                         res.cached_tokens = u.prompt_tokens_details.cached_tokens
         if res.chunks - before > 1:  # one stamp for several tokens: exact only if the loop read them promptly
             held = piled_up()
-            if held is not None:
-                self._piled_up = held or bool(self._piled_up)
+            if held is not None:  # the driver's own hold outranks the machine's in the batch's one word
+                self._piled_up = "own" if held or self._piled_up == "own" else "machine"
         if self._batch and (t >= self._next_flush or self.done):
             self._flush()
             self._next_flush = t + self.flush_every
@@ -313,7 +314,7 @@ async def stream_chat(
     body: bytes | list[bytes],
     headers: dict[str, str],
     on_first: Callable[[float], None],
-    on_times: Callable[[list[float], bool | None], None],
+    on_times: Callable[[list[float], PiledUp | None], None],
     timeout: float | None = None,
     on_reasoning: Callable[[float], None] | None = None,
     on_answer: Callable[[float], None] | None = None,

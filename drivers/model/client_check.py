@@ -71,11 +71,13 @@ class ClientCheck:
         self.k = 1.0  # the fold's seconds per wall second (a sped-up demo's time scale; RunState sets it)
         self.latest: ev.ClientLag | None = None  # the latest report of any worker
         self.latest_by: dict[int | None, ev.ClientLag] = {}  # ... of each worker (None: the one driver)
-        self.workers: dict[int | None, WorkerLag] = {}  # each worker's loop over the run, in order of its first report
+        # Each worker's loop over the run, in order of its first report or mark (a read that piled tokens up may
+        # mark a turn before its loop's first report; one that never reports is no loop the report lists).
+        self.workers: dict[int | None, WorkerLag] = {}
         self.worst_ms: float | None = None  # None: the recording has no lag reports (made before them)
         self.worst_own_ms: float | None = None  # the worst with the machine's late wakes taken off; None: not split
         self.marked = 0  # turns marked client busy so far (a finished turn may be marked after its end)
-        self.marked_own = 0  # ... of them by a window of the driver's own
+        self.marked_own = 0  # ... of them by the driver's own work
         # The recent stamps and windows, by worker (None: the one driver's, whose windows judge every stamp).
         self._stamps: dict[int | None, deque[tuple[TurnRecord, list[float]]]] = {}
         self._windows: dict[int | None, deque[Window]] = {}
@@ -139,7 +141,7 @@ class ClientCheck:
     @property
     def several(self) -> bool:
         """More than one worker's loop reports (--workers N): the header and the report name which."""
-        return sum(1 for w in self.workers if w is not None) > 1
+        return sum(1 for w in self.workers.values() if w.worker is not None and w.reported) > 1
 
     def recent_lag(self, now: float) -> RecentLag | None:
         """The worst lag of each worker's latest second, the worst of them, while that is recent and over the
@@ -160,11 +162,6 @@ class ClientCheck:
         recent = self.recent_lag(now)
         return recent.ms if recent is not None else None
 
-    def piled_up(self, rec: TurnRecord, own: bool, worker: int | None) -> None:
-        """A read of `rec`'s stream on `worker`'s loop carried several tokens that may have come over 5 ms apart
-        while the loop was held (by its own work, if `own`): its earlier stamps are late, and it is marked."""
-        self._mark(rec, own, worker)
-
     def _judge(self, rec: TurnRecord, times: list[float], window: Window, worker: int | None) -> None:
         """Marks `rec` client busy if a stamp of `times` lies in `window` (and as the driver's own, if it was),
         counted to `worker`, whose window it is."""
@@ -172,10 +169,11 @@ class ClientCheck:
         if (rec.client_busy and (rec.client_busy_own or not own)) or times[0] > b or times[-1] < a:
             return
         if any(a <= t <= b for t in times):
-            self._mark(rec, own, worker)
+            self.mark(rec, own, worker)
 
-    def _mark(self, rec: TurnRecord, own: bool, worker: int | None) -> None:
-        """`rec` marked client busy (and as the driver's own, if `own`), counted to `worker`'s loop."""
+    def mark(self, rec: TurnRecord, own: bool, worker: int | None) -> None:
+        """`rec` marked client busy (and as the driver's own, if `own`), counted to `worker`'s loop: a window of
+        that loop held one of its stamps, or a read of its stream piled tokens up (TokenTimes.piled_up)."""
         w = self.workers.get(worker)
         if w is None:  # marked before its loop's first lag report (a read that piled tokens up)
             w = self.workers[worker] = WorkerLag(worker)
@@ -198,14 +196,15 @@ class ClientWorker(msgspec.Struct):
     cpu_s: float | None  # CPU seconds its process spent over the run (None: a recording made before it was told)
     cpu_share: float | None  # ... over the wall seconds its reports cover (1.0: one core busy throughout)
     cpu_peak: float | None  # the largest share of one second
-    busy_turns: int  # turns its windows marked client busy
-    busy_own_turns: int  # ... by a window of its own work
+    busy_turns: int  # turns it marked client busy (its windows, its reads that piled tokens up)
+    busy_own_turns: int  # ... by its own work
 
 
 def client_workers(check: ClientCheck) -> list[ClientWorker] | None:
     """Each loop that reported its lag, in the order of its worker (the one driver's: worker None); None: none
     reported."""
-    if not check.workers:
+    reported = [w for w in check.workers.values() if w.reported]
+    if not reported:
         return None
     return [
         ClientWorker(
@@ -218,5 +217,5 @@ def client_workers(check: ClientCheck) -> list[ClientWorker] | None:
             busy_turns=w.marked,
             busy_own_turns=w.marked_own,
         )
-        for w in sorted(check.workers.values(), key=lambda w: -1 if w.worker is None else w.worker)
+        for w in sorted(reported, key=lambda w: -1 if w.worker is None else w.worker)
     ]

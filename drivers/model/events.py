@@ -195,6 +195,9 @@ class FirstAnswer(Event):
     turn: int
 
 
+PiledUp = Literal["own", "machine"]  # whose hold piled a read's tokens up (TokenTimes.piled_up)
+
+
 class TokenTimes(Event):
     """Arrival times of text-carrying chunks (first included), batched to keep
     the event rate low; `t` is the last arrival."""
@@ -203,8 +206,8 @@ class TokenTimes(Event):
     turn: int
     times: list[float]
     # A read of these carried several tokens under one kernel stamp that may have come over 5 ms apart while the
-    # driver's loop was held (drivers/run/event_loop.py): True by its own work, False by the machine's; None: none.
-    piled_up: bool | None = None
+    # driver's loop was held (drivers/run/event_loop.py): "own" by its own work, "machine" by the machine's.
+    piled_up: PiledUp | None = None
 
 
 class TurnDone(Event):

@@ -219,8 +219,8 @@ class RunState:
         lo, hi = (rec.last_t if rec.last_t is not None else times[0]), times[-1]
         add_gaps(rec, times, self.prefills.others_overlapping(self.sessions, e.session, lo, hi, self.t))
         self.client.stamped(rec, times, s.worker)  # judged by its own worker's loop
-        if e.piled_up is not None:
-            self.client.piled_up(rec, e.piled_up, s.worker)
+        if e.piled_up is not None:  # a read of them held tokens long: this turn alone is marked
+            self.client.mark(rec, e.piled_up == "own", s.worker)
         rec.chunks += len(times)
         s.chunks_arrived(times)
 

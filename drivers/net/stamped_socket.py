@@ -39,7 +39,8 @@ class StampedSocket(ResponseReader):
         self._into = bytearray(READ_BUFFER)
         self._view = memoryview(self._into)
         self._open = True
-        self._drained = -float("inf")  # when a read last emptied the socket: later bytes came after it
+        # The last read's stamp, or when it emptied the socket if it did: the next read's bytes came after it.
+        self._floor = -float("inf")
         self._loop = asyncio.get_running_loop()
         self._passes = getattr(self._loop, "passes", None)  # the driver loop's selector, told each kernel stamp
         self._loop.add_reader(sock.fileno(), self._readable)
@@ -91,19 +92,20 @@ class StampedSocket(ResponseReader):
 
     def _stamp(self, ancillary: list[tuple[int, int, bytes]], n: int) -> float:
         """When the kernel received this read's last bytes, on the run's clock: now less how long ago that was
-        (the realtime clock's reading less the kernel's), and never before the last read that emptied the
-        socket. Without a kernel time: when the loop woke for it. The driver loop is told both (whether a read
-        that carried several tokens held them long, event_loop.PassSelector.piled_up)."""
+        (the realtime clock's reading less the kernel's), and never before the last read's stamp or the last
+        read that emptied the socket (its bytes came after both: stamps never go back, though the two clocks
+        are read apart). Without a kernel time: when the loop woke for it. The driver loop is told both (whether
+        a read that carried several tokens held them long, event_loop.PassSelector.piled_up)."""
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
                 sec, ns = _TIMESPEC.unpack_from(data)
                 now = self.clock()
-                drained = self._drained
-                t = max(drained, now - max(0.0, time.time() - (sec + ns * 1e-9)))
-                self._drained = now if n < len(self._into) else -float("inf")
+                floor = self._floor
+                t = max(floor, now - max(0.0, time.time() - (sec + ns * 1e-9)))
+                self._floor = now if n < len(self._into) else t
                 if self._passes is not None:
                     to_perf = time.perf_counter() - now  # the run's clock to the loop's
-                    self._passes.kernel_read(t + to_perf, drained + to_perf)
+                    self._passes.kernel_read(t + to_perf, floor + to_perf)
                 return t
         return self.wake_stamp()
 

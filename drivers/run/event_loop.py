@@ -77,10 +77,11 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
             self._read_late = True
         return woke
 
-    def kernel_read(self, arrived: float, empty_since: float) -> None:
+    def kernel_read(self, arrived: float, since: float) -> None:
         """The read being handled is stamped with the kernel's receive time of its last bytes, `arrived`; its
-        first bytes came after `empty_since`, when a read last emptied its socket (time.perf_counter, both)."""
-        self._kernel = (arrived, empty_since)
+        first bytes came after `since` (the socket's last read's stamp, or when that read emptied it), both on
+        time.perf_counter."""
+        self._kernel = (arrived, since)
 
     def read_over(self) -> None:
         """The read told of by kernel_read has been handled."""
@@ -93,11 +94,11 @@ class PassSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         pass until the last bytes came."""
         if self._kernel is None:
             return None
-        arrived, empty_since = self._kernel
+        arrived, since = self._kernel
         late = self._pending
         # When the loop last looked for reads: the late pass's start, or the wait's if the machine woke it late.
         looked = min(late.start, self._entered) if late is not None else self.woke - NOTED_S
-        if arrived - max(looked, empty_since) <= CLIENT_BUSY_S:
+        if arrived - max(looked, since) <= CLIENT_BUSY_S:
             return None
         into_pass = min(max(0.0, arrived - self.woke), time.process_time() - self._cpu)
         return (late.own_s if late is not None else 0.0) + into_pass > CLIENT_BUSY_S

@@ -80,10 +80,16 @@ class LocalWorker:
             self.proc.kill()
 
     def discard(self) -> None:
-        """End a process spawned for a start that never came (it waits on its start message: it ends at once)."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
+        """End a process spawned for a start that never came (it waits on its start message: it ends at once)
+        and close its pipes."""
+        proc = self.proc
+        if proc is not None:
+            self.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+        self._stderr.close()
 
     def stderr_tail(self) -> str:
         self._stderr.seek(0)

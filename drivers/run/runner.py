@@ -135,6 +135,7 @@ class Run:
         self.info = info
         sessions = len(self.trace.schedules) if self.trace is not None else self.ramp_sessions
         self.cfg = cfg = at_most_a_worker_a_session(cfg, sessions)
+        self.spread.trim(cfg)  # the processes spawned for workers no session needs end now
         if cfg.otlp:
             await self._listen_for_spans(cfg.otlp)
         header = self.header()

@@ -73,6 +73,13 @@ class Spread:
         self.cluster = RayCluster(cfg)
         return dataclasses.replace(cfg, workers=self.cluster.connect())
 
+    def trim(self, cfg: RunConfig | None) -> None:
+        """End the processes spawned early that `cfg`'s workers will not take (fewer workers than sessions asked
+        for, or none on workers); all of them for None (the run is over, or never started)."""
+        keep = cfg.workers if cfg is not None and on_workers(cfg) and cfg.cluster is None else 0
+        for i in [i for i in self._spawned if i >= keep]:
+            self._spawned.pop(i).discard()
+
     def pool(
         self,
         cfg: RunConfig,
@@ -86,11 +93,9 @@ class Spread:
         merge in time order (hub.hold; `release_loop` lets them go). With --trace, the workers are named the
         trace's sessions they will run (the coordinator hands them out: trace_spread.py)."""
         self.hub.hold()
-        spawned, self._spawned = self._spawned, {}
-        for i in [i for i in spawned if i >= cfg.workers]:  # fewer workers than spawned (a sweep's first points)
-            spawned.pop(i).discard()
+        self.trim(cfg)
         # Worker i's first start takes the process spawned for it; a replacement (--workers-restart), a new one.
-        links: Callable[[int], WorkerLink] = lambda i: spawned.pop(i, None) or LocalWorker()  # noqa: E731
+        links: Callable[[int], WorkerLink] = lambda i: self._spawned.pop(i, None) or LocalWorker()  # noqa: E731
         if self.cluster is not None:  # --cluster: Ray actors over its nodes (ray_workers.py)
             links = self.cluster.link
         pool = self._pool = WorkerPool(cfg, plan, self.hub.emit, self.clock, gate, links, cfg.workers, arrivals)
@@ -135,10 +140,8 @@ class Spread:
 
     async def aclose(self) -> None:
         """--cluster: disconnect from Ray (a runtime started for the run stops; a cluster joined goes on). Local
-        workers' processes spawned for a run that never started end."""
-        for worker in self._spawned.values():
-            worker.discard()
-        self._spawned = {}
+        workers' processes spawned and never taken (a run that never started) end."""
+        self.trim(None)
         cluster, self.cluster = self.cluster, None
         if cluster is not None:
             await cluster.aclose()
