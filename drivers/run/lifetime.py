@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from types import FrameType
-from typing import NoReturn
+from typing import IO, NoReturn
 
 PARENT_PID_VAR = "RAMPWATCH_PARENT_PID"  # set by the parent in a child's environment: its own pid
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -154,6 +154,22 @@ def _unwind(sig: int) -> NoReturn:
         if signal.getsignal(other) is _on_signal:
             signal.signal(other, signal.SIG_DFL)
     raise Stopped(sig)
+
+
+def rampwatch_child(module: str, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
+    """`python -m module`, a rampwatch child over its stdin and stdout (the driver behind the UI, a driver worker):
+    in a session of its own (terminal signals reach rampwatch, which decides), adopted, and told to die with this
+    process however it ends."""
+    return adopt(
+        subprocess.Popen(
+            [sys.executable, "-m", module],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
+            env=child_env(),
+        )
+    )
 
 
 def adopt(proc: subprocess.Popen) -> subprocess.Popen:

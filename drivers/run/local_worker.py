@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 
@@ -25,17 +24,8 @@ class LocalWorker:
     def spawn(self) -> LocalWorker:
         """Start its process, which imports what it runs and then waits for its start message: spawned while the
         run prepares (probing the server, calibrating), the imports are done by the time the workers start."""
-        if self.proc is None:
-            self.proc = lifetime.adopt(
-                subprocess.Popen(
-                    [sys.executable, "-m", "rampwatch.drivers.run.worker"],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=self._stderr,
-                    start_new_session=True,  # Ctrl-C reaches the coordinator, which stops the workers
-                    env=lifetime.child_env(),
-                )
-            )
+        if self.proc is None:  # Ctrl-C reaches the coordinator, which stops the workers
+            self.proc = lifetime.rampwatch_child("rampwatch.drivers.run.worker", self._stderr)
         return self
 
     def start(self, message: ww.WorkerStart, on_line: Callable[[bytes], None], on_exit: Callable[[str], None]) -> None:

@@ -15,7 +15,6 @@ import collections
 import os
 import select
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -74,16 +73,8 @@ class DriverProcess:
     def start(self) -> None:
         """Start the driver and wait until its run is prepared. Raises BadInput
         (exit 2) or DriverCrashed (exit 3) before any UI opens."""
-        self.proc = lifetime.adopt(
-            subprocess.Popen(
-                [sys.executable, "-m", "rampwatch.drivers.run.child"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._stderr,
-                start_new_session=True,  # terminal signals reach the UI, which decides
-                env=lifetime.child_env(),  # it ends with the UI process, however that ends
-            )
-        )
+        # Terminal signals reach the UI, which decides; it ends with the UI process, however that ends.
+        self.proc = lifetime.rampwatch_child("rampwatch.drivers.run.child", self._stderr)
         try:
             self._send(pipe.DriverStart(config=self.cfg, record=self.record))
             line, rest = self._handshake_line()
