@@ -105,8 +105,8 @@ class SessionRunner(TurnStreamer):
                     self.notice("info", f"{self.sid}: time limit; stopped before turn {turn}")
                     break
                 outcome = await self.run_turn(turn)
-                if self._due is not None:
-                    self._due = self.clock()  # the next turn is due at this one's end (+ the user's pause)
+                if self._due is not None:  # the next turn is due at this one's end (+ the user's pause)
+                    self._due = self.ended_t if self.ended_t is not None else self.clock()
                 if gate is not None:
                     gate.after(turn)
                 if outcome != "ok":

@@ -78,6 +78,7 @@ class TurnStreamer:
         self.path = urlsplit(self.base_url).path + "/v1/chat/completions"
         self.completions_path = urlsplit(self.base_url).path + "/v1/completions"
         self.opts, self.emit, self.clock = opts, emit, clock
+        self.ended_t: float | None = None  # when the latest attempt's reply ended (its TurnDone), ok or failed
 
     async def send(
         self,
@@ -142,7 +143,7 @@ class TurnStreamer:
                 ValueError,
             ) as e:
                 reason = _describe(e)
-                self.emit(ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="failed", error=reason))
+                self._ended(ev.TurnDone(t=self.clock(), session=self.sid, turn=turn, status="failed", error=reason))
                 if isinstance(e, (ConnectionFailed, ConnectionDropped)):
                     back = await self._await_server()
                     if back is True:
@@ -155,8 +156,14 @@ class TurnStreamer:
                     await asyncio.sleep(min(30.0, 2.0**attempt))
                     continue
                 return "failed", None
-            self.emit(self._done(turn, res, judge))
+            self._ended(self._done(turn, res, judge))
             return "ok", res
+
+    def _ended(self, done: ev.TurnDone) -> None:
+        """An attempt's end, told; a next turn timed from this one's end counts from it, not from when the
+        session has taken the reply in (a /tokenize round trip, a turn of the loop later)."""
+        self.ended_t = done.t
+        self.emit(done)
 
     def _done(self, turn: int, res: StreamResult, judge: Callable[[StreamResult], bool | None]) -> ev.TurnDone:
         completion = res.completion_tokens if res.completion_tokens is not None else res.chunks
