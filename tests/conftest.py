@@ -500,3 +500,35 @@ async def focus_cells(app, pilot) -> tuple[list[str], list[list[str]]]:  # noqa:
     table = app.screen.query_one("DataTable")
     heads = [str(c.label) for c in table.columns.values()]
     return heads, [[str(c) for c in table.get_row_at(k)] for k in range(table.row_count)]
+
+
+@pytest.fixture(scope="session")
+def self_signed(tmp_path_factory) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 that no default store trusts."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a self-signed certificate (apt-get install openssl)")
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = str(d / "cert.pem"), str(d / "key.pem")
+    procs.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key

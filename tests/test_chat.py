@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 import time
 
@@ -29,20 +30,29 @@ from rampwatch.drivers.net.wire import (
     within,
 )
 
-_CLOCKS = {"kernel-stamped": RunClock, "transport": lambda: lambda: 0.0}
-_clock_kind = ["kernel-stamped"]
+# Each kind of connection: its clock, and whether it speaks TLS.
+_KINDS = {"kernel-stamped": (RunClock, False), "kernel-stamped TLS": (RunClock, True), "transport": (None, False)}
+_kind: dict = {"name": "kernel-stamped", "cert": None}
 
 
-@pytest.fixture(autouse=True, params=list(_CLOCKS))
+@pytest.fixture(autouse=True, params=list(_KINDS))
 def _connection_kind(request):
-    """Every test over a socket runs on both kinds of connection: plain HTTP on the run's clock reads the kernel's
-    receive times (stamped_socket.py); on any other clock it goes through asyncio's transport."""
-    _clock_kind[0] = request.param
+    """Every test over a socket runs on each kind of connection: on the run's clock, plain HTTP and TLS read the
+    kernel's receive times (stamped_socket.py); on any other clock it goes through asyncio's transport."""
+    _kind["name"] = request.param
+    _kind["cert"] = request.getfixturevalue("self_signed") if _KINDS[request.param][1] else None
     yield
 
 
-def conn_clock():
-    return _CLOCKS[_clock_kind[0]]()
+def _kernel_stamped() -> bool:
+    return _KINDS[_kind["name"]][0] is RunClock
+
+
+def _connection(url: str) -> Connection:
+    """A client of `url` (a _server's) of the kind the test runs on: TLS trusts the test's own certificate."""
+    clock, tls = _KINDS[_kind["name"]]
+    ctx = ssl.create_default_context(cafile=_kind["cert"][0]) if tls else None
+    return Connection(url, clock() if clock is not None else lambda: 0.0, tls=ctx)
 
 
 def _chunk(**delta) -> bytes:
@@ -153,8 +163,13 @@ def _chunked(pieces: list[bytes]) -> list[bytes]:
 
 
 async def _server(handler):
-    server = await asyncio.start_server(handler, "127.0.0.1", 0)
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    """A server on a free port, over TLS where the test runs on TLS connections, and its URL."""
+    ctx = None
+    if _kind["cert"] is not None:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(*_kind["cert"])
+    server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=ctx)
+    return server, f"{'https' if ctx else 'http'}://127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
 
 async def _read_request(reader: asyncio.StreamReader) -> bytes:
@@ -180,7 +195,7 @@ async def test_stream_over_a_socket_with_chunks_split_anywhere():
 
     server, url = await _server(handle)
     async with server:
-        conn = Connection(url, conn_clock())
+        conn = _connection(url)
         for _ in range(2):
             res = await stream_chat(
                 conn,
@@ -193,7 +208,8 @@ async def test_stream_over_a_socket_with_chunks_split_anywhere():
             )
             assert res.text == "Hello" and res.chunks == 2 and res.prompt_tokens == 18
         # the kind of connection asked for, not a silent fallback
-        assert isinstance(conn._proto, StampedSocket) == (_clock_kind[0] == "kernel-stamped")
+        assert isinstance(conn._proto, StampedSocket) == _kernel_stamped()
+        assert (getattr(conn._proto, "tls", None) is not None) == _KINDS[_kind["name"]][1]
         conn.close()
     assert len(requests) == 2 and b"Authorization: Bearer k" in requests[0] and requests[0].endswith(b'{"x":1}')
 
@@ -212,7 +228,7 @@ async def _one_response(raw: bytes) -> object:
 
     server, url = await _server(handle)
     async with server:
-        conn = Connection(url, conn_clock())
+        conn = _connection(url)
         try:
             return await stream_chat(
                 conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b, p: None, timeout=10
@@ -267,7 +283,7 @@ async def test_a_keepalive_connection_the_server_dropped_is_retried_on_a_fresh_o
 
     server, url = await _server(handle)
     async with server:
-        conn = Connection(url, conn_clock())
+        conn = _connection(url)
         assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None, timeout=10)).text == "a"
         assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None, timeout=10)).text == "a"
         conn.close()
@@ -298,7 +314,7 @@ async def test_stale_keepalive_connection_is_retried_once_and_drops_are_reported
 
     server, url = await _server(handle)
     async with server:
-        conn = Connection(url, conn_clock())
+        conn = _connection(url)
         assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None)).text == "a"
         await asyncio.sleep(0.05)
         assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None)).text == "b"
@@ -328,7 +344,7 @@ async def test_a_large_body_goes_out_in_parts_without_a_buffered_copy():
 
     server, url = await _server(handle)
     async with server:
-        conn = Connection(url, conn_clock())
+        conn = _connection(url)
         buffered = [0]
 
         async def watch() -> None:
@@ -343,7 +359,7 @@ async def test_a_large_body_goes_out_in_parts_without_a_buffered_copy():
         watcher.cancel()
         conn.close()
     assert res.text == "a" and bytes(got) == b"".join(parts)
-    if _clock_kind[0] == "transport":  # the kernel-stamped socket writes each slice itself: nothing held
+    if not _kernel_stamped():  # the kernel-stamped socket writes each slice itself: nothing held
         assert 0 < buffered[0] <= 2 * WRITE_SLICE, buffered[0]
 
 
@@ -360,7 +376,7 @@ async def test_an_answer_before_the_body_went_out_ends_the_request_and_the_conne
 
     server, url = await _server(handle)
     async with server:
-        conn = Connection(url, conn_clock())
+        conn = _connection(url)
         with pytest.raises(StreamError, match="too large"):
             await stream_chat(
                 conn, "/p", [b"x" * (64 * 1024 * 1024)], {}, lambda t: None, lambda b, p: None, timeout=20
@@ -374,7 +390,7 @@ async def test_nothing_listening_is_connection_failed():
     server.close()
     await server.wait_closed()
     with pytest.raises(ConnectionFailed):
-        await Connection(url, conn_clock()).post("/p", b"", {}, lambda s, d, t: None)
+        await _connection(url).post("/p", b"", {}, lambda s, d, t: None)
 
 
 async def test_a_get_sends_no_body_and_returns_the_whole_answer_over_one_kept_connection():
@@ -396,7 +412,7 @@ async def test_a_get_sends_no_body_and_returns_the_whole_answer_over_one_kept_co
 
     server, url = await _server(handle)
     async with server:
-        conn = Connection(url, conn_clock())
+        conn = _connection(url)
         for _ in range(2):
             status, body = await conn.get("/metrics?x=1", {"Authorization": "Bearer t"}, timeout=10)
             assert status == 200 and body == b"vllm:num_requests_running 2\n" * 1000
@@ -413,7 +429,7 @@ async def test_a_get_sends_no_body_and_returns_the_whole_answer_over_one_kept_co
     server, url = await _server(not_http)
     async with server:
         with pytest.raises(ValueError, match="not an HTTP response"):
-            await Connection(url, conn_clock()).get("/metrics", {}, timeout=10)
+            await _connection(url).get("/metrics", {}, timeout=10)
 
 
 def test_response_parser_content_length_and_chunked_byte_by_byte():

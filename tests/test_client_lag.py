@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -201,16 +202,26 @@ def test_a_blocked_driver_loop_marks_the_turns_it_stamped_late(run_loop):
     assert marked == late
 
 
-def test_a_lone_token_read_late_keeps_the_kernels_arrival_time_and_marks_nothing():
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "tls"])
+def test_a_lone_token_read_late_keeps_the_kernels_arrival_time_and_marks_nothing(tls, request):
     """A server sends a token every 40 ms; 20 ms after the first, the driver's loop is held for 30 ms, through
     the second's arrival. Read at the late wake, alone, it carries the kernel's receive time (stamped_socket.py),
-    within a millisecond or two of its sending, not the wake's 10 ms later; the wake counts for the lag, but no
-    read was stamped at it, so it leaves no window and marks nothing."""
+    within a millisecond or two of its sending, not the wake's 10 ms later, over plain HTTP and over TLS alike;
+    the wake counts for the lag, but no read was stamped at it, so it leaves no window and marks nothing."""
     clock, sent, times, held = RunClock(), [], [], []
     listener = socket.create_server(("127.0.0.1", 0))
+    client_tls = server_tls = None
+    if tls:
+        cert, key = request.getfixturevalue("self_signed")
+        client_tls = ssl.create_default_context(cafile=cert)
+        server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_tls.load_cert_chain(cert, key)
 
     def serve() -> None:
         conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as servers do: no small write waits an ACK
+        if server_tls is not None:
+            conn = server_tls.wrap_socket(conn, server_side=True)
         with conn:
             conn.recv(65536)  # the request (small: one read)
             conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
@@ -238,7 +249,8 @@ def test_a_lone_token_read_late_keeps_the_kernels_arrival_time_and_marks_nothing
             time.sleep(0.03)
             held.append((start, clock()))
 
-        conn = Connection(f"http://127.0.0.1:{listener.getsockname()[1]}", clock)
+        url = f"{'https' if tls else 'http'}://127.0.0.1:{listener.getsockname()[1]}"
+        conn = Connection(url, clock, tls=client_tls)
         await stream_chat(conn, "/v1/chat/completions", b"{}", {}, first, lambda b, p: times.extend(b), timeout=10)
         conn.close()
         await asyncio.sleep(0.05)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from rampwatch.drivers.run.recording import Recording, read_recording
 from rampwatch.drivers.sim.profiles import make_profile
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.tui.sources import ReplaySource
-from tests import procs
 from tests.conftest import drive, free_port, rw, rw_started, small_run
 from tests.faults import run_scenario
 from tests.simhost import TextServer, ThreadedSim
@@ -168,38 +166,6 @@ def test_a_proxied_url_is_refused_in_one_line_and_no_proxy_lets_it_through(sim):
     bypass = {**proxy, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
     ok = rw(*small_run(sim.url, "--no-record", schedule="2k", output_tokens=4), env=bypass)
     assert ok.returncode == 0, ok.stderr
-
-
-@pytest.fixture(scope="module")
-def self_signed(tmp_path_factory) -> tuple[str, str]:
-    """A certificate for 127.0.0.1 that no default store trusts."""
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl to make a self-signed certificate (apt-get install openssl)")
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = str(d / "cert.pem"), str(d / "key.pem")
-    procs.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            key,
-            "-out",
-            cert,
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
 
 
 def test_tls_one_configuration_for_probes_and_stream(self_signed, tmp_path):

@@ -1,6 +1,6 @@
 """An HTTP/1.x response as it arrives over one of rampwatch's own connections (wire.py): the parser, and what
-every kind of connection does with the bytes it reads (ResponseReader): the asyncio transport's (TLS) and the
-kernel-stamped socket's (stamped_socket.py)."""
+every kind of connection does with the bytes it reads (ResponseReader): the kernel-stamped socket's
+(stamped_socket.py) and the asyncio transport's (a clock not the run's, or no kernel time)."""
 
 from __future__ import annotations
 

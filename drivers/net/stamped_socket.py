@@ -1,4 +1,5 @@
-"""A plain-HTTP connection whose reads carry the kernel's own receive time (SO_TIMESTAMPNS, on Linux).
+"""A connection whose reads carry the kernel's own receive time (SO_TIMESTAMPNS, on Linux), over plain HTTP or
+TLS (decrypted as read: tls_records.py).
 
 Over asyncio's transport a read can only be stamped when the loop woke for it (event_loop.py), so a pass that
 held the loop (256 streams' reads, a turn's text, the collector) puts off the stamps of what arrived meanwhile,
@@ -6,18 +7,20 @@ and their turns are marked `client busy`. Here the kernel says when each read's 
 machine's socket, and the stamp is that, however late the loop came to read them: such reads need no mark
 (a late wake marks only the reads stamped at it). The socket is read by a reader registered on the loop with
 recvmsg_into (an asyncio transport's reads carry no ancillary data) and written with sock_sendall. Where the
-kernel gives no time (not Linux, a sandbox that does not stamp), a read is stamped at the wake, as over TLS."""
+kernel gives no time (not Linux, a sandbox that does not stamp), a read is stamped at the wake."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
 
 from rampwatch.drivers.net.http_response import READ_BUFFER, ResponseReader, write_slices
+from rampwatch.drivers.net.tls_records import TlsRecords
 
 # SO_TIMESTAMPNS (its control message has the same number): 35 on Linux's common ABIs; Python names it from 3.12.
 SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
@@ -27,10 +30,17 @@ _TIMESPEC = struct.Struct("qq")
 
 class StampedSocket(ResponseReader):
     """One connected TCP socket: `send` writes a request, and each read feeds the response in flight (the
-    ResponseReader's), stamped on `clock` (the run's) with when the kernel received it."""
+    ResponseReader's), stamped on `clock` (the run's) with when the kernel received it; over `tls` once the
+    handshake is done, each read's bytes decrypted as far as they complete the server's records."""
 
-    def __init__(self, sock: socket.socket, clock: Callable[[], float], wake_stamp: Callable[[], float]):
-        self.sock, self.clock, self.wake_stamp = sock, clock, wake_stamp
+    def __init__(
+        self,
+        sock: socket.socket,
+        clock: Callable[[], float],
+        wake_stamp: Callable[[], float],
+        tls: TlsRecords | None = None,
+    ):
+        self.sock, self.clock, self.wake_stamp, self.tls = sock, clock, wake_stamp, tls
         if SO_TIMESTAMPNS is not None:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
@@ -47,9 +57,15 @@ class StampedSocket(ResponseReader):
 
     @classmethod
     async def open(
-        cls, host: str, port: int, clock: Callable[[], float], wake_stamp: Callable[[], float]
+        cls,
+        host: str,
+        port: int,
+        clock: Callable[[], float],
+        wake_stamp: Callable[[], float],
+        tls: ssl.SSLContext | None = None,
     ) -> StampedSocket:
-        """Connected to the first of `host`'s addresses that answers; OSError if none does."""
+        """Connected to the first of `host`'s addresses that answers, over TLS with `tls`; OSError if none does
+        (ssl.SSLError: the handshake failed)."""
         loop = asyncio.get_running_loop()
         try:  # an address needs no resolver (a thread pool's round trip, after the request was stamped)
             infos = socket.getaddrinfo(
@@ -71,7 +87,15 @@ class StampedSocket(ResponseReader):
             except BaseException:
                 sock.close()
                 raise
-            return cls(sock, clock, wake_stamp)
+            if tls is None:
+                return cls(sock, clock, wake_stamp)
+            records = TlsRecords(tls, host)
+            try:
+                await records.handshake(sock)
+            except BaseException:
+                sock.close()
+                raise
+            return cls(sock, clock, wake_stamp, records)
         raise error
 
     def _readable(self) -> None:
@@ -86,9 +110,20 @@ class StampedSocket(ResponseReader):
             self._lost(None)
             return
         t = self._stamp(ancillary, n)
-        self.take(bytes(self._view[:n]), t)
+        error: ssl.SSLError | None = None
+        if self.tls is None:
+            self.take(bytes(self._view[:n]), t)
+        else:  # what the read completes of the server's records, under the read's stamp
+            try:
+                data = self.tls.decrypt(self._view[:n])
+            except ssl.SSLError as e:
+                data, error = b"", e
+            if data:
+                self.take(data, t)
         if self._passes is not None:
             self._passes.read_over()  # its kernel time is not a later read's
+        if error is not None or (self.tls is not None and self.tls.closed):
+            self._lost(error)
 
     def _stamp(self, ancillary: list[tuple[int, int, bytes]], n: int) -> float:
         """When the kernel received this read's last bytes, on the run's clock: now less how long ago that was
@@ -115,6 +150,8 @@ class StampedSocket(ResponseReader):
         for piece in write_slices(parts):
             if self.closed:
                 return
+            if self.tls is not None:
+                piece = self.tls.encrypt(piece)
             try:
                 await self._loop.sock_sendall(self.sock, piece)
             except OSError as e:

@@ -5,9 +5,10 @@ here each read lands in the connection's own buffer, is stamped first, and
 flows straight into the SSE parser (http_response.py), for a few µs. Plain HTTP
 is read from its socket with the kernel's receive time of each read
 (stamped_socket.py), so a read the loop comes to late keeps when its bytes
-arrived. TLS goes through asyncio's transport (a BufferedProtocol: the stock
-Protocol path allocates a fresh 256 KiB bytes object per read), and on the
-driver's own loop is stamped when the loop woke for the read
+arrived; so is TLS, decrypted as it is read (tls_records.py). Where the kernel
+gives no time, a connection goes through asyncio's transport (a BufferedProtocol:
+the stock Protocol path allocates a fresh 256 KiB bytes object per read), and on
+the driver's own loop is stamped when the loop woke for the read
 (drivers/run/event_loop.py), so a read handled after 63 others in the same pass
 is not stamped late by their work. One keep-alive connection per session, which also
 carries the session's /tokenize counts between its turns
@@ -100,8 +101,8 @@ def read_stamp(clock: Callable[[], float]) -> Callable[[], float]:
 
 
 class _Protocol(ResponseReader, asyncio.BufferedProtocol):
-    """A connection over asyncio's transport (TLS, a clock not the run's, or a system without SO_TIMESTAMPNS):
-    each read stamped when the loop woke for it."""
+    """A connection over asyncio's transport (a clock not the run's, or a system without SO_TIMESTAMPNS): each
+    read stamped when the loop woke for it."""
 
     def __init__(self, stamp: Callable[[], float]):
         self.stamp = stamp
@@ -176,14 +177,15 @@ class Connection:
         self._proto: _Protocol | StampedSocket | None = None
 
     async def _connect(self) -> _Protocol | StampedSocket:
-        """A fresh connection: plain HTTP on the run's clock reads the kernel's receive times (stamped_socket.py);
-        TLS, or another clock, goes through asyncio's transport, stamped when the loop woke."""
+        """A fresh connection: on the run's clock it reads the kernel's receive times, over plain HTTP or TLS
+        (stamped_socket.py); on another clock (or without SO_TIMESTAMPNS) it goes through asyncio's transport,
+        stamped when the loop woke."""
         loop = asyncio.get_running_loop()
         ctx = (self.tls or tls_context()) if self.https else None
         wake_stamp = read_stamp(self.clock)
         try:
-            if ctx is None and isinstance(self.clock, RunClock) and SO_TIMESTAMPNS is not None:
-                opened = StampedSocket.open(self.host, self.port, self.clock, wake_stamp)
+            if isinstance(self.clock, RunClock) and SO_TIMESTAMPNS is not None:
+                opened = StampedSocket.open(self.host, self.port, self.clock, wake_stamp, ctx)
                 return await within(opened, self.connect_timeout)
             _, proto = await within(
                 loop.create_connection(lambda: _Protocol(wake_stamp), self.host, self.port, ssl=ctx),

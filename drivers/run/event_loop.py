@@ -1,15 +1,16 @@
 """The driver's event loop: asyncio's own, with a selector that times each pass of the loop.
 
-A read over TLS is stamped when the loop woke for it (`PassSelector.read_time`, drivers/net/wire.py), not when
-its callback got its turn: the 64th stream read in a pass is stamped as early as the first. A stamp is then
-off only if the loop came to look late, or handled a read long after it woke, and the selector notes each:
+A read with no kernel time (a system without SO_TIMESTAMPNS) is stamped when the loop woke for it
+(`PassSelector.read_time`, drivers/net/wire.py), not when its callback got its turn: the 64th stream read in a
+pass is stamped as early as the first. A stamp is then off only if the loop came to look late, or handled a
+read long after it woke, and the selector notes each:
   - the pass before held the loop (the driver's work, or the OS taking the core from it mid-pass), and what
     became readable meanwhile waited for the next wake. The CPU the process spent in that pass (all its
     threads: each is the driver's) says how much of it was the driver's own;
   - a read was handled more than 5 ms after its pass woke: bytes that came since are stamped early by as
     much, so that pass's own wake counts as late too;
   - the loop waited past its timer (the OS or a virtual machine's host woke it late): the machine's.
-A read over plain HTTP carries the kernel's receive time of its last bytes (drivers/net/stamped_socket.py),
+A read over plain HTTP or TLS carries the kernel's receive time of its last bytes (drivers/net/stamped_socket.py),
 which a late wake does not put off. The loop-lag check (loop_lag.py) turns the late wakes at which a read was
 stamped with the wake into the windows that mark turns `client busy`; the others count for the lag alone. A
 kernel-stamped read that carried several tokens is exact for the last alone: the selector says whether the

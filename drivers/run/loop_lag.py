@@ -7,8 +7,9 @@ On the driver's own loop (event_loop.DriverLoop) the loop notes each late wake i
 window covers exactly the stamps that wake may have put off, and says whether the driver's own work (the CPU
 its process spent in the pass that held the loop) made it late, or the machine (the OS or a VM's host waking
 it late, or taking the core mid-pass; a disk wait, since the recording is written from this loop, reads the
-same). A read there is stamped when the loop woke for it (TLS), or with the kernel's receive time of its last
-bytes (plain HTTP, drivers/net/stamped_socket.py), which no late wake puts off: a late wake at which no read
+same). A read there carries the kernel's receive time of its last bytes (plain HTTP or TLS,
+drivers/net/stamped_socket.py), which no late wake puts off, or where the kernel gives none the time the loop
+woke for it: a late wake at which no read
 was stamped at the wake leaves no window (a read that carried several tokens, held long, marks its own turn:
 event_loop.PassSelector.piled_up). On any other
 loop (or clock, whose reads are not stamped at the loop's wakes) a late timer leaves a window from when it was
