@@ -24,9 +24,9 @@ worker's start), CPU per chunk (the coordinator's and its workers' together), fa
 client busy by a worker's own work; bars: 2 workers >= 1.6x the chunks/s of 1 with the client the bottleneck,
 and at 512 sessions 0 failed turns and none busy by a worker's own work. Its engine writes --burst tokens a
 request each step (2048), so that its CPU per chunk stays well under the client's on the cores they share, and
-is paced only with --step-ms.
+is paced only with --step-ms; with --tls it serves https (a self-signed certificate the run trusts).
 
-usage: python tests/bench_client.py [--sessions 32] [--tokens 2000] [--turns 2] [--workers 1,2 [--burst N]]
+usage: python tests/bench_client.py [--sessions 32] [--tokens 2000] [--turns 2] [--workers 1,2 [--burst N] [--tls]]
 """
 
 from __future__ import annotations
@@ -75,9 +75,11 @@ async def bare(url: str, sessions: int, tokens: int, turns: int) -> dict:
         return {"cpu": time.process_time() - cpu0, "wall": time.perf_counter() - t0, "chunks": chunks}
 
 
-def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool, workers: int = 1) -> dict:
+def rampwatch(
+    url: str, sessions: int, tokens: int, turns: int, process: bool, workers: int = 1, ca_bundle: str | None = None
+) -> dict:
     """The driver headless in this process, or (`process`) in the driver
-    process behind the UI; CPU is the driver's alone either way."""
+    process behind the UI; CPU is the driver's alone either way. `ca_bundle`: an https engine's certificate."""
     import resource
 
     import psutil
@@ -100,6 +102,7 @@ def rampwatch(url: str, sessions: int, tokens: int, turns: int, process: bool, w
         ignore_eos=True,
         record=record,
         workers=workers,
+        ca_bundle=Path(ca_bundle) if ca_bundle else None,
     )
     if process:
         driver = DriverProcess(cfg)
@@ -156,7 +159,9 @@ def phase_main(args: argparse.Namespace) -> None:
         out = asyncio.run(bare(args.url, args.sessions, args.tokens, args.turns))
     else:
         process = args.phase == "driver"
-        out = rampwatch(args.url, args.sessions, args.tokens, args.turns, process, workers=args.phase_workers)
+        out = rampwatch(
+            args.url, args.sessions, args.tokens, args.turns, process, workers=args.phase_workers, ca_bundle=args.ca
+        )
     print(json.dumps(out))
 
 
@@ -175,6 +180,7 @@ def run_phase(phase: str, url: str, args: argparse.Namespace, workers: int = 1) 
         str(args.tokens),
         "--turns",
         str(args.turns),
+        *(("--ca", args.ca) if args.ca else ()),
     ]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if p.returncode != 0:
@@ -209,6 +215,7 @@ def main() -> None:
     ap.add_argument("--phase", choices=("bare", "headless", "driver"), help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--phase-workers", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--ca", help=argparse.SUPPRESS)
     ap.add_argument("--workers", help="compare the headless driver on these numbers of worker processes, e.g. 1,2")
     ap.add_argument(
         "--burst",
@@ -217,17 +224,26 @@ def main() -> None:
         help="with --workers: tokens the engine writes a request each step (default 2048: its CPU per chunk well "
         "under the client's, so the client is the bottleneck on the cores they share)",
     )
+    ap.add_argument(
+        "--tls",
+        action="store_true",
+        help="with --workers: the engine serves https (a self-signed certificate, made with openssl), which the "
+        "run trusts with --ca-bundle",
+    )
     args = ap.parse_args()
     if args.phase:
         return phase_main(args)
 
     from rampwatch.drivers.sim.serve import ChildSim
 
-    def sim(step_ms: float | None, burst: int | None = None) -> ChildSim:
-        return ChildSim(argparse.Namespace(profile="fast", step_ms=step_ms, burst=burst))
+    def sim(step_ms: float | None, burst: int | None = None, tls: tuple[str, str] | None = None) -> ChildSim:
+        cert, key = tls or (None, None)
+        return ChildSim(argparse.Namespace(profile="fast", step_ms=step_ms, burst=burst, tls_cert=cert, tls_key=key))
 
     if args.workers:
-        return compare_workers([int(n) for n in args.workers.split(",")], args, sim(args.step_ms, args.burst))
+        tls = self_signed(Path(tempfile.mkdtemp())) if args.tls else None
+        args.ca = tls[0] if tls else None
+        return compare_workers([int(n) for n in args.workers.split(",")], args, sim(args.step_ms, args.burst, tls))
 
     print(f"1M-token turn body built in {build_time() * 1000:.0f} ms")
     results = {}
@@ -274,6 +290,15 @@ def main() -> None:
     )
 
 
+def self_signed(folder: Path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and its key, made with openssl in `folder`."""
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subj = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    cmd = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1"]
+    subprocess.run([*cmd, *subj], check=True, capture_output=True)
+    return cert, key
+
+
 def compare_workers(counts: list[int], args: argparse.Namespace, engine) -> None:  # noqa: ANN001
     """The headless driver on each number of workers against one fast engine: chunks/s, CPU per chunk."""
     import psutil
@@ -286,6 +311,7 @@ def compare_workers(counts: list[int], args: argparse.Namespace, engine) -> None
             results[n] = run_phase("headless", fast.url, args, workers=n)
             results[n]["cpu_engine"] = sum(sim.cpu_times()[:2]) - before  # what the engine took of the same cores
     paced = f", one step every {args.step_ms:g} ms" if args.step_ms else ""
+    paced += ", over TLS" if args.ca else ""
     print(
         f"\n{args.sessions} sessions x {args.turns} turns x {args.tokens} tokens from the simulated 'fast' engine "
         f"({args.burst} tokens a request a step{paced}), headless, recording on\n"

@@ -381,6 +381,9 @@ def test_schedule_over_max_model_len_is_refused_before_sending(sim):
             ],
             "use one",
         ),
+        (["sim", "--tls-cert", "/nonexistent/cert.pem"], "--tls-cert and --tls-key go together"),
+        (["sim", "--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"], "No such file"),
+        (["sim", "--pd", "--tls-cert", "c.pem", "--tls-key", "k.pem"], "one engine or --replicas"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.run.recording import Recording, read_recording
 from rampwatch.drivers.sim.profiles import make_profile
+from rampwatch.drivers.sim.serve import ChildSim
 from rampwatch.drivers.telemetry.gpu import GpuSampler
 from rampwatch.tui.sources import ReplaySource
 from tests.conftest import drive, free_port, rw, rw_started, small_run
@@ -169,9 +171,12 @@ def test_a_proxied_url_is_refused_in_one_line_and_no_proxy_lets_it_through(sim):
 
 
 def test_tls_one_configuration_for_probes_and_stream(self_signed, tmp_path):
+    """The simulated engine serving https (--tls-cert, --tls-key, in its own process): every request of a run
+    trusts one configuration, and the stream's reads are kernel-stamped over TLS as over plain HTTP."""
     cert, key = self_signed
     args = ["--schedule", "2k,4k", "--output-tokens", "8", "--headless", "--gpu", "none"]
-    with ThreadedSim(make_profile("tiny"), tls=(cert, key)) as s:
+    with ChildSim(argparse.Namespace(profile="tiny", tls_cert=cert, tls_key=key)) as s:
+        assert s.url.startswith("https://")
         untrusted = rw("run", s.url, *args, "--no-record")
         trusted = rw("run", s.url, *args, "--ca-bundle", cert, "--record", str(tmp_path / "ok.jsonl"))
         insecure = rw("run", s.url, *args, "--insecure", "--record", str(tmp_path / "insecure.jsonl"))

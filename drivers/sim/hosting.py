@@ -40,9 +40,10 @@ def uvicorn_server(app: Any, tls: tuple[str, str] | None = None) -> uvicorn.Serv
     return uvicorn.Server(config)
 
 
-async def serve_all(apps_: list[Any], sockets: list[socket.socket]) -> None:
-    """Every app on its socket in this event loop, until one stops (Ctrl-C or SIGTERM stops all)."""
-    servers = [uvicorn_server(app) for app in apps_]
+async def serve_all(apps_: list[Any], sockets: list[socket.socket], tls: tuple[str, str] | None = None) -> None:
+    """Every app on its socket in this event loop (https with `tls`), until one stops (Ctrl-C or SIGTERM stops
+    all)."""
+    servers = [uvicorn_server(app, tls) for app in apps_]
     tasks = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(servers, sockets)]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

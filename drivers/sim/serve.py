@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -214,7 +215,8 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
     topology = topology_of(args)
     key_var = getattr(args, "api_key_env", None)
     key = os.environ.get(key_var) if key_var else None
-    urls = ["http://{}:{}".format(*sock.getsockname()[:2]) for sock in socks]
+    tls = tls_files(args)
+    urls = ["{}://{}:{}".format("https" if tls else "http", *sock.getsockname()[:2]) for sock in socks]
     gpus = args.gpus or 0
     server = {
         "gpus": gpus,
@@ -235,7 +237,8 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
             print(f"  {line}", flush=True)
         if server["reasoning_tokens"]:
             print(f"  a reasoning model: {server['reasoning_tokens']} tokens of thinking per answer", flush=True)
-        print(f"  try: rampwatch run {' '.join(topology.run_args(urls, gpus))}   (Ctrl-C to stop)", flush=True)
+        run_args = [*topology.run_args(urls, gpus), *(["--ca-bundle", tls[0]] if tls else [])]
+        print(f"  try: rampwatch run {' '.join(run_args)}   (Ctrl-C to stop)", flush=True)
     router = {
         "policy": getattr(args, "router_policy", None) or "consistent_hash",
         "restart_after": getattr(args, "router_restart_after", None) or None,
@@ -244,9 +247,24 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
         print(f"  router policy {router['policy']}", flush=True)
     hang_up_as_terminate()
     try:
-        asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, server, router), socks))
+        asyncio.run(serve_all(apps(topology, profile, faults_from(args), key, urls, server, router), socks, tls))
     except KeyboardInterrupt:
         pass
+
+
+def tls_files(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(certificate, key) PEM files to serve https with (--tls-cert, --tls-key), or None: plain HTTP."""
+    cert = getattr(args, "tls_cert", None)
+    return (cert, args.tls_key) if cert else None
+
+
+def add_tls_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="serve https with this certificate (and --tls-key); a client trusts it with rampwatch run --ca-bundle PEM",
+    )
+    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert (PEM)")
 
 
 def hang_up_as_terminate() -> None:
@@ -283,6 +301,8 @@ def child_argv(args: argparse.Namespace, fds: list[int]) -> list[str]:
         "otlp_traces_endpoint",
         "router_policy",
         "router_restart_after",
+        "tls_cert",
+        "tls_key",
     ):
         v = getattr(args, name, None)
         if v is not None:
@@ -304,7 +324,8 @@ class ChildSim:
 
     def __init__(self, args: argparse.Namespace):
         self.socks = [loopback_socket() for _ in range(topology_of(args).sockets)]
-        self.urls = [f"http://127.0.0.1:{s.getsockname()[1]}" for s in self.socks]
+        self.tls = tls_files(args)
+        self.urls = [f"{'https' if self.tls else 'http'}://127.0.0.1:{s.getsockname()[1]}" for s in self.socks]
         self.url = self.urls[0]
         fds = [s.fileno() for s in self.socks]
         self.proc = subprocess.Popen(
@@ -325,7 +346,8 @@ class ChildSim:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"simulated engine exited with code {self.proc.returncode}")
             try:
-                if httpx.get(waiting[0] + "/health", timeout=1.0).status_code == 200:
+                verify = ssl.create_default_context(cafile=self.tls[0]) if self.tls else True
+                if httpx.get(waiting[0] + "/health", timeout=1.0, verify=verify).status_code == 200:
                     waiting.pop(0)
                     continue
             except httpx.HTTPError:
@@ -371,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topology", default="single")
     add_sim_args(p)
     add_fault_args(p)
+    add_tls_args(p)
     args = p.parse_args(argv)
     end_with_parent()
     serve(args, [socket.socket(fileno=fd) for fd in args.fd], announce=False)

@@ -4,6 +4,7 @@ replicas or a prefill/decode split)."""
 from __future__ import annotations
 
 import argparse
+import ssl
 
 from rampwatch.drivers.sim.serve import check_router_args, serve
 from rampwatch.drivers.sim.sockets import loopback_socket
@@ -22,6 +23,9 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
         check_router_args(argparse.Namespace(**{**vars(args), "topology": topology}))
     except ValueError as e:
         return fail(str(e))
+    if args.tls_cert or args.tls_key:
+        if why := tls_refused(args, topology):
+            return fail(why)
     socks = []
     for k in range(Topology.parse(topology).sockets):
         try:
@@ -30,3 +34,18 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
             return fail(f"cannot listen on {args.host}:{args.port + k}: {e.strerror or e}")
     serve(argparse.Namespace(**{**vars(args), "topology": topology}), socks)  # serve() reads the topology off it
     return 0
+
+
+def tls_refused(args: argparse.Namespace, topology: str) -> str | None:
+    """Why --tls-cert/--tls-key cannot serve, in one line, or None."""
+    if not (args.tls_cert and args.tls_key):
+        return "--tls-cert and --tls-key go together"
+    if topology.startswith(("pd", "router")):
+        return "--tls-cert serves one engine or --replicas (a split's proxy and a router reach theirs in plain HTTP)"
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(args.tls_cert, args.tls_key)
+    except ssl.SSLError:  # an OSError too: first
+        return f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: not a PEM certificate and its private key"
+    except OSError as e:
+        return f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: {e.strerror or e}"
+    return None

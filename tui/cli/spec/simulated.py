@@ -45,7 +45,7 @@ def add_topology_arg(p: argparse.ArgumentParser, flag: str) -> None:
 
 
 def add_sim_command_args(p: argparse.ArgumentParser) -> None:
-    from rampwatch.drivers.sim.serve import add_fault_args, add_sim_args
+    from rampwatch.drivers.sim.serve import add_fault_args, add_sim_args, add_tls_args
 
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -71,4 +71,5 @@ def add_sim_command_args(p: argparse.ArgumentParser) -> None:
         help="a prefill/decode split: a proxy on PORT (send turns here), the prefill engine on PORT+1, "
         "the decode engine on PORT+2 (each with /metrics); the KV moves with a modelled transfer time",
     )
+    add_tls_args(p)
     add_fault_args(p)
