@@ -240,8 +240,15 @@ def main() -> None:
         cert, key = tls or (None, None)
         return ChildSim(argparse.Namespace(profile="fast", step_ms=step_ms, burst=burst, tls_cert=cert, tls_key=key))
 
+    if args.tls and not args.workers:
+        ap.error("--tls goes with --workers")
     if args.workers:
-        tls = self_signed(Path(tempfile.mkdtemp())) if args.tls else None
+        tls = None
+        if args.tls:
+            sys.path.insert(0, str(ROOT))
+            from tests.certs import self_signed
+
+            tls = self_signed(Path(tempfile.mkdtemp()))
         args.ca = tls[0] if tls else None
         return compare_workers([int(n) for n in args.workers.split(",")], args, sim(args.step_ms, args.burst, tls))
 
@@ -288,15 +295,6 @@ def main() -> None:
         f"failed turns: {sum(r.get('failed', 0) for r in results.values())}; "
         f"recording {h['recording_bytes'] / 1e6:.1f} MB"
     )
-
-
-def self_signed(folder: Path) -> tuple[str, str]:
-    """A certificate for 127.0.0.1 and its key, made with openssl in `folder`."""
-    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
-    subj = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
-    cmd = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1"]
-    subprocess.run([*cmd, *subj], check=True, capture_output=True)
-    return cert, key
 
 
 def compare_workers(counts: list[int], args: argparse.Namespace, engine) -> None:  # noqa: ANN001

@@ -24,7 +24,7 @@ from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.runner import Run
 from rampwatch.drivers.sim.faults import SimFaults
 from rampwatch.drivers.sim.profiles import make_profile
-from tests import procs
+from tests import certs, procs
 from tests.simhost import ThreadedSim
 
 HERE = Path(__file__).resolve().parent
@@ -504,31 +504,7 @@ async def focus_cells(app, pilot) -> tuple[list[str], list[list[str]]]:  # noqa:
 
 @pytest.fixture(scope="session")
 def self_signed(tmp_path_factory) -> tuple[str, str]:
-    """A certificate for 127.0.0.1 that no default store trusts."""
+    """A certificate for 127.0.0.1 that no default store trusts, and its key (tests/certs.py)."""
     if shutil.which("openssl") is None:
         pytest.skip("no openssl to make a self-signed certificate (apt-get install openssl)")
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = str(d / "cert.pem"), str(d / "key.pem")
-    procs.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            key,
-            "-out",
-            cert,
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    return certs.self_signed(tmp_path_factory.mktemp("tls"))

@@ -172,7 +172,7 @@ def test_a_proxied_url_is_refused_in_one_line_and_no_proxy_lets_it_through(sim):
 
 def test_tls_one_configuration_for_probes_and_stream(self_signed, tmp_path):
     """The simulated engine serving https (--tls-cert, --tls-key, in its own process): every request of a run
-    trusts one configuration, and the stream's reads are kernel-stamped over TLS as over plain HTTP."""
+    trusts one configuration (that the stream's reads are kernel-stamped over TLS is test_chat.py's)."""
     cert, key = self_signed
     args = ["--schedule", "2k,4k", "--output-tokens", "8", "--headless", "--gpu", "none"]
     with ChildSim(argparse.Namespace(profile="tiny", tls_cert=cert, tls_key=key)) as s:

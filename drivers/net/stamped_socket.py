@@ -41,11 +41,7 @@ class StampedSocket(ResponseReader):
         tls: TlsRecords | None = None,
     ):
         self.sock, self.clock, self.wake_stamp, self.tls = sock, clock, wake_stamp, tls
-        if SO_TIMESTAMPNS is not None:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            except OSError:
-                pass  # no kernel time with its reads: each is stamped at the wake (_stamp)
+        _ask_kernel_times(sock)
         self._into = bytearray(READ_BUFFER)
         self._view = memoryview(self._into)
         self._open = True
@@ -62,10 +58,10 @@ class StampedSocket(ResponseReader):
         port: int,
         clock: Callable[[], float],
         wake_stamp: Callable[[], float],
-        tls: ssl.SSLContext | None = None,
+        tls_context: ssl.SSLContext | None = None,
     ) -> StampedSocket:
-        """Connected to the first of `host`'s addresses that answers, over TLS with `tls`; OSError if none does
-        (ssl.SSLError: the handshake failed)."""
+        """Connected to the first of `host`'s addresses that answers, over TLS with `tls_context`; OSError if
+        none does (ssl.SSLError: the handshake failed)."""
         loop = asyncio.get_running_loop()
         try:  # an address needs no resolver (a thread pool's round trip, after the request was stamped)
             infos = socket.getaddrinfo(
@@ -87,10 +83,11 @@ class StampedSocket(ResponseReader):
             except BaseException:
                 sock.close()
                 raise
-            if tls is None:
+            if tls_context is None:
                 return cls(sock, clock, wake_stamp)
-            records = TlsRecords(tls, host)
             try:
+                _ask_kernel_times(sock)  # before the handshake: what comes with its last bytes is stamped too
+                records = TlsRecords(tls_context, host)
                 await records.handshake(sock)
             except BaseException:
                 sock.close()
@@ -106,24 +103,18 @@ class StampedSocket(ResponseReader):
         except OSError as e:
             self._lost(e)
             return
-        if not n:
+        if not n:  # over TLS without close_notify too, as asyncio's transport: the response's framing decides
             self._lost(None)
             return
         t = self._stamp(ancillary, n)
-        error: ssl.SSLError | None = None
         if self.tls is None:
             self.take(bytes(self._view[:n]), t)
-        else:  # what the read completes of the server's records, under the read's stamp
-            try:
-                data = self.tls.decrypt(self._view[:n])
-            except ssl.SSLError as e:
-                data, error = b"", e
-            if data:
-                self.take(data, t)
+        elif data := self.tls.decrypt(self._view[:n]):  # what the read completes of the server's records
+            self.take(data, t)
         if self._passes is not None:
             self._passes.read_over()  # its kernel time is not a later read's
-        if error is not None or (self.tls is not None and self.tls.closed):
-            self._lost(error)
+        if self.tls is not None and (self.tls.error is not None or self.tls.peer_closed):
+            self._lost(self.tls.error)
 
     def _stamp(self, ancillary: list[tuple[int, int, bytes]], n: int) -> float:
         """When the kernel received this read's last bytes, on the run's clock: now less how long ago that was
@@ -174,3 +165,13 @@ class StampedSocket(ResponseReader):
             self._loop.remove_reader(fd)
             self._loop.remove_writer(fd)  # a send waiting for room: its fd may be reused once closed
             self.sock.close()
+
+
+def _ask_kernel_times(sock: socket.socket) -> None:
+    """Have the kernel stamp what `sock` receives; where it will not, each read is stamped at the wake
+    (StampedSocket._stamp)."""
+    if SO_TIMESTAMPNS is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass

@@ -18,7 +18,8 @@ class TlsRecords:
     def __init__(self, ctx: ssl.SSLContext, host: str):
         self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
         self._tls = ctx.wrap_bio(self._in, self._out, server_hostname=host)
-        self.closed = False  # the server ended TLS (close_notify): nothing more will come
+        self.peer_closed = False  # the server ended TLS (close_notify): nothing more will come
+        self.error: ssl.SSLError | None = None  # what a read's bytes held that was not TLS: the connection is spent
 
     async def handshake(self, sock: socket.socket) -> None:
         """The handshake over `sock` (connected, non-blocking); ssl.SSLError (an untrusted certificate, a server
@@ -41,7 +42,8 @@ class TlsRecords:
 
     def decrypt(self, data: bytes | memoryview) -> bytes:
         """What `data`, with the bytes read before it, completes of the server's records (b"" while a record is
-        still partial); ssl.SSLError if they are not TLS. After close_notify, `closed`."""
+        still partial). After close_notify, `peer_closed`; after bytes that are not TLS (a fatal alert, a broken
+        record), `error`, with what OpenSSL gave before it."""
         self._in.write(data)
         pieces = []
         while True:
@@ -50,10 +52,12 @@ class TlsRecords:
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:
-                self.closed = True
+                piece = b""
+            except ssl.SSLError as e:
+                self.error = e
                 break
             if not piece:
-                self.closed = True
+                self.peer_closed = True
                 break
             pieces.append(piece)
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)

@@ -5,8 +5,8 @@ here each read lands in the connection's own buffer, is stamped first, and
 flows straight into the SSE parser (http_response.py), for a few µs. Plain HTTP
 is read from its socket with the kernel's receive time of each read
 (stamped_socket.py), so a read the loop comes to late keeps when its bytes
-arrived; so is TLS, decrypted as it is read (tls_records.py). Where the kernel
-gives no time, a connection goes through asyncio's transport (a BufferedProtocol:
+arrived; so is TLS, decrypted as it is read (tls_records.py). On a clock not
+the run's, or without SO_TIMESTAMPNS, a connection goes through asyncio's transport (a BufferedProtocol:
 the stock Protocol path allocates a fresh 256 KiB bytes object per read), and on
 the driver's own loop is stamped when the loop woke for the read
 (drivers/run/event_loop.py), so a read handled after 63 others in the same pass

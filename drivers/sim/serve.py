@@ -342,11 +342,11 @@ class ChildSim:
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         waiting = list(self.urls)
+        verify = ssl.create_default_context(cafile=self.tls[0]) if self.tls else True
         while waiting and time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"simulated engine exited with code {self.proc.returncode}")
             try:
-                verify = ssl.create_default_context(cafile=self.tls[0]) if self.tls else True
                 if httpx.get(waiting[0] + "/health", timeout=1.0, verify=verify).status_code == 200:
                     waiting.pop(0)
                     continue
