@@ -26,8 +26,9 @@ HEADER = ev.Header(
 )
 
 
-def sample(t: float, name: str, prompt: float, requests: float) -> ev.MetricsSample:
-    return ev.MetricsSample(t=t, source=name, engine="vllm", values={"prompt_tokens": prompt, "requests": requests})
+def sample(t: float, name: str, prompt: float, requests: float, asked_t: float | None = None) -> ev.MetricsSample:
+    values = {"prompt_tokens": prompt, "requests": requests}
+    return ev.MetricsSample(t=t, source=name, engine="vllm", values=values, asked_t=asked_t)
 
 
 def turn(sid: str, n: int, sent: float, done: float, prompt: int, cached: int = 0) -> list[ev.AnyEvent]:
@@ -110,6 +111,23 @@ def test_a_turn_waits_for_every_backend_to_be_sampled_after_it_ended():
     assert served(state) == [("s1", 1, None, None)] and state.backends.awaiting
     state.apply(sample(2.1, "r1", 1000, 1))
     assert served(state) == [("s1", 1, "r1", "counters")] and not state.backends.awaiting
+
+
+def test_a_scrape_sent_before_the_turn_ended_does_not_cover_it_though_answered_after():
+    """A scrape's values are the server's at some moment between its sending and its answer: one sent as the turn
+    ran (its prompt counted, its request not yet) and answered after it ended is no sample after it. Taken as one
+    (its answer's time), the lone mover's request count had not moved, and the turn read `ambiguous` (CI saw it
+    once against real vLLM replicas); it waits for the next scrape instead."""
+    events = [sample(0.0, "r0", 0, 0), sample(0.0, "r1", 0, 0)]
+    events += turn("s1", 1, 1.0, 1.5, 1000)
+    events += [sample(1.52, "r0", 1000, 0, asked_t=1.45), sample(1.52, "r1", 0, 0, asked_t=1.45)]
+    state = RunState(HEADER)
+    for e in events:
+        state.apply(e)
+    assert served(state) == [("s1", 1, None, None)] and state.backends.awaiting
+    state.apply(sample(1.62, "r0", 1000, 1, asked_t=1.55))
+    state.apply(sample(1.62, "r1", 0, 0, asked_t=1.55))
+    assert served(state) == [("s1", 1, "r0", "counters")] and not state.backends.awaiting
 
 
 def test_a_span_naming_its_backend_wins_over_the_counters_whenever_it_comes():

@@ -99,8 +99,7 @@ class BackendLedger:
         done = rec.done_t if rec.done_t is not None else rec.sent_t
         names = rec.counters_at_sent or {}
         return all(
-            (ep := by_name.get(n)) is not None and ((ep.last_sample_t or 0.0) > done or ep.error is not None)
-            for n in names
+            (ep := by_name.get(n)) is not None and (ep.sampled_after(done) or ep.error is not None) for n in names
         )
 
     def _attribute(self, rec: TurnRecord, by_name: dict[str, EndpointView]) -> bool:

@@ -63,6 +63,7 @@ class EndpointView(_Rates):
     rates: dict[str, float] = field(default_factory=dict)  # tokens/s over the last RATE_WINDOW_S
     first_sample_t: float | None = None
     last_sample_t: float | None = None
+    last_asked_t: float | None = None  # when the last sample's scrape was sent, where known
     # A router: requests it sent each worker since it first answered (by the worker's label), across its restarts.
     workers: dict[str, float] = field(default_factory=dict)
     _raw: dict[str, float] = field(default_factory=dict)
@@ -102,7 +103,13 @@ class EndpointView(_Rates):
             self.rates = {k: (counters[k] - c0[k]) / (e.t - t0) for k in counters if k in c0}
         if self.first_sample_t is None:
             self.first_sample_t = e.t
-        self.last_sample_t = e.t
+        self.last_sample_t, self.last_asked_t = e.t, e.asked_t
+
+    def sampled_after(self, t: float) -> bool:
+        """Whether the last sample holds the server's state after `t`: its scrape was sent after `t` (a scrape
+        answered after `t` may have been read before it: vLLM's counters then lack what came between)."""
+        since = self.last_asked_t if self.last_asked_t is not None else self.last_sample_t
+        return since is not None and since > t
 
     def since_start(self) -> dict[str, float]:
         """Each counter's growth since this server first answered."""

@@ -250,6 +250,9 @@ class MetricsSample(Event):
     role: EndpointRole | None = None
     # A router's requests per worker (vllm-router's processed_requests_total{worker}), by the worker's label.
     workers: dict[str, float] = {}
+    # When the scrape was sent (`t`: when its answer came): the values are the server's at some moment between.
+    # None where not known (Prometheus's samples, older recordings).
+    asked_t: float | None = None
 
 
 class MetricsError(Event):

@@ -32,7 +32,7 @@ def transfer_counters(decode: list[EndpointView] | None) -> Counters | None:
 def covers(rec: TurnRecord, decode: list[EndpointView] | None) -> bool:
     """Whether every decode server was sampled after the turn's first token (it was admitted before that)."""
     mark = rec.first_t if rec.first_t is not None else rec.done_t
-    return bool(decode) and mark is not None and all((x.last_sample_t or 0.0) > mark for x in decode or [])
+    return bool(decode) and mark is not None and all(x.sampled_after(mark) for x in decode or [])
 
 
 class TransferLedger:

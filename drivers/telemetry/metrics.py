@@ -370,6 +370,7 @@ class MetricsScraper:
 
     async def scrape_once(self) -> bool:
         try:
+            asked_t = self.clock()
             status, body = await self._get(self._path)
             t = self.clock()
             if status != 200:
@@ -386,7 +387,13 @@ class MetricsScraper:
             workers = router_workers(text, self._profile) if router else {}
             self.emit(
                 ev.MetricsSample(
-                    t=t, source=self.source, engine=engine, values=values, missing=missing, workers=workers
+                    t=t,
+                    source=self.source,
+                    engine=engine,
+                    values=values,
+                    missing=missing,
+                    workers=workers,
+                    asked_t=asked_t,
                 )
             )
             return True
