@@ -15,6 +15,7 @@ from rampwatch.drivers.model import events as ev
 _INSTANTS: dict[type, tuple[str, ...]] = {
     ev.SessionPlanned: ("arrival",),
     ev.RequestSent: ("due",),
+    ev.MetricsSample: ("asked_t",),
 }
 # ... and its durations (the engine's measured in its sped-up time): scaled, never shifted.
 _DURATIONS: dict[type, tuple[str, ...]] = {
