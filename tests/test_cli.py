@@ -392,6 +392,14 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert message in p.stderr and "Traceback" not in p.stderr
 
 
+def test_sim_refuses_an_encrypted_key_in_one_line_without_asking_for_its_password(self_signed, tmp_path):
+    """OpenSSL would ask for the key's password on the terminal (a sim under nohup would wait forever)."""
+    key = tmp_path / "encrypted.pem"
+    procs.run(["openssl", "genrsa", "-aes128", "-passout", "pass:x", "-out", str(key), "2048"], check=True)
+    p = rw("sim", "--tls-cert", self_signed[0], "--tls-key", str(key), timeout=30)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "(unencrypted)" in p.stderr, p.stderr
+
+
 def test_a_server_that_is_not_prometheus_is_refused_before_the_run(sim):
     p = rw("watch", "--prometheus", sim.url, "--headless", "--no-record")
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr

@@ -43,9 +43,12 @@ def tls_refused(args: argparse.Namespace, topology: str) -> str | None:
     if topology.startswith(("pd", "router")):
         return "--tls-cert serves one engine or --replicas (a split's proxy and a router reach theirs in plain HTTP)"
     try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(args.tls_cert, args.tls_key)
+        # An encrypted key would have OpenSSL ask for its password on the terminal: refused instead.
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key, password=lambda: b"")
     except ssl.SSLError:  # an OSError too: first
-        return f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: not a PEM certificate and its private key"
+        what = "not a PEM certificate and its private key (unencrypted)"
+        return f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: {what}"
     except OSError as e:
         return f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: {e.strerror or e}"
     return None
