@@ -164,11 +164,13 @@ class SessionRunner(TurnStreamer):
             await take_turn()  # a 1M-token turn, or 256 sessions' turns at once, built without stalling the loop
         if self.tokenizer and self.conv.fits(turn) and filler_chars <= FIT_MAX_CHARS:
             # The server counts the turn before it goes: turn 1 as the whole prompt, a later one as its text.
-            text = "".join(pieces)
-            tokens = await (
-                self.tokenizer.prompt(text, self.conv.lead.system) if turn == 1 else self.tokenizer.text(text)
-            )
-            if tokens:
+            for _ in range(self.conv.fit_rounds()):
+                text = "".join(pieces)
+                tokens = await (
+                    self.tokenizer.prompt(text, self.conv.lead.system) if turn == 1 else self.tokenizer.text(text)
+                )
+                if not tokens or tokens == self.conv.fit_goal(turn):
+                    break
                 pieces = self.conv.fit_turn(turn, pieces, tokens)
         return encode_message("user", pieces), "".join(pieces) if self.opts.record_text else None
 
