@@ -106,7 +106,7 @@ class SessionRunner(TurnStreamer):
                     break
                 outcome = await self.run_turn(turn)
                 if self._due is not None:  # the next turn is due at this one's end (+ the user's pause)
-                    self._due = self.ended_t if self.ended_t is not None else self.clock()
+                    self._due = self.last_end()
                 if gate is not None:
                     gate.after(turn)
                 if outcome != "ok":

@@ -159,6 +159,10 @@ class TurnStreamer:
             self._ended(self._done(turn, res, judge))
             return "ok", res
 
+    def last_end(self) -> float:
+        """When the latest attempt's reply ended, else now: what a turn timed from the one before counts from."""
+        return self.ended_t if self.ended_t is not None else self.clock()
+
     def _ended(self, done: ev.TurnDone) -> None:
         """An attempt's end, told; a next turn timed from this one's end counts from it, not from when the
         session has taken the reply in (a /tokenize round trip, a turn of the loop later)."""

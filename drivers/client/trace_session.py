@@ -85,7 +85,7 @@ class TraceSessionRunner(TurnStreamer):
                 if await self.run_turn(request) == "gone":
                     self.failed = True
                     return False
-                self.previous = (request.due_s, self.ended_t if self.ended_t is not None else self.clock())
+                self.previous = (request.due_s, self.last_end())
             return not self.failed
         finally:
             if self.gate is not None:

@@ -9,9 +9,8 @@ its process spent in the pass that held the loop) made it late, or the machine (
 it late, or taking the core mid-pass; a disk wait, since the recording is written from this loop, reads the
 same). A read there carries the kernel's receive time of its last bytes (plain HTTP or TLS,
 drivers/net/stamped_socket.py), which no late wake puts off, or where the kernel gives none the time the loop
-woke for it: a late wake at which no read
-was stamped at the wake leaves no window (a read that carried several tokens, held long, marks its own turn:
-event_loop.PassSelector.piled_up). On any other
+woke for it: a late wake at which no read was stamped at the wake leaves no window (a read that carried several
+tokens, held long, marks its own turn: event_loop.PassSelector.piled_up). On any other
 loop (or clock, whose reads are not stamped at the loop's wakes) a late timer leaves a window from when it was
 due to a tick after it woke, all the driver's own.
 Each report also says how much CPU the process spent over its second (time.process_time, every thread of the
