@@ -239,6 +239,7 @@ class Run:
         try:
             if cfg.mode == "watch":
                 await asyncio.Event().wait()  # until interrupted
+            await samplers.first_reads()
             assert self.info is not None
             opts = cfg.turn_options(self.info.model, self.salt)
             open_loop = cfg.arrivals_per_s is not None or self.trace is not None

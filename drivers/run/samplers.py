@@ -4,6 +4,7 @@ dcgm-exporter), each sampler a task on the driver's loop, with one last read onc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Callable
 
@@ -16,6 +17,8 @@ from rampwatch.drivers.telemetry.prometheus import PrometheusReader
 
 class Samplers:
     """The run's metrics scrapers and GPU samplers, made from its config."""
+
+    FIRST_READ_WAIT_S = 5.0  # the longest a run's first turn waits for the servers' first scrapes
 
     def __init__(
         self,
@@ -49,6 +52,16 @@ class Samplers:
     def start(self) -> list[asyncio.Task[None]]:
         """Every sampler running, a task each (the caller cancels them when the run ends)."""
         return [asyncio.create_task(s.run()) for s in (*self.metrics, *self.gpus)]
+
+    async def first_reads(self) -> None:
+        """Every metrics reader's first read in (answered or failed), at most FIRST_READ_WAIT_S: the run's first
+        turns then have each server's counters before them to move from (which backend served a turn, the hit rate
+        of turn 1), rather than a race with the first scrape."""
+        if self.metrics:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*(s.read_once.wait() for s in self.metrics)), self.FIRST_READ_WAIT_S
+                )
 
     async def final_read(self) -> None:
         """One last read of the metrics, so the report's server figures cover the last turns too; a server too

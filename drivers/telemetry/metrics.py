@@ -351,6 +351,7 @@ class MetricsScraper:
         self._profile: Profile | None = None
         self._llama_ctx: float | None = None  # llama.cpp's context (all slots), from /props: its KV size in tokens
         self._llama_asked = False  # /props is asked once (a server without it is not asked every scrape)
+        self.read_once = asyncio.Event()  # set once its first scrape is in, answered or failed
 
     async def _get(self, path: str) -> tuple[int, bytes]:
         return await self._conn.get(path, self._headers, self.timeout)
@@ -410,6 +411,7 @@ class MetricsScraper:
         delay = self.interval
         while True:
             ok = await self.scrape_once()
+            self.read_once.set()
             delay = self.interval if ok else min(self.MAX_BACKOFF, max(delay * 2, self.interval))
             await asyncio.sleep(delay)
 

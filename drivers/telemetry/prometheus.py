@@ -173,6 +173,7 @@ class PrometheusReader:
         self._failing = False
         self.wall = time.time  # Prometheus stamps samples with wall-clock time
         self._client = httpx.AsyncClient(timeout=max(2.0, 5 * interval), trust_env=False, verify=verify)
+        self.read_once = asyncio.Event()  # set once its first read is in, answered or failed
 
     async def query(self, promql: str) -> list[dict[str, Any]]:
         return await instant_query(self._client, self.url, promql)
@@ -268,6 +269,7 @@ class PrometheusReader:
         """Read until cancelled; the owner then calls aclose()."""
         while True:
             await self.scrape_once()
+            self.read_once.set()
             await asyncio.sleep(self.interval)
 
     async def aclose(self) -> None:
