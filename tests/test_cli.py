@@ -384,6 +384,8 @@ def test_schedule_over_max_model_len_is_refused_before_sending(sim):
         (["sim", "--tls-cert", "/nonexistent/cert.pem"], "--tls-cert and --tls-key go together"),
         (["sim", "--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"], "No such file"),
         (["sim", "--pd", "--tls-cert", "c.pem", "--tls-key", "k.pem"], "one engine or --replicas"),
+        (["sim", "--port", "70000"], "--port 70000: 0 (free ports) or 1-65535"),
+        (["sim", "--topology", "router", "--port", "65535"], "1-65533 (this topology listens on 3)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

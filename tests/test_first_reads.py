@@ -63,3 +63,5 @@ def test_a_server_that_never_answers_holds_the_first_turn_no_longer_than_the_bou
     sent = next(e.t for e in events if isinstance(e, ev.RequestSent))
     assert 0.3 <= sent < 2.0, sent  # the bound, not the scrape's own 2-s timeout
     assert any(isinstance(e, ev.TurnDone) and e.status == "ok" for e in events)
+    said = [e.message for e in events if isinstance(e, ev.Notice) and e.level == "warn"]
+    assert said == ["no first answer from stuck in 0.3 s: the run starts anyway"], said

@@ -27,6 +27,7 @@ class Samplers:
         clock: Callable[[], float],
         tls: ssl.SSLContext,
     ):
+        self.emit, self.clock = emit, clock
         headers = cfg.metrics_headers()
         self.metrics: list[MetricsScraper | PrometheusReader] = [
             MetricsScraper(s.url, cfg.scrape_interval, emit, clock, headers=headers, verify=tls, source=s.name)
@@ -57,11 +58,13 @@ class Samplers:
         """Every metrics reader's first read in (answered or failed), at most FIRST_READ_WAIT_S: the run's first
         turns then have each server's counters before them to move from (which backend served a turn, the hit rate
         of turn 1), rather than a race with the first scrape."""
-        if self.metrics:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    asyncio.gather(*(s.read_once.wait() for s in self.metrics)), self.FIRST_READ_WAIT_S
-                )
+        if not self.metrics:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(s.read_once.wait() for s in self.metrics)), self.FIRST_READ_WAIT_S)
+        if silent := [s.source for s in self.metrics if not s.read_once.is_set()]:
+            message = f"no first answer from {', '.join(silent)} in {self.FIRST_READ_WAIT_S:g} s: the run starts anyway"
+            self.emit(ev.Notice(t=self.clock(), level="warn", message=message))
 
     async def final_read(self) -> None:
         """One last read of the metrics, so the report's server figures cover the last turns too; a server too

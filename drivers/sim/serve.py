@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import signal
 import socket
 import ssl
@@ -238,7 +239,7 @@ def serve(args: argparse.Namespace, socks: list[socket.socket], announce: bool =
         if server["reasoning_tokens"]:
             print(f"  a reasoning model: {server['reasoning_tokens']} tokens of thinking per answer", flush=True)
         run_args = [*topology.run_args(urls, gpus), *(["--ca-bundle", tls[0]] if tls else [])]
-        print(f"  try: rampwatch run {' '.join(run_args)}   (Ctrl-C to stop)", flush=True)
+        print(f"  try: rampwatch run {shlex.join(run_args)}   (Ctrl-C to stop)", flush=True)  # pasted into a shell
     router = {
         "policy": getattr(args, "router_policy", None) or "consistent_hash",
         "restart_after": getattr(args, "router_restart_after", None) or None,

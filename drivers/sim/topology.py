@@ -78,7 +78,7 @@ class Topology:
         """How `rampwatch run` reaches these servers (and their simulated GPUs)."""
         targets, specs = self.targets(urls)
         gpu_args = [a for engine in self.engines(urls) for a in ("--gpu", engine + DCGM_PATH)] if gpus else []
-        headers = [a for h in self.headers() for a in ("--header", f"'{h}'")]
+        headers = [a for h in self.headers() for a in ("--header", h)]
         return [*targets, *(a for spec in specs for a in ("--metrics-url", spec)), *headers, *gpu_args]
 
     def engines(self, urls: list[str]) -> list[str]:

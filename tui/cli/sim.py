@@ -26,12 +26,16 @@ def execute(args: argparse.Namespace, argv: list[str]) -> int:
     if args.tls_cert or args.tls_key:
         if why := tls_refused(args, topology):
             return fail(why)
+    count = Topology.parse(topology).sockets
+    if not 0 <= args.port <= 65536 - count:
+        return fail(f"--port {args.port}: 0 (free ports) or 1-{65536 - count} (this topology listens on {count})")
+    ports = [args.port + k if args.port else 0 for k in range(count)]
     socks = []
-    for k in range(Topology.parse(topology).sockets):
+    for port in ports:
         try:
-            socks.append(loopback_socket(args.host, args.port + k))
+            socks.append(loopback_socket(args.host, port))
         except OSError as e:
-            return fail(f"cannot listen on {args.host}:{args.port + k}: {e.strerror or e}")
+            return fail(f"cannot listen on {args.host}:{port}: {e.strerror or e}")
     serve(argparse.Namespace(**{**vars(args), "topology": topology}), socks)  # serve() reads the topology off it
     return 0
 

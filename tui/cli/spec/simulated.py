@@ -48,7 +48,12 @@ def add_sim_command_args(p: argparse.ArgumentParser) -> None:
     from rampwatch.drivers.sim.serve import add_fault_args, add_sim_args, add_tls_args
 
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="port (default 8000; 0: free ports); a split, --replicas or a router also listens on the ports after it",
+    )
     p.add_argument("--api-key-env", metavar="VAR", help="require this environment variable's value as a Bearer API key")
     add_sim_args(p)
     p.add_argument(
