@@ -279,14 +279,16 @@ def test_a_killed_ray_actor_is_a_worker_lost_and_the_others_finish(ray_cluster, 
 
 @pytest.mark.serial
 def test_an_interrupted_cluster_run_records_its_workers_turns_cancelled(ray_cluster, tmp_path):
-    """Ctrl-C: every worker cancels its turns in flight and sends them before its actor is killed."""
+    """Ctrl-C: every worker cancels its turns in flight and sends them before its actor is killed. Turns of 4,096
+    tokens (seconds each) keep the signal inside one: it comes some 0.3-0.6 s after the sends show in the recording,
+    and with 256-token turns (0.25 s) it once fell in the gap between two turns, with nothing in flight to cancel."""
     address = ray_cluster.address
     record = tmp_path / "run.jsonl"
     schedule = ",".join(f"{k}k" for k in range(1, 13))
     with sim_process("--time-scale", "0.25") as (_, url):
         run = procs.Popen(
             [*rampwatch_cmd(), "run", url, "--headless", "--gpu", "none", "--sessions", "4", "--schedule", schedule]
-            + ["--output-tokens", "256", "--cluster", address, "--record", str(record)],
+            + ["--output-tokens", "4096", "--ignore-eos", "--cluster", address, "--record", str(record)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
