@@ -90,7 +90,8 @@ def rampwatch(
     from rampwatch.drivers.run.process import DriverProcess
     from rampwatch.drivers.run.runner import Run
 
-    record = Path(tempfile.mkdtemp()) / "bench.jsonl"
+    folder = tempfile.TemporaryDirectory()  # a fast run records ~100 MB: gone with this phase's process
+    record = Path(folder.name) / "bench.jsonl"
     schedule = [2000 * (k + 1) for k in range(turns)]
     cfg = RunConfig(
         url=url,
@@ -320,10 +321,10 @@ def compare_workers(counts: list[int], args: argparse.Namespace, engine) -> None
         per = r["cpu"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
         mine = r["cpu_coordinator"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")  # of that, its own
         row = f"{n:<9}{r['chunks']:>9}{r['chunks'] / r['wall']:>11,.0f}{_streaming_rate(r):>11,.0f}"
-        row += f"{per:>14.1f}{mine:>13.1f}"
+        row += f"{per:>14.2f}{mine:>13.2f}"
         engine = r["cpu_engine"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
         cores = (r["cpu"] + r["cpu_engine"]) / r["wall"]  # the client's and the engine's CPU over the run's wall time
-        print(row + f"{r['failed']:>8}{r['busy_own']:>12}{engine:>17.1f}{cores:>12.2f}")
+        print(row + f"{r['failed']:>8}{r['busy_own']:>12}{engine:>17.2f}{cores:>12.2f}")
     print("(chunks/s: over the whole run, its start included; streaming: first request sent to the run's end)")
     base = results[counts[0]]
     for n in counts[1:]:

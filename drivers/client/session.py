@@ -193,7 +193,10 @@ class SessionRunner(TurnStreamer):
         # than --output-tokens: with --max-tokens the server may answer longer than the ramp plans for.
         answer, answer_tokens = resent_answer(res.answer_pieces, max(0, completion - reasoning), o.output_tokens)
         kept = self._kept_reply(answer)
-        self.conv.add_reply(res.prompt_tokens, answer_tokens, await self._resent_tokens(kept))
+        # The last turn's reply is never re-sent: no round trip to count it (a long reply's /tokenize is the
+        # server's work too).
+        last = turn == len(self.conv.schedule)
+        self.conv.add_reply(res.prompt_tokens, answer_tokens, None if last else await self._resent_tokens(kept))
         self.history += [user, encode_message("assistant", [kept])]
         return "ok"
 
