@@ -115,7 +115,7 @@ async def test_the_runs_end_waits_for_due_spans_and_notices_what_matched_nothing
     await r.finish(wait=True)
     notices = [e for e in seen if isinstance(e, ev.Notice)]
     assert r.unmatched == 1 and len(notices) == 1, seen
-    assert "1 span(s) matched no turn" in notices[0].message and "1 turn(s) got no span" in notices[0].message
+    assert "1 span matched no turn" in notices[0].message and "1 turn got no span" in notices[0].message
     assert notices[0].level == "warn"
 
 

@@ -163,7 +163,7 @@ def test_counters_name_the_replica_of_turns_apart_and_call_overlapping_turns_amb
     # Lockstep: each turn of s1 and s2 in one window, one on each replica. Neither is guessed.
     assert {t for turns in served(both).values() for t in turns} == {(None, "ambiguous")}
     assert both["affinity"]["ambiguous_turns"] == 8
-    assert "8 turn(s) ambiguous" in rw("report", str(tmp_path / "b.jsonl")).stdout
+    assert "8 turns ambiguous" in rw("report", str(tmp_path / "b.jsonl")).stdout
 
 
 def test_a_router_restarted_with_a_changed_ring_moves_every_session_and_the_report_says_where(tmp_path):

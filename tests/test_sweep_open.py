@@ -94,7 +94,7 @@ def test_a_turn_lost_with_its_worker_is_not_the_server_saturating():
     assert saturation(state, 60.0) is None
     state.apply(ev.RequestSent(t=1, session="s1", turn=2, target_tokens=100, new_tokens_est=100, body_bytes=1))
     state.apply(ev.TurnDone(t=2, session="s1", turn=2, status="failed", error="HTTP 503"))
-    assert saturation(state, 60.0) == "1 turn(s) failed"
+    assert saturation(state, 60.0) == "1 turn failed"
 
 
 # -- sweeps as a user runs them --------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.deployment import kv_fits_sequences
 from rampwatch.drivers.model.goodput import goodput, open_loop, per_min, ramp_ids, steady_minutes, steady_turns
 from rampwatch.drivers.model.panels import preemptions_this_run
@@ -104,10 +105,10 @@ def overload(state: RunState) -> str | None:
     with its driver worker (--workers) is the client's failure, and says nothing of the server."""
     failed = sum(1 for r in state.turns if r.status == "failed" and r.error != LOST)
     if failed:
-        return f"{failed} turn(s) failed"
+        return f"{counted(failed, 'turn')} failed"
     preempted = preemptions_this_run(state)
     if preempted:
-        return f"the server preempted {preempted:.0f} time(s)"
+        return f"the server preempted {counted(round(preempted), 'time')}"
     return None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from rampwatch.drivers.model.analysis import Report
 from rampwatch.drivers.model.client_check import ClientWorker
+from rampwatch.drivers.model.counted import counted
 
 
 def client_worker_lines(rep: Report) -> list[str]:
@@ -37,7 +38,7 @@ def worker_lines(rep: Report) -> list[str]:
     if not workers:
         return []
     where = ", ".join(
-        f"w{w.worker}{f' on {w.node}' if w.node else ''}: {len(w.sessions)} sessions"
+        f"w{w.worker}{f' on {w.node}' if w.node else ''}: {counted(len(w.sessions), 'session')}"
         + (f" from w{w.replaces}" if w.replaces is not None else "")
         for w in workers
     )

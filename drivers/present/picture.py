@@ -3,6 +3,7 @@ context beneath, as one SVG or a self-contained HTML page with its summary; seve
 
 from __future__ import annotations
 
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.modelled import speed_up
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.turn_row import turn_row
@@ -42,7 +43,7 @@ def run_html(state: RunState, summary: list[str]) -> str:
     title = f"rampwatch: {h.model if h else '?'} on {h.engine if h else '?'}"
     info = (
         (
-            f"{esc(h.server)} · started {esc(h.started_at)} · {h.sessions} session(s)"
+            f"{esc(h.server)} · started {esc(h.started_at)} · {counted(h.sessions, 'session')}"
             f"{' · lockstep' if h.lockstep else ''} · rampwatch {esc(h.rampwatch_version)}"
             + (f" · {speed_up(state.time_scale)}" if state.time_scale != 1.0 else "")
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rampwatch.drivers.model.affinity import Affinity
 from rampwatch.drivers.model.analysis import Report
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.present.format import pct
 
 MOVES_SHOWN = 4  # a session's moves listed in its line; the rest counted (round robin moves every turn)
@@ -32,7 +33,9 @@ def affinity_lines(rep: Report) -> list[str]:
     if not run.served_turns:
         line = f"{sessions}: no turn's backend told apart"
     if run.ambiguous_turns:
-        line += f"; {run.ambiguous_turns} turn(s) ambiguous (overlapping turns moved several backends' counters)"
+        line += (
+            f"; {counted(run.ambiguous_turns, 'turn')} ambiguous (overlapping turns moved several backends' counters)"
+        )
     lines = [line]
     moved = [(s.id, s.affinity) for s in rep.sessions if s.affinity is not None and s.affinity.moves]
     lines += [moves_text(sid, a) for sid, a in moved[:SESSIONS_SHOWN]]

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from rampwatch.drivers.model.analysis import Report, SessionSummary, SpanFigures
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.events import PromptShape
 from rampwatch.drivers.model.gaps import GapStats
 from rampwatch.drivers.model.reuse import ReuseTally
@@ -32,7 +33,9 @@ def summary_lines(rep: Report) -> list[str]:
     lines = []
     if len(rep.sessions) > EACH_SESSION_MAX:
         turns = sum(len(s.turns) for s in rep.sessions)
-        lines.append(f"{len(rep.sessions):,} sessions, {turns:,} turns: each one's table in `rampwatch report`")
+        lines.append(
+            f"{counted(len(rep.sessions), 'session')}, {counted(turns, 'turn')}: each one's table in `rampwatch report`"
+        )
     for s in rep.sessions if len(rep.sessions) <= EACH_SESSION_MAX else ():
         m = s.summary
         reached = f", reached turn {m.reached_turn}/{m.planned_turns}" if m.reached_turn < m.planned_turns else ""
@@ -44,7 +47,7 @@ def summary_lines(rep: Report) -> list[str]:
         if reasoned and answered:
             reasoned += f", time to first answer sum {m.ttfa_sum_s:.2f}s"
         lines.append(
-            f"{s.id}: {m.turns} turns{reached}, TTFT sum {m.ttft_sum_s:.2f}s, longest {m.ttft_max_s:.2f}s, "
+            f"{s.id}: {counted(m.turns, 'turn')}{reached}, TTFT sum {m.ttft_sum_s:.2f}s, longest {m.ttft_max_s:.2f}s, "
             f"decode median {fmt_num(m.decode_tok_s_median, '.1f')} tok/s" + needle + reasoned + _engine_sums(m)
         )
     i = rep.interference
@@ -109,7 +112,7 @@ def summary_lines(rep: Report) -> list[str]:
             worst += f" (its own work {rep.client_lag_own_max_ms:.1f} ms at most, the rest the machine's)"
             of_busy = f", {sum(t.client_busy_own for t in turns)} by its own work"
         lines.append(
-            f"client: {worst}; {busy} of {len(turns)} turns client busy{of_busy} "
+            f"client: {worst}; {busy} of {counted(len(turns), 'turn')} client busy{of_busy} "
             "(a stamp taken while it ran over 5 ms late)"
         )
     lines += client_worker_lines(rep)  # --workers N: each worker's loop, its CPU and the turns it marked
@@ -209,7 +212,7 @@ def rest_line(turns: list[TurnRow]) -> str | None:
     front = median([t.ttft_front_end_s for t in split if t.ttft_front_end_s is not None])
     client = median([t.ttft_client_s for t in split if t.ttft_client_s is not None])
     return (
-        f"rest of the TTFT ({len(split)} turns with the engine's own TTFT): server front end median "
+        f"rest of the TTFT ({counted(len(split), 'turn')} with the engine's own TTFT): server front end median "
         f"{fmt_num(None if front is None else front * 1000, '.1f')} ms, client median "
         f"{fmt_num(None if client is None else client * 1000, '.1f')} ms"
     )

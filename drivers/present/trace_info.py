@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.trace import REASONS
 from rampwatch.drivers.model.trace_slice import SLICE_REASONS
 from rampwatch.drivers.model.trace_stats import Spread, TraceInfo
@@ -83,13 +84,9 @@ def _skipped(info: TraceInfo) -> str:
     parts = []
     for reason, n in info.skipped.items():
         if reason in SLICE_REASONS:
-            parts.append(f"{n:,} {_plural(n, 'request')} {SLICE_REASONS[reason]}")
+            parts.append(f"{counted(n, 'request')} {SLICE_REASONS[reason]}")
         else:
-            parts.append(f"{n:,} {_plural(n, 'row')} {REASONS.get(reason, reason)}")
+            parts.append(f"{counted(n, 'row')} {REASONS.get(reason, reason)}")
     if info.stopped_at_duration:
         parts.append("nothing read after --duration")
     return "; ".join(parts)
-
-
-def _plural(n: int, word: str) -> str:
-    return word if n == 1 else word + "s"

@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.modelled import shifted
 from rampwatch.drivers.run.config import BadInput
 from rampwatch.drivers.run.recording import Recording
@@ -67,7 +68,8 @@ def check_shards(parts: list[tuple[str, Recording]]) -> None:
             )
         if h.sessions != first.sessions:
             raise BadInput(
-                f"not shards of one run: {path} is of a run of {h.sessions} sessions, {first_path} of {first.sessions}"
+                f"not shards of one run: {path} is of a run of {counted(h.sessions, 'session')}, "
+                f"{first_path} of {first.sessions}"
             )
         if None not in (h.start_at, first.start_at) and h.start_at != first.start_at:  # two runs of one seed
             raise BadInput(

@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 
 from rampwatch.drivers.model.capacity import overload
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.state import RunState
 
 SWEEP_TYPE = "rampwatch-sweep"
@@ -58,7 +59,7 @@ def read_sweep(path: Path) -> list[Path] | None:
 def why_stop(state: RunState) -> str | None:
     """A point after which more sessions would only measure an overloaded server."""
     if reason := overload(state):
-        return f"{reason} at {len(state.sessions)} sessions"
+        return f"{reason} at {counted(len(state.sessions), 'session')}"
     if state.ended is not None and state.ended.status not in ("done", "failed"):
-        return f"the run at {len(state.sessions)} sessions ended {state.ended.status}"
+        return f"the run at {counted(len(state.sessions), 'session')} ended {state.ended.status}"
     return None

@@ -20,6 +20,7 @@ from pathlib import Path
 from rampwatch.drivers.model import panels
 from rampwatch.drivers.model.analysis import Report, build_report
 from rampwatch.drivers.model.capacity import CapacityPoint, capacity_point, kept_share, saturation
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.run.config import RunConfig
 from rampwatch.drivers.run.exitcodes import EXIT_CRASHED
@@ -121,7 +122,7 @@ def run_sweep(
     points = _Points(sweep_path, printer_for, final_report, SweepResult(SweepFile(sessions=counts, runs=[])))
     sweep = points.result.sweep
     for n in counts:
-        print(f"rampwatch sweep: {n} session(s)", flush=True)
+        print(f"rampwatch sweep: {counted(n, 'session')}", flush=True)
         run = points.run(replace(cfg, sessions=n, lockstep=True), f"{n}s")
         assert run.state is not None
         points.result.points.append((n, build_report(run.state), panels.preemptions_this_run(run.state)))

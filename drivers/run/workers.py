@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.workers import LOST
 from rampwatch.drivers.run import worker_wire as ww
 from rampwatch.drivers.run.config import RunConfig
@@ -306,8 +307,8 @@ class WorkerPool:
         )
         shown = f"{', '.join(named[:8])}{'…' if len(named) > 8 else ''}"
         message = (
-            f"worker {w.index} lost ({reason}): {turns} turns in flight failed; {len(named)} sessions ({shown}): "
-            + where
+            f"worker {w.index} lost ({reason}): {counted(turns, 'turn')} in flight failed; "
+            f"{counted(len(named), 'session')} ({shown}): " + where
         )
         self.emit(ev.Notice(t=t, level="error", message=message))
         if unarrived and replacement is None:  # never dropped unsaid

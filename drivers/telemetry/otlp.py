@@ -23,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from rampwatch.drivers.model import events as ev
+from rampwatch.drivers.model.counted import counted
 
 TRACES_PATH = "/v1/traces"
 MAX_BODY_BYTES = 16 << 20  # 16 MiB: thousands of spans per export; anything larger is refused (400)
@@ -160,9 +161,11 @@ class OtlpReceiver:
         missing = len(self._due - self.received) if wait else 0
         parts = []
         if self.unmatched:
-            parts.append(f"{self.unmatched} span(s) matched no turn of this run (another client's or an older run's)")
+            parts.append(
+                f"{counted(self.unmatched, 'span')} matched no turn of this run (another client's or an older run's)"
+            )
         if missing:
-            parts.append(f"{missing} turn(s) got no span within {self.FINAL_WAIT_S:.0f} s of the end")
+            parts.append(f"{counted(missing, 'turn')} got no span within {self.FINAL_WAIT_S:.0f} s of the end")
         if parts:
             self.emit(ev.Notice(t=self.clock(), level="warn", message="OTLP: " + "; ".join(parts)))
 

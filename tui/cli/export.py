@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rampwatch.drivers.model.analysis import build_report
 from rampwatch.drivers.model.capacity import CapacityPoint, capacity_point
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.present import picture
 from rampwatch.drivers.present.capacity_picture import capacity_html, capacity_svg
 from rampwatch.drivers.present.summary import summary_lines
@@ -68,7 +69,7 @@ def export_capacity(args: argparse.Namespace, sweep: SweepFile) -> int:
         table = render_capacity(points, sweep.slo_share, sweep.knee_per_min, sweep.knee_fail_per_min)
         slo = f" · SLO {sweep.slo} for {sweep.slo_share:.0%} of turns" if sweep.slo and sweep.slo_share else ""
         source = "a trace at several speeds" if sweep.trace_speeds else f"seed {sweep.seed}"
-        info = f"{args.path.name} · {len(points)} point(s) · {source}{slo}"
+        info = f"{args.path.name} · {counted(len(points), 'point')} · {source}{slo}"
         code = write_file(args.html, capacity_html(title, info, svg, table))
     if args.svg:
         code = code or write_file(args.svg, svg)

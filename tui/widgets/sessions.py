@@ -18,6 +18,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from rampwatch.drivers.model import panels
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.gaps import STALL_S
 from rampwatch.drivers.model.state import RunState
 from rampwatch.drivers.model.views import GENERATING, NO_ANSWER, SessionState, SessionView
@@ -154,7 +155,7 @@ def aggregate_lines(state: RunState, width: int) -> list[Text]:
     p50/min now: one line when it fits, else two."""
     a = panels.aggregate(state)
     counts = Text(no_wrap=True, overflow="ellipsis")
-    counts.append(f"{a.total} sessions", style="bold")
+    counts.append(counted(a.total, "session"), style="bold")
     if a.arrivals is not None:
         arrived, live, waiting = a.arrivals
         counts.append(f" · arrived {arrived} · live {live} · waiting {waiting}")
