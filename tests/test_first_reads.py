@@ -45,10 +45,13 @@ def test_the_first_turn_waits_for_a_slow_servers_first_sample():
         if isinstance(e, ev.MetricsSample):
             first.setdefault(e.source, e.t)
     assert set(first) == {"sim", "late"} and max(first.values()) <= sent, (first, sent)
+    assert not [e for e in events if isinstance(e, ev.Notice)]  # within SAY_WAITING_AFTER_S: nothing to say
 
 
 def test_a_server_that_never_answers_holds_the_first_turn_no_longer_than_the_bound(monkeypatch):
+    """The wait says whom it waits for once it is long, and gives up at the bound."""
     monkeypatch.setattr(Samplers, "FIRST_READ_WAIT_S", 0.3)
+    monkeypatch.setattr(Samplers, "SAY_WAITING_AFTER_S", 0.1)
     release = threading.Event()
 
     def hung(path: str) -> str:
@@ -63,5 +66,10 @@ def test_a_server_that_never_answers_holds_the_first_turn_no_longer_than_the_bou
     sent = next(e.t for e in events if isinstance(e, ev.RequestSent))
     assert 0.3 <= sent < 2.0, sent  # the bound, not the scrape's own 2-s timeout
     assert any(isinstance(e, ev.TurnDone) and e.status == "ok" for e in events)
-    said = [e.message for e in events if isinstance(e, ev.Notice) and e.level == "warn"]
-    assert said == ["no first answer from stuck in 0.3 s: the run starts anyway"], said
+    said = [(e.level, e.message) for e in events if isinstance(e, ev.Notice)]
+    assert said == [
+        ("info", "waiting for the first answer from stuck: the first turn waits up to 0.3 s"),
+        ("warn", "no first answer from stuck in 0.3 s: the run starts anyway"),
+    ], said
+    waited = next(e.t for e in events if isinstance(e, ev.Notice))
+    assert waited < sent  # said while the first turn waited

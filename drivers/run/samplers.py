@@ -4,7 +4,6 @@ dcgm-exporter), each sampler a task on the driver's loop, with one last read onc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from collections.abc import Callable
 
@@ -19,6 +18,7 @@ class Samplers:
     """The run's metrics scrapers and GPU samplers, made from its config."""
 
     FIRST_READ_WAIT_S = 5.0  # the longest a run's first turn waits for the servers' first scrapes
+    SAY_WAITING_AFTER_S = 1.0  # ... and a wait this long says so
 
     def __init__(
         self,
@@ -57,14 +57,30 @@ class Samplers:
     async def first_reads(self) -> None:
         """Every metrics reader's first read in (answered or failed), at most FIRST_READ_WAIT_S: the run's first
         turns then have each server's counters before them to move from (which backend served a turn, the hit rate
-        of turn 1), rather than a race with the first scrape."""
+        of turn 1), rather than a race with the first scrape. A wait past SAY_WAITING_AFTER_S says whom it waits
+        for (the Sessions panel has nothing to show until the first turn)."""
         if not self.metrics:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(s.read_once.wait() for s in self.metrics)), self.FIRST_READ_WAIT_S)
-        if silent := [s.source for s in self.metrics if not s.read_once.is_set()]:
-            message = f"no first answer from {', '.join(silent)} in {self.FIRST_READ_WAIT_S:g} s: the run starts anyway"
-            self.emit(ev.Notice(t=self.clock(), level="warn", message=message))
+        every = asyncio.ensure_future(asyncio.gather(*(s.read_once.wait() for s in self.metrics)))
+        bound, say_at = self.FIRST_READ_WAIT_S, min(self.SAY_WAITING_AFTER_S, self.FIRST_READ_WAIT_S)
+        try:
+            done, _ = await asyncio.wait([every], timeout=say_at)
+            if not done and bound > say_at:
+                self._say(
+                    "info",
+                    f"waiting for the first answer from {self._silent()}: the first turn waits up to {bound:g} s",
+                )
+                done, _ = await asyncio.wait([every], timeout=bound - say_at)
+        finally:
+            every.cancel()
+        if not done:
+            self._say("warn", f"no first answer from {self._silent()} in {bound:g} s: the run starts anyway")
+
+    def _silent(self) -> str:
+        return ", ".join(s.source for s in self.metrics if not s.read_once.is_set())
+
+    def _say(self, level: ev.Level, message: str) -> None:
+        self.emit(ev.Notice(t=self.clock(), level=level, message=message))
 
     async def final_read(self) -> None:
         """One last read of the metrics, so the report's server figures cover the last turns too; a server too
