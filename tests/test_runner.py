@@ -159,8 +159,8 @@ def test_a_run_freezes_its_setup_while_it_streams_and_unfreezes_at_its_end(monke
 
 def test_every_reply_but_the_last_is_counted_by_the_server_for_the_turn_that_resends_it(tmp_path):
     """A reply is counted by the server's /tokenize for the next turn's budget; the last turn's reply is re-sent
-    by no turn, so it is not counted (a round trip saved, and the server's work: a 100,000-token reply's count
-    was a fifth of the simulated engine's CPU in the workers' benchmark)."""
+    by no turn, so it is not counted (a round trip saved, and the server's work: counting 100,000-token replies
+    was a quarter of the simulated engine's Python time in the workers' benchmark)."""
     from rampwatch.drivers.model import events as ev
     from rampwatch.drivers.run.recording import read_recording
     from rampwatch.drivers.sim.app import SimServer
