@@ -32,7 +32,9 @@ def one_turn(sim_url: str, metrics_urls: list[str]) -> list[ev.AnyEvent]:
     return run.hub.events
 
 
-def test_the_first_turn_waits_for_a_slow_servers_first_sample():
+def test_the_first_turn_waits_for_a_slow_servers_first_sample(monkeypatch):
+    monkeypatch.setattr(Samplers, "SAY_WAITING_AFTER_S", 3.0)  # a wait under it says nothing, with room to spare
+
     def slow(path: str) -> str:
         time.sleep(0.5)
         return VLLM_METRICS

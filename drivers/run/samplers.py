@@ -18,7 +18,7 @@ class Samplers:
     """The run's metrics scrapers and GPU samplers, made from its config."""
 
     FIRST_READ_WAIT_S = 5.0  # the longest a run's first turn waits for the servers' first scrapes
-    SAY_WAITING_AFTER_S = 1.0  # ... and a wait this long says so
+    SAY_WAITING_AFTER_S = 1.0  # a wait past this says whom it waits for (an info Notice)
 
     def __init__(
         self,
@@ -61,20 +61,17 @@ class Samplers:
         for (the Sessions panel has nothing to show until the first turn)."""
         if not self.metrics:
             return
-        every = asyncio.ensure_future(asyncio.gather(*(s.read_once.wait() for s in self.metrics)))
+        first_scrapes = asyncio.ensure_future(asyncio.gather(*(s.read_once.wait() for s in self.metrics)))
         bound, say_at = self.FIRST_READ_WAIT_S, min(self.SAY_WAITING_AFTER_S, self.FIRST_READ_WAIT_S)
         try:
-            done, _ = await asyncio.wait([every], timeout=say_at)
-            if not done and bound > say_at:
-                self._say(
-                    "info",
-                    f"waiting for the first answer from {self._silent()}: the first turn waits up to {bound:g} s",
-                )
-                done, _ = await asyncio.wait([every], timeout=bound - say_at)
+            await asyncio.wait([first_scrapes], timeout=say_at)
+            if bound > say_at and (silent := self._silent()):
+                self._say("info", f"waiting for the first answer from {silent}: the first turn waits up to {bound:g} s")
+                await asyncio.wait([first_scrapes], timeout=bound - say_at)
         finally:
-            every.cancel()
-        if not done:
-            self._say("warn", f"no first answer from {self._silent()} in {bound:g} s: the run starts anyway")
+            first_scrapes.cancel()
+        if silent := self._silent():  # the readers' own flags: one that answered as the wait ran out has answered
+            self._say("warn", f"no first answer from {silent} in {bound:g} s: the run starts anyway")
 
     def _silent(self) -> str:
         return ", ".join(s.source for s in self.metrics if not s.read_once.is_set())
