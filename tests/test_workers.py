@@ -350,10 +350,13 @@ def test_the_time_limit_counts_from_start_at(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
 def test_an_open_loop_run_stopped_or_killed_takes_its_workers_along(tmp_path, sig):
     """An open loop on two workers, arrivals still to come: Ctrl-C ends it (130) with every turn sent given an
-    end and no worker left; SIGKILL of rampwatch leaves no worker either (they die with it)."""
+    end and no worker left; SIGKILL of rampwatch leaves no worker either (they die with it). Its turns last most of a
+    second: with 8-token turns (40-90 ms) a turn's sending and end were often written to the recording together,
+    and once no turn of worker 1's showed in flight before the run ended."""
     record = tmp_path / "open.jsonl"
     with ThreadedSim(make_profile("tiny")) as sim:
-        argv = [*rampwatch_cmd(), *small_run(sim.url, "--arrivals", "120/min", "--sessions", "40", "--seed", "5")]
+        arrivals = ("--arrivals", "120/min", "--sessions", "40", "--seed", "5", "--ignore-eos")
+        argv = [*rampwatch_cmd(), *small_run(sim.url, *arrivals, output_tokens=400)]
         argv += ["--workers", "2", "--record", str(record)]
         proc = procs.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
