@@ -96,7 +96,7 @@ def test_the_report_counts_conversations_meeting_the_slo_per_minute():
     assert g is not None and (g.conversations_met, g.conversations) == (2, 3)  # s1 and s3; s2 missed
     assert g.conversations_met_per_min == pytest.approx(4.0) and g.turns_met_per_min == pytest.approx(8.0)
     lines = open_loop_lines(rep)
-    assert "1 turns sent over 10 ms late (worst 500 ms)" in lines[0]
+    assert "1 turn sent over 10 ms late (worst 500 ms)" in lines[0]
     assert lines[1] == (
         "goodput (SLO ttft=1s): 4 of 5 turns met it, 8.00 turns/min; 2 of 3 conversations met it on every turn, "
         "4.00/min"

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 
-def counted(n: int, noun: str, plural: str | None = None) -> str:
-    """`n` (thousands grouped) and `noun`, plural unless `n` is 1; `plural` for a noun that does not take an s."""
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+def counted(n: int, noun: str) -> str:
+    """`n` (thousands grouped) and `noun`, with an s unless `n` is 1."""
+    return f"{n:,} {noun if n == 1 else noun + 's'}"

@@ -26,7 +26,7 @@ def client_worker_line(w: ClientWorker) -> str:
         cpu = f"CPU {w.cpu_share:.0%}{peak}"
     else:
         cpu = "CPU not recorded"
-    busy = f"{w.busy_turns} turn{'' if w.busy_turns == 1 else 's'} client busy"
+    busy = f"{counted(w.busy_turns, 'turn')} client busy"
     busy += f", {w.busy_own_turns} by its own work" if own else ""
     return f"client {name}: lag worst {w.lag_max_ms:.1f} ms{own}, {cpu}; {busy}"
 
@@ -57,7 +57,7 @@ def worker_lines(rep: Report) -> list[str]:
             else:
                 went = f"sessions that went on at their next turn on w{w.resumed_on}: {sessions} (and any to come)"
             lines.append(
-                f"worker w{w.worker} LOST ({w.lost}): {w.lost_turns} turn{'' if w.lost_turns == 1 else 's'} in flight "
+                f"worker w{w.worker} LOST ({w.lost}): {counted(w.lost_turns, 'turn')} in flight "
                 f"failed as `worker lost`; {went}"
             )
     return lines

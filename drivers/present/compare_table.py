@@ -10,6 +10,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.present.compare import NO_HIT_COUNTERS, Comparison, RunRow
 from rampwatch.drivers.present.format import fmt_num, format_tokens, pct
 from rampwatch.drivers.present.summary import needle_count
@@ -176,7 +177,7 @@ def render_comparison(cmp: Comparison, fmt: str, width: int | None = None) -> st
             conv_min = f", {conv:.2f}/min" if conv is not None else ""
             late = f"; {r.late_turns} sent late" if r.late_turns is not None else ""
             notes.append(
-                f"goodput {r.label} (SLO {r.slo}): {r.slo_turns_met} turns met it{per_min}; "
+                f"goodput {r.label} (SLO {r.slo}): {counted(r.slo_turns_met, 'turn')} met it{per_min}; "
                 f"{r.slo_conversations_met} conversations met it on every turn{conv_min}{late}"
             )
     if any(isinstance(r.hit_rate_last_turn, str) for r in cmp.runs):

@@ -28,7 +28,7 @@ def affinity_lines(rep: Report) -> list[str]:
     run = rep.affinity
     if run is None:
         return []
-    sessions = f"{run.sessions} session" + ("s" if run.sessions != 1 else "")
+    sessions = counted(run.sessions, "session")
     line = f"{sessions}, affinity {pct(run.share)} ({run.held_turns}/{run.served_turns} turns on the first backend)"
     if not run.served_turns:
         line = f"{sessions}: no turn's backend told apart"

@@ -110,9 +110,9 @@ def summary_lines(rep: Report) -> list[str]:
         of_busy = ""
         if rep.client_lag_own_max_ms is not None:  # the machine's late wakes told apart from the driver's own work
             worst += f" (its own work {rep.client_lag_own_max_ms:.1f} ms at most, the rest the machine's)"
-            of_busy = f", {sum(t.client_busy_own for t in turns)} by its own work"
+            of_busy = f", {sum(t.client_busy_own for t in turns):,} by its own work"
         lines.append(
-            f"client: {worst}; {busy} of {counted(len(turns), 'turn')} client busy{of_busy} "
+            f"client: {worst}; {busy:,} of {counted(len(turns), 'turn')} client busy{of_busy} "
             "(a stamp taken while it ran over 5 ms late)"
         )
     lines += client_worker_lines(rep)  # --workers N: each worker's loop, its CPU and the turns it marked
@@ -143,15 +143,15 @@ def open_loop_lines(rep: Report) -> list[str]:
         rate = f"{round(o.arrivals_per_min, 2):g}/min" if o.arrivals_per_min else "all at once"
         lines.append(
             f"arrivals: {rate} ({source}){cap}, {o.arrived} arrived; "
-            f"{o.late_turns} turns{warm} sent over 10 ms late{lag}{ttft}"
+            f"{counted(o.late_turns, 'turn')}{warm} sent over 10 ms late{lag}{ttft}"
         )
     if g is not None:
         per_min = f", {g.turns_met_per_min:.2f} turns/min" if g.turns_met_per_min is not None else ""
         conv_min = f", {g.conversations_met_per_min:.2f}/min" if g.conversations_met_per_min is not None else ""
         lines.append(
-            f"goodput (SLO {g.slo}): {g.turns_met} of {g.turns} turns met it{per_min}; "
+            f"goodput (SLO {g.slo}): {g.turns_met:,} of {counted(g.turns, 'turn')} met it{per_min}; "
             f"{g.conversations_met} of {g.conversations} conversations met it on every turn{conv_min}"
-            + (f"; warmup: {g.warmup} left out ({g.warmup_turns} turns)" if g.warmup else "")
+            + (f"; warmup: {g.warmup} left out ({counted(g.warmup_turns, 'turn')})" if g.warmup else "")
         )
     return lines
 

@@ -18,7 +18,7 @@ SPARK_WIDTH = 60  # the requests-per-minute line has at most this many marks
 def render_trace_info(info: TraceInfo) -> str:
     lines = [
         f"trace       {info.path}: {info.format}, {info.block_size}-token blocks",
-        f"sessions    {info.sessions:,} ({info.forked_sessions:,} forked), {info.requests:,} requests; "
+        f"sessions    {info.sessions:,} ({info.forked_sessions:,} forked), {counted(info.requests, 'request')}; "
         f"turns per session {_spread(info.turns_per_session, '')}",
         *_rate_lines(info),
         f"context     {_spread(info.context_tokens, ' tokens')}",
@@ -74,7 +74,7 @@ def _peak(info: TraceInfo) -> str:
     if info.peak_live_at_s is None:
         return "none"
     return (
-        f"{info.peak_live_tokens:,} tokens in {info.peak_live_sessions:,} sessions, at "
+        f"{info.peak_live_tokens:,} tokens in {counted(info.peak_live_sessions, 'session')}, at "
         f"{clock_text(info.peak_live_at_s)}"
     )
 

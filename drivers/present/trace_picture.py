@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.trace_stats import TraceCurves, TraceInfo
 from rampwatch.drivers.present.format import pct
 from rampwatch.drivers.present.svg import PALETTE, clock_text, clock_ticks, esc, html_page, nice_ticks, tick_label
@@ -25,7 +26,8 @@ def trace_title(info: TraceInfo) -> str:
 def trace_caption(info: TraceInfo) -> str:
     """One line of what the trace is, under the title."""
     return (
-        f"{info.format}, {info.block_size}-token blocks · {info.sessions:,} sessions, {info.requests:,} requests · "
+        f"{info.format}, {info.block_size}-token blocks · {counted(info.sessions, 'session')}, "
+        f"{counted(info.requests, 'request')} · "
         f"ideal hit {pct(info.ideal_hit_rate)} · peak live {info.peak_live_tokens:,} tokens"
     )
 

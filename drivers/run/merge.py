@@ -69,7 +69,7 @@ def check_shards(parts: list[tuple[str, Recording]]) -> None:
         if h.sessions != first.sessions:
             raise BadInput(
                 f"not shards of one run: {path} is of a run of {counted(h.sessions, 'session')}, "
-                f"{first_path} of {first.sessions}"
+                f"{first_path} of {first.sessions:,}"
             )
         if None not in (h.start_at, first.start_at) and h.start_at != first.start_at:  # two runs of one seed
             raise BadInput(

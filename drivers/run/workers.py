@@ -300,7 +300,7 @@ class WorkerPool:
         if trace is not None:  # a replacement's sessions join the barrier anew as they start on it
             named = lost + [s for s in trace.lost(w.slot, w.index, replacement is not None) if s not in w.live]
         turns = len(w.in_flight)
-        where = f"they go on at their next turn on worker {replacement.index}" if replacement else "they end"
+        where = f"each goes on at its next turn on worker {replacement.index}" if replacement else "each ends"
         resumed_on = replacement.index if replacement else None
         self.emit(
             ev.WorkerLost(t=t, worker=w.index, reason=reason, sessions=named, turns_lost=turns, resumed_on=resumed_on)

@@ -9,6 +9,7 @@ import sys
 
 import msgspec
 
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.trace import BLOCK_SIZES
 from rampwatch.drivers.model.trace_slice import TraceSlice
 from rampwatch.drivers.model.trace_stats import TraceCurves, TraceInfo, TraceStats
@@ -62,8 +63,8 @@ def export(args: argparse.Namespace) -> int:
     skipped = sum(trace.skipped.values())
     left_out = f"; {skipped:,} left out (run `trace info` with the same flags for why)" if skipped else ""
     print(
-        f"wrote {done.path}: {done.sessions:,} sessions{split}, {done.requests:,} requests as {done.format}"
-        f"{blocks}{left_out}",
+        f"wrote {done.path}: {counted(done.sessions, 'session')}{split}, {counted(done.requests, 'request')} as "
+        f"{done.format}{blocks}{left_out}",
         file=sys.stderr,
     )
     return 0

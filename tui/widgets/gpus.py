@@ -7,6 +7,7 @@ from rich.text import Text
 
 from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model import panels
+from rampwatch.drivers.model.counted import counted
 from rampwatch.drivers.model.state import RunState
 from rampwatch.tui.fmt import bar, whole
 from rampwatch.tui.widgets.base import Panel
@@ -58,7 +59,7 @@ def node_line(node: str, gpus: list[ev.GpuReading], width: int) -> Text:
     utils = [g.util for g in gpus if g.util is not None]
     mean = sum(utils) / len(utils) if utils else None
     line = Text(f"{(node or 'local')[:14]:<14} ", style="bold")
-    line.append(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} ")
+    line.append(counted(len(gpus), "GPU") + " ")
     line.append_text(bar(None if mean is None else mean / 100, max(4, width - 76), "magenta"))
     line.append(
         f" util min {whole(min(utils, default=None))} mean {whole(mean)} max {whole(max(utils, default=None))}%"

@@ -158,11 +158,11 @@ def aggregate_lines(state: RunState, width: int) -> list[Text]:
     counts.append(counted(a.total, "session"), style="bold")
     if a.arrivals is not None:
         arrived, live, waiting = a.arrivals
-        counts.append(f" · arrived {arrived} · live {live} · waiting {waiting}")
+        counts.append(f" · arrived {arrived:,} · live {live:,} · waiting {waiting:,}")
     for name in ("decoding", "reasoning", "prefilling", "queued", "user idle", "idle", "done", "failed", "cancelled"):
         if a.by_state.get(name):
             counts.append(" · ")
-            counts.append(f"{a.by_state[name]} {name}", style=STATE_STYLE.get(name, ""))  # type: ignore[call-overload]
+            counts.append(f"{a.by_state[name]:,} {name}", style=STATE_STYLE.get(name, ""))  # type: ignore[call-overload]
     figures = Text(
         f"TTFT p50 {duration(a.ttft_p50)} max {duration(a.ttft_max)} · "
         f"tok/s p50 {rate(a.decode_p50)} min {rate(a.decode_min)}",
