@@ -90,7 +90,7 @@ def rampwatch(
     from rampwatch.drivers.run.process import DriverProcess
     from rampwatch.drivers.run.runner import Run
 
-    folder = tempfile.TemporaryDirectory()  # a fast run records ~100 MB: gone with this phase's process
+    folder = tempfile.TemporaryDirectory()  # removed once measured (recording_bytes)
     record = Path(folder.name) / "bench.jsonl"
     schedule = [2000 * (k + 1) for k in range(turns)]
     cfg = RunConfig(
@@ -151,8 +151,16 @@ def rampwatch(
         "failed": sum(r.status != "ok" for r in state.turns),
         "busy_own": sum(r.client_busy_own for r in state.turns),
         "cpu_coordinator": None if process else coordinator,
-        "recording_bytes": record.stat().st_size,
+        "recording_bytes": recording_bytes(folder, record),
     }
+
+
+def recording_bytes(folder: tempfile.TemporaryDirectory, record: Path) -> int:
+    """The recording's size; then its folder goes (a fast run records ~100 MB)."""
+    try:
+        return record.stat().st_size
+    finally:
+        folder.cleanup()
 
 
 def phase_main(args: argparse.Namespace) -> None:

@@ -168,7 +168,7 @@ def test_every_reply_but_the_last_is_counted_by_the_server_for_the_turn_that_res
     from tests.conftest import drive
     from tests.simhost import ThreadedServer
 
-    sim, counted = SimServer(make_profile("tiny")), []
+    sim, tokenized = SimServer(make_profile("tiny")), []
 
     async def app(scope, receive, send):
         """The simulated server, noting the text of every /tokenize."""
@@ -176,7 +176,7 @@ def test_every_reply_but_the_last_is_counted_by_the_server_for_the_turn_that_res
             messages = [await receive()]
             while messages[-1].get("more_body"):
                 messages.append(await receive())
-            counted.append(json.loads(b"".join(m.get("body", b"") for m in messages)).get("prompt"))
+            tokenized.append(json.loads(b"".join(m.get("body", b"") for m in messages)).get("prompt"))
             given = iter(messages)
 
             async def replay():
@@ -193,4 +193,4 @@ def test_every_reply_but_the_last_is_counted_by_the_server_for_the_turn_that_res
     assert all(replies.values()) and len(replies) == 3
     # The simulated engine answers each turn's question with the same line: it is counted twice, not thrice.
     assert len(set(replies.values())) == 1
-    assert sum(text in replies.values() for text in counted) == 2, counted
+    assert sum(text in replies.values() for text in tokenized) == 2, tokenized
