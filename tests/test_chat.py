@@ -19,6 +19,7 @@ from rampwatch.drivers.client.chat import (
     error_text,
     stream_chat,
 )
+from rampwatch.drivers.model import events as ev
 from rampwatch.drivers.model.clock import RunClock
 from rampwatch.drivers.net.http_response import WRITE_SLICE
 from rampwatch.drivers.net.stamped_socket import SO_TIMESTAMPNS, StampedSocket
@@ -73,8 +74,8 @@ DONE = b"data: [DONE]\n\n"
 def _run_sync(reads: list[bytes]):
     """Feed each 'network read' to the parser at t = 1, 2, 3, ..."""
     firsts: list[float] = []
-    batches: list[list[float]] = []
-    p = ChatStreamParser(firsts.append, lambda b, piled: batches.append(b), flush_every=100.0)
+    batches: list[tuple[list[float], list[int]]] = []  # each batch's stamps and the chunks each stamp stands for
+    p = ChatStreamParser(firsts.append, lambda b, counts, piled: batches.append((b, counts)), flush_every=100.0)
     for i, r in enumerate(reads):
         p.feed(r, float(i + 1))
     return p.finish(), firsts, batches
@@ -99,7 +100,8 @@ async def test_prelude_keepalive_and_usage_are_not_tokens():
     res, firsts, batches = await _run(reads)
     assert firsts == [3.0] and res.first_t == 3.0 and res.last_t == 4.0
     assert res.chunks == 3 and res.text == "Hello!"
-    assert sum(batches, []) == [3.0, 4.0, 4.0]
+    assert batches == [([3.0, 4.0], [1, 2])]  # one stamp a read, with the chunks it carried
+    assert ev.chunk_times(*batches[0]) == [3.0, 4.0, 4.0]
     assert (res.prompt_tokens, res.cached_tokens, res.completion_tokens) == (18, 16, 16)
 
 
@@ -203,7 +205,7 @@ async def test_stream_over_a_socket_with_chunks_split_anywhere():
                 b'{"x":1}',
                 {"Authorization": "Bearer k"},
                 lambda t: None,
-                lambda b, p: None,
+                lambda b, c, p: None,
                 timeout=10,
             )
             assert res.text == "Hello" and res.chunks == 2 and res.prompt_tokens == 18
@@ -231,7 +233,7 @@ async def _one_response(raw: bytes) -> object:
         conn = _connection(url)
         try:
             return await stream_chat(
-                conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b, p: None, timeout=10
+                conn, "/v1/chat/completions", b"{}", {}, lambda t: None, lambda b, c, p: None, timeout=10
             )
         finally:
             conn.close()
@@ -284,8 +286,8 @@ async def test_a_keepalive_connection_the_server_dropped_is_retried_on_a_fresh_o
     server, url = await _server(handle)
     async with server:
         conn = _connection(url)
-        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None, timeout=10)).text == "a"
-        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None, timeout=10)).text == "a"
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, c, p: None, timeout=10)).text == "a"
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, c, p: None, timeout=10)).text == "a"
         conn.close()
     assert len(connections) == 2  # the second request went out twice: on the old connection, then a new one
 
@@ -315,11 +317,11 @@ async def test_stale_keepalive_connection_is_retried_once_and_drops_are_reported
     server, url = await _server(handle)
     async with server:
         conn = _connection(url)
-        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None)).text == "a"
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, c, p: None)).text == "a"
         await asyncio.sleep(0.05)
-        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None)).text == "b"
+        assert (await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, c, p: None)).text == "b"
         with pytest.raises(ConnectionDropped):
-            await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, p: None)
+            await stream_chat(conn, "/p", b"{}", {}, lambda t: None, lambda b, c, p: None)
         conn.close()
 
 
@@ -355,7 +357,7 @@ async def test_a_large_body_goes_out_in_parts_without_a_buffered_copy():
                 await asyncio.sleep(0)
 
         watcher = asyncio.create_task(watch())
-        res = await stream_chat(conn, "/p", parts, {}, lambda t: None, lambda b, p: None, timeout=30)
+        res = await stream_chat(conn, "/p", parts, {}, lambda t: None, lambda b, c, p: None, timeout=30)
         watcher.cancel()
         conn.close()
     assert res.text == "a" and bytes(got) == b"".join(parts)
@@ -379,7 +381,7 @@ async def test_an_answer_before_the_body_went_out_ends_the_request_and_the_conne
         conn = _connection(url)
         with pytest.raises(StreamError, match="too large"):
             await stream_chat(
-                conn, "/p", [b"x" * (64 * 1024 * 1024)], {}, lambda t: None, lambda b, p: None, timeout=20
+                conn, "/p", [b"x" * (64 * 1024 * 1024)], {}, lambda t: None, lambda b, c, p: None, timeout=20
             )
         assert conn._proto is None
         server.close()

@@ -173,7 +173,7 @@ def _stamps(events: list[ev.AnyEvent]) -> dict[tuple[str, int], list[float]]:
         if isinstance(e, ev.FirstToken):
             stamps.setdefault((e.session, e.turn), []).append(e.t)
         elif isinstance(e, ev.TokenTimes):
-            stamps.setdefault((e.session, e.turn), []).extend(e.times)
+            stamps.setdefault((e.session, e.turn), []).extend(e.chunk_times())
     return stamps
 
 
@@ -251,7 +251,15 @@ def test_a_lone_token_read_late_keeps_the_kernels_arrival_time_and_marks_nothing
 
         url = f"{'https' if tls else 'http'}://127.0.0.1:{listener.getsockname()[1]}"
         conn = Connection(url, clock, tls=client_tls)
-        await stream_chat(conn, "/v1/chat/completions", b"{}", {}, first, lambda b, p: times.extend(b), timeout=10)
+        await stream_chat(
+            conn,
+            "/v1/chat/completions",
+            b"{}",
+            {},
+            first,
+            lambda b, c, p: times.extend(ev.chunk_times(b, c)),
+            timeout=10,
+        )
         conn.close()
         await asyncio.sleep(0.05)
         watch.cancel()
@@ -312,10 +320,10 @@ def test_a_read_that_piled_tokens_up_marks_its_turn_only_if_the_loop_held_them()
             while time.perf_counter() < until:
                 pass
 
-        def on_times(batch: list[float], piled: bool | None) -> None:
+        def on_times(batch: list[float], counts: list[int], piled: bool | None) -> None:
             if not batches:
                 loop.call_soon(hold)  # token 4's read sent the first batch: tokens 5 and 6 come during the hold
-            batches.append((batch, piled))
+            batches.append((ev.chunk_times(batch, counts), piled))
 
         conn = Connection(f"http://127.0.0.1:{listener.getsockname()[1]}", clock)
         await stream_chat(conn, "/v1/chat/completions", b"{}", {}, lambda t: None, on_times, timeout=10)

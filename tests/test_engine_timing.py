@@ -40,7 +40,7 @@ TEXT_CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":" wrap"},"finish_
 
 
 def parsed(*chunks: bytes):
-    p = ChatStreamParser(lambda t: None, lambda times, piled: None)
+    p = ChatStreamParser(lambda t: None, lambda times, counts, piled: None)
     for k, c in enumerate(chunks):
         p.feed(c, float(k))
     p.feed(b"data: [DONE]\n\n", 9.0)

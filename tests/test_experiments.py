@@ -74,7 +74,7 @@ def test_durations():
 
 
 def test_only_content_answers_the_needle_never_reasoning():
-    p = ChatStreamParser(lambda t: None, lambda ts, piled: None)
+    p = ChatStreamParser(lambda t: None, lambda ts, counts, piled: None)
     chunks = [
         {"choices": [{"delta": {"reasoning_content": "the code is AB12-CD34"}}]},
         {"choices": [{"delta": {"content": "I do not know"}}]},

@@ -270,7 +270,7 @@ def test_the_parser_tells_reasoning_from_the_answer():
     calls: list[tuple[str, float]] = []
     p = ChatStreamParser(
         lambda t: calls.append(("first", t)),
-        lambda ts, piled: None,
+        lambda ts, counts, piled: None,
         on_reasoning=lambda t: calls.append(("reasoning", t)),
         on_answer=lambda t: calls.append(("answer", t)),
     )
@@ -294,7 +294,7 @@ def test_the_parser_tells_reasoning_from_the_answer():
 
     plain: list[str] = []
     q = ChatStreamParser(
-        lambda t: plain.append("first"), lambda ts, piled: None, on_answer=lambda t: plain.append("answer")
+        lambda t: plain.append("first"), lambda ts, counts, piled: None, on_answer=lambda t: plain.append("answer")
     )
     q.feed(sse({"choices": [{"delta": {"content": "hi"}, "finish_reason": "length"}]}, done=True), 1.0)
     res = q.finish()

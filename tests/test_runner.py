@@ -194,3 +194,29 @@ def test_every_reply_but_the_last_is_counted_by_the_server_for_the_turn_that_res
     # The simulated engine answers each turn's question with the same line: it is counted twice, not thrice.
     assert len(set(replies.values())) == 1
     assert sum(text in replies.values() for text in tokenized) == 2, tokenized
+
+
+def test_a_read_carrying_many_chunks_is_recorded_as_one_stamp_and_its_count(tmp_path):
+    """The 'fast' engine writes its tokens in bursts, which reach the client several to a read: each read is
+    recorded once, with how many chunks it carried, and every chunk is still counted (the turns' chunks)."""
+    from rampwatch.drivers.model import events as ev
+    from rampwatch.drivers.run.recording import read_recording
+    from rampwatch.drivers.sim.profiles import make_profile
+    from tests.conftest import drive
+    from tests.simhost import ThreadedSim
+
+    record = tmp_path / "r.jsonl"
+    with ThreadedSim(make_profile("fast", burst=64)) as sim:
+        run = drive(sim.url, schedule=[1000, 2000], output_tokens=2000, ignore_eos=True, record=record)
+    assert run.exit_code == 0
+    events = read_recording(record).events
+    stamps: dict[tuple[str, int], int] = {}
+    chunks: dict[tuple[str, int], int] = {}
+    for e in events:
+        if isinstance(e, ev.TokenTimes):
+            assert not e.counts or len(e.counts) == len(e.times)
+            stamps[(e.session, e.turn)] = stamps.get((e.session, e.turn), 0) + len(e.times)
+            chunks[(e.session, e.turn)] = chunks.get((e.session, e.turn), 0) + len(e.chunk_times())
+    done = {(e.session, e.turn): e.chunks for e in events if isinstance(e, ev.TurnDone)}
+    assert chunks == done and set(done.values()) == {2000}, (chunks, done)
+    assert all(stamps[k] < chunks[k] / 4 for k in stamps), stamps  # bursts of 64: far fewer reads than chunks

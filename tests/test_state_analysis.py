@@ -345,3 +345,39 @@ def test_the_exporter_counts_the_gaps_the_report_counts():
     buckets = [(le, sample("rampwatch_inter_token_gap_seconds_bucket", le=str(float(le)))) for le in GAP_BUCKETS]
     assert _histogram_quantile(0.5, buckets) == pytest.approx(gaps.p50_s, rel=1e-9)
     assert gaps.p50_s == pytest.approx(0.02, rel=1e-9)
+
+
+def test_a_stamp_standing_for_several_chunks_folds_as_those_chunks_do():
+    """A fast stream's read carries many chunks under one kernel stamp: recorded once with its count, it folds to
+    the same turn (chunks, gaps, decode rate, the report) as one stamp per chunk; a shard's shift or a demo's
+    time factor moves the stamps and keeps the counts."""
+    import msgspec
+
+    from rampwatch.drivers.model.modelled import modelled, shifted
+
+    def run(*batches: ev.TokenTimes) -> list[ev.AnyEvent]:
+        return [
+            ev.SessionPlanned(t=0, session="s1", schedule=[1000], salt="a"),
+            ev.RequestSent(t=0.0, session="s1", turn=1, target_tokens=1000, new_tokens_est=1000, body_bytes=4000),
+            ev.FirstToken(t=1.0, session="s1", turn=1),
+            *batches,
+            turn_ok(1.1, "s1", 1, prompt_tokens=1000, cached_tokens=0, tokens=8),
+        ]
+
+    each = run(
+        ev.TokenTimes(t=1.04, session="s1", turn=1, times=[1.0, 1.0, 1.015, 1.015, 1.04]),
+        ev.TokenTimes(t=1.08, session="s1", turn=1, times=[1.04, 1.055, 1.08]),
+    )
+    counted = run(
+        ev.TokenTimes(t=1.04, session="s1", turn=1, times=[1.0, 1.015, 1.04], counts=[2, 2, 1]),
+        ev.TokenTimes(t=1.08, session="s1", turn=1, times=[1.04, 1.055, 1.08]),
+    )
+    a, b = fold(each), fold(counted)
+    assert a.turns[0].chunks == b.turns[0].chunks == 8
+    assert list(a.turns[0].gaps_alone) == list(b.turns[0].gaps_alone)
+    assert msgspec.to_builtins(build_report(a)) == msgspec.to_builtins(build_report(b))
+    batch = counted[3]
+    assert isinstance(batch, ev.TokenTimes)
+    assert shifted(batch, 2.0).chunk_times() == pytest.approx([3.0, 3.0, 3.015, 3.015, 3.04])
+    assert modelled(batch, 10.0).chunk_times() == pytest.approx([10.0, 10.0, 10.15, 10.15, 10.4])
+    assert msgspec.json.decode(msgspec.json.encode(batch), type=ev.AnyEvent) == batch  # as recorded, and read back

@@ -164,7 +164,7 @@ def test_lockstep_one_shot_strict_needle_against_vllm(vllm_server, tmp_path):
     deliveries: dict[tuple[str, int], list[float]] = {}
     for e in events:
         if isinstance(e, ev.TokenTimes):
-            deliveries.setdefault((e.session, e.turn), []).extend(e.times)
+            deliveries.setdefault((e.session, e.turn), []).extend(e.chunk_times())
     measured = 0
     for sess in rep.sessions:
         for r in sess.turns:

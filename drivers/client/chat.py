@@ -178,10 +178,11 @@ def error_text(body: bytes | str, status: int | None = None) -> str:
 class ChatStreamParser:
     """Server-sent events of a chat completion, fed as body bytes arrive.
 
-    `on_first(t)` fires at the first text chunk; `on_times(batch, piled_up)` gets
-    the arrival times of text chunks every `flush_every` seconds and at the end,
-    and whether a read of them held several tokens that may have come over 5 ms
-    apart (None: none did; "own": the driver's own work held them; "machine": the machine).
+    `on_first(t)` fires at the first text chunk; `on_times(times, counts, piled_up)`
+    gets the arrival times of text chunks every `flush_every` seconds and at the end:
+    each read's stamp and how many chunks it carried (`counts` empty: one each), and
+    whether a read of them held several tokens that may have come over 5 ms apart
+    (None: none did; "own": the driver's own work held them; "machine": the machine).
     A reply that reasons first: `on_reasoning(t)`, where given, fires at its
     first chunk instead of `on_first`, and `on_answer(t)` at the first chunk
     of its answer (content or a tool call)."""
@@ -189,7 +190,7 @@ class ChatStreamParser:
     def __init__(
         self,
         on_first: Callable[[float], None],
-        on_times: Callable[[list[float], PiledUp | None], None],
+        on_times: Callable[[list[float], list[int], PiledUp | None], None],
         flush_every: float = 0.25,
         on_reasoning: Callable[[float], None] | None = None,
         on_answer: Callable[[float], None] | None = None,
@@ -200,7 +201,9 @@ class ChatStreamParser:
         self.done = False  # saw data: [DONE]
         self._text: list[str] = []
         self._reasoning: list[str] = []
-        self._batch: list[float] = []
+        self._batch: list[float] = []  # each read's stamp ...
+        self._counts: list[int] = []  # ... and the text chunks it carried
+        self._several = False  # some read of the batch carried more than one
         self._piled_up: PiledUp | None = None  # the batch's: see on_times
         self._next_flush = 0.0
         self._buf = b""
@@ -248,7 +251,6 @@ class ChatStreamParser:
                             res.reasoning_chunks += 1
                         res.last_t = t
                         res.chunks += 1
-                        self._batch.append(t)
                         if piece:
                             self._text.append(piece)
                         if thought:
@@ -269,7 +271,12 @@ class ChatStreamParser:
                         res.reasoning_tokens = u.completion_tokens_details.reasoning_tokens
                     if u.prompt_tokens_details is not None:
                         res.cached_tokens = u.prompt_tokens_details.cached_tokens
-        if res.chunks - before > 1:  # one stamp for several tokens: exact only if the loop read them promptly
+        read = res.chunks - before
+        if read:
+            self._batch.append(t)
+            self._counts.append(read)
+        if read > 1:  # one stamp for several tokens: exact only if the loop read them promptly
+            self._several = True
             held = piled_up()
             if held is not None:  # the driver's own hold outranks the machine's in the batch's one word
                 self._piled_up = "own" if held or self._piled_up == "own" else "machine"
@@ -278,8 +285,8 @@ class ChatStreamParser:
             self._next_flush = t + self.flush_every
 
     def _flush(self) -> None:
-        self.on_times(self._batch, self._piled_up)
-        self._batch, self._piled_up = [], None
+        self.on_times(self._batch, self._counts if self._several else [], self._piled_up)
+        self._batch, self._counts, self._several, self._piled_up = [], [], False, None
 
     def finish(self) -> StreamResult:
         """The result once the response has ended; raises if it ended early."""
@@ -314,7 +321,7 @@ async def stream_chat(
     body: bytes | list[bytes],
     headers: dict[str, str],
     on_first: Callable[[float], None],
-    on_times: Callable[[list[float], PiledUp | None], None],
+    on_times: Callable[[list[float], list[int], PiledUp | None], None],
     timeout: float | None = None,
     on_reasoning: Callable[[float], None] | None = None,
     on_answer: Callable[[float], None] | None = None,

@@ -241,9 +241,9 @@ class TurnStreamer:
     def _on_answer(self, turn: int) -> Callable[[float], None]:
         return lambda t: self.emit(ev.FirstAnswer(t=t, session=self.sid, turn=turn))
 
-    def _on_times(self, turn: int) -> Callable[[list[float], ev.PiledUp | None], None]:
-        return lambda times, piled_up: self.emit(
-            ev.TokenTimes(t=times[-1], session=self.sid, turn=turn, times=times, piled_up=piled_up)
+    def _on_times(self, turn: int) -> Callable[[list[float], list[int], ev.PiledUp | None], None]:
+        return lambda times, counts, piled_up: self.emit(
+            ev.TokenTimes(t=times[-1], session=self.sid, turn=turn, times=times, counts=counts, piled_up=piled_up)
         )
 
 

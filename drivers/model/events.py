@@ -8,12 +8,14 @@ JSON object per line and decodes back into the same types.
 
 from __future__ import annotations
 
+from itertools import chain, repeat
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
 
-SCHEMA = 1
+# 2: TokenTimes.counts (a stamp may stand for several chunks); schema 1 recordings read as before.
+SCHEMA = 2
 
 Mode = Literal["run", "watch", "demo"]
 Level = Literal["info", "warn", "error"]
@@ -200,14 +202,25 @@ PiledUp = Literal["own", "machine"]  # whose hold piled a read's tokens up (Toke
 
 class TokenTimes(Event):
     """Arrival times of text-carrying chunks (first included), batched to keep
-    the event rate low; `t` is the last arrival."""
+    the event rate low; `t` is the last arrival. Each of `times` is one read's stamp, standing for
+    `counts` chunks (empty: one each): a fast stream's read carries hundreds under one stamp."""
 
     session: str
     turn: int
     times: list[float]
+    counts: list[int] = []
     # A read of these carried several tokens under one kernel stamp that may have come over 5 ms apart while the
     # driver's loop was held (drivers/run/event_loop.py): "own" by its own work, "machine" by the machine's.
     piled_up: PiledUp | None = None
+
+    def chunk_times(self) -> list[float]:
+        """Each chunk's arrival time, in order."""
+        return chunk_times(self.times, self.counts)
+
+
+def chunk_times(times: list[float], counts: list[int]) -> list[float]:
+    """Each chunk's arrival time, in order: `times`, each repeated as `counts` says (empty: once)."""
+    return list(chain.from_iterable(map(repeat, times, counts))) if counts else times
 
 
 class TurnDone(Event):

@@ -10,8 +10,9 @@ import msgspec
 
 from rampwatch.drivers.model import events as ev
 
-# Each event kind's instants on the run clock besides `t` (TokenTimes' times and ClientLag's busy windows are
-# lists, handled in the functions): scaled with a sped-up engine, shifted with a shard's start.
+# Each event kind's instants on the run clock besides `t` (TokenTimes' times, its counts as they are, and
+# ClientLag's busy windows are lists, handled in the functions): scaled with a sped-up engine, shifted with a
+# shard's start.
 _INSTANTS: dict[type, tuple[str, ...]] = {
     ev.SessionPlanned: ("arrival",),
     ev.RequestSent: ("due",),

@@ -213,7 +213,7 @@ class RunState:
         s, rec = self._in_flight(e.session, e.turn)
         if rec is None or not e.times:
             return
-        times = e.times
+        times = e.chunk_times()
         # Foreign prefill spans that overlap this batch; usually none, so the
         # per-token check runs only while another session prefills.
         lo, hi = (rec.last_t if rec.last_t is not None else times[0]), times[-1]
