@@ -20,11 +20,12 @@ What the UI itself costs is tests/bench_ui.py's job (a real terminal).
 
 With --workers 1,2 it runs instead the headless driver on each number of worker processes (issue 36), and
 prints chunks/s (over the whole run, and from the first request sent to the run's end: the streaming without a
-worker's start), CPU per chunk (the coordinator's and its workers' together), failed turns and the turns marked
-client busy by a worker's own work; bars: 2 workers >= 1.6x the chunks/s of 1 with the client the bottleneck,
-and at 512 sessions 0 failed turns and none busy by a worker's own work. Its engine writes --burst tokens a
-request each step (2048), so that its CPU per chunk stays well under the client's on the cores they share, and
-is paced only with --step-ms; with --tls it serves https (a self-signed certificate the run trusts).
+worker's start), CPU per chunk (the coordinator's and its workers' together), failed turns, the turns marked
+client busy by a worker's own work and the recording's size; bars: 2 workers >= 1.6x the chunks/s of 1 with the
+client the bottleneck, and at 512 sessions 0 failed turns and none busy by a worker's own work. Its engine
+writes --burst tokens a request each step (2048), so that its CPU per chunk stays well under the client's on the
+cores they share, and is paced only with --step-ms; with --tls it serves https (a self-signed certificate the run
+trusts).
 
 usage: python tests/bench_client.py [--sessions 32] [--tokens 2000] [--turns 2] [--workers 1,2 [--burst N] [--tls]]
 """
@@ -324,7 +325,7 @@ def compare_workers(counts: list[int], args: argparse.Namespace, engine) -> None
         f"({args.burst} tokens a request a step{paced}), headless, recording on\n"
     )
     head = f"{'workers':<9}{'chunks':>9}{'chunks/s':>11}{'streaming':>11}{'CPU µs/chunk':>14}{'coordinator':>13}"
-    print(head + f"{'failed':>8}{'busy (own)':>12}{'engine µs/chunk':>17}{'cores busy':>12}")
+    print(head + f"{'failed':>8}{'busy (own)':>12}{'engine µs/chunk':>17}{'cores busy':>12}{'recording MB':>14}")
     for n, r in results.items():
         per = r["cpu"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
         mine = r["cpu_coordinator"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")  # of that, its own
@@ -332,7 +333,8 @@ def compare_workers(counts: list[int], args: argparse.Namespace, engine) -> None
         row += f"{per:>14.2f}{mine:>13.2f}"
         engine = r["cpu_engine"] / r["chunks"] * 1e6 if r["chunks"] else float("nan")
         cores = (r["cpu"] + r["cpu_engine"]) / r["wall"]  # the client's and the engine's CPU over the run's wall time
-        print(row + f"{r['failed']:>8}{r['busy_own']:>12}{engine:>17.2f}{cores:>12.2f}")
+        row += f"{r['failed']:>8}{r['busy_own']:>12}{engine:>17.2f}{cores:>12.2f}"
+        print(row + f"{r['recording_bytes'] / 1e6:>14.1f}")
     print("(chunks/s: over the whole run, its start included; streaming: first request sent to the run's end)")
     base = results[counts[0]]
     for n in counts[1:]:
