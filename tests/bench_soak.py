@@ -273,7 +273,7 @@ def lost_events(events: list) -> list[str]:
         elif isinstance(e, ev.FirstToken):
             first.add((e.session, e.turn, 0))
         elif isinstance(e, ev.TokenTimes):
-            times[(e.session, e.turn)] = times.get((e.session, e.turn), 0) + len(e.times)
+            times[(e.session, e.turn)] = times.get((e.session, e.turn), 0) + len(e.chunk_times())
         elif isinstance(e, ev.TurnDone):
             sent = open_req.pop(e.session, None)
             if sent is None or sent.turn != e.turn:

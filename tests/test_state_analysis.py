@@ -381,3 +381,6 @@ def test_a_stamp_standing_for_several_chunks_folds_as_those_chunks_do():
     assert shifted(batch, 2.0).chunk_times() == pytest.approx([3.0, 3.0, 3.015, 3.015, 3.04])
     assert modelled(batch, 10.0).chunk_times() == pytest.approx([10.0, 10.0, 10.15, 10.15, 10.4])
     assert msgspec.json.decode(msgspec.json.encode(batch), type=ev.AnyEvent) == batch  # as recorded, and read back
+    torn = b'{"type":"TokenTimes","session":"s1","turn":1,"times":[1.0,1.015],"counts":[2],"t":1.015}'
+    with pytest.raises(msgspec.ValidationError, match="1 counts for 2 times"):  # a corrupt line, never a short count
+        msgspec.json.decode(torn, type=ev.AnyEvent)

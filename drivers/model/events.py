@@ -213,6 +213,10 @@ class TokenTimes(Event):
     # driver's loop was held (drivers/run/event_loop.py): "own" by its own work, "machine" by the machine's.
     piled_up: PiledUp | None = None
 
+    def __post_init__(self) -> None:
+        if self.counts and len(self.counts) != len(self.times):  # a corrupt line, said as one (never a short count)
+            raise ValueError(f"{len(self.counts)} counts for {len(self.times)} times")
+
     def chunk_times(self) -> list[float]:
         """Each chunk's arrival time, in order."""
         return chunk_times(self.times, self.counts)
@@ -326,7 +330,7 @@ class ClientLag(Event):
     max_ms: float
     busy: list[tuple[float, float]] = []
     # The worst lag of the driver's own work: of a late wake, the CPU its process spent in the pass that held
-    # the loop (drivers/run/event_loop.py; recordings of schema 6 before it: the lag less the time the loop lay
+    # the loop (drivers/run/event_loop.py; recordings made before it, 7a739a7: the lag less the time the loop lay
     # idle past its timer, at most the CPU since the last tick). None: not split (before, or another loop).
     own_max_ms: float | None = None
     # Per window of `busy`: True where the driver's own part of the lag passed 5 ms; False where the machine

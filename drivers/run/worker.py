@@ -196,7 +196,7 @@ class ShardDriver:
         maker = SessionMaker(
             cfg, start.plan, load_corpus(cfg.corpus), self.emit, self.clock, self._tls, self._client_for
         )
-        self.send(ww.Hello(worker=self.worker, pid=os.getpid(), node=self.node))
+        self.send(ww.Hello(worker=self.worker, pid=os.getpid(), node=self.node, schema=ev.SCHEMA))
         await self.begun.wait()
         failed = False
         if not self._stopped:

@@ -51,6 +51,13 @@ class WorkerStart(msgspec.Struct, tag="w_start", kw_only=True):
     sessions: list[int]  # the sessions (1-based) this worker starts from their first turn
     time_limit_at: float | None = None  # --time-limit on the run's clock: no conversation arrives after it
     resume: list[SessionResume] = []  # a replacement's sessions, each from the turn it names
+    schema: int = 1  # the newest recording schema its coordinator reads (1: a coordinator from before it said)
+
+    def __post_init__(self) -> None:
+        # A worker's events are recorded as it wrote them: a coordinator that cannot read them would drop what it
+        # does not know (an older one, TokenTimes.counts) and count wrong, so the worker refuses to start.
+        if self.schema < ev.SCHEMA:
+            raise ValueError(versions_differ(ev.SCHEMA, self.schema))
 
 
 class Ping(msgspec.Struct, tag="w_ping"):
@@ -78,6 +85,15 @@ class Hello(msgspec.Struct, tag="w_hello"):
     worker: int
     pid: int
     node: str
+    schema: int = 1  # the recording schema of the events it writes (1: a worker from before it said)
+
+
+def versions_differ(written: int, read: int) -> str:
+    """Why a worker and its coordinator cannot run together: one writes events the other cannot read."""
+    return (
+        f"the worker writes events of recording schema {written}, the coordinator reads schema {read} at most: "
+        "install the same rampwatch on the coordinator and every worker's node"
+    )
 
 
 class Pong(msgspec.Struct, tag="w_pong"):

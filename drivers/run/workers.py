@@ -167,6 +167,7 @@ class WorkerPool:
                 workers=self.n,
                 sessions=sessions,
                 time_limit_at=self.time_limit_at,
+                schema=ev.SCHEMA,
             )
             w.link.start(message, lambda line, w=w: self._on_line(w, line), lambda why, w=w: self._on_exit(w, why))
         for w in self.workers:
@@ -183,8 +184,10 @@ class WorkerPool:
 
     async def _introduce(self, w: _Worker, replaces: int | None = None) -> None:
         """Set a worker's clock to the run's and record it started, with the sessions it runs."""
-        w.origin = await self.clocks.set(w)
         hello = w.hello.result()
+        if hello.schema > ev.SCHEMA:
+            raise RuntimeError(f"worker {w.index} on {hello.node}: {ww.versions_differ(hello.schema, ev.SCHEMA)}")
+        w.origin = await self.clocks.set(w)
         if self.session_names is not None and replaces is None:
             names = self.session_names[w.index]
         elif self.trace is not None:
@@ -369,6 +372,7 @@ class WorkerPool:
             sessions=w.sessions,
             time_limit_at=self.time_limit_at,
             resume=w.resume,
+            schema=ev.SCHEMA,
         )
         try:
             w.link.start(message, lambda line: self._on_line(w, line), lambda why: self._on_exit(w, why))
