@@ -214,7 +214,6 @@ def test_a_read_carrying_many_chunks_is_recorded_as_one_stamp_and_its_count(tmp_
     chunks: dict[tuple[str, int], int] = {}
     for e in events:
         if isinstance(e, ev.TokenTimes):
-            assert not e.counts or len(e.counts) == len(e.times)
             stamps[(e.session, e.turn)] = stamps.get((e.session, e.turn), 0) + len(e.times)
             chunks[(e.session, e.turn)] = chunks.get((e.session, e.turn), 0) + len(e.chunk_times())
     done = {(e.session, e.turn): e.chunks for e in events if isinstance(e, ev.TurnDone)}

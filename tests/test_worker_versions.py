@@ -39,6 +39,10 @@ def test_a_worker_refuses_a_coordinator_that_cannot_read_its_events():
     assert f"recording schema {ev.SCHEMA}, the coordinator reads schema 1 at most" in err, err
 
 
+def never_begins(link: ScriptedWorker, begin: object) -> None:
+    raise AssertionError("a refused worker is never told to begin")
+
+
 class NewerWorker(ScriptedWorker):
     """A worker from a newer rampwatch: its events are of a schema this coordinator does not know."""
 
@@ -49,7 +53,7 @@ class NewerWorker(ScriptedWorker):
 
 def test_a_coordinator_refuses_a_worker_whose_events_it_cannot_read():
     pool = WorkerPool(
-        CONFIG, PLAN, lambda e, line=None: None, RunClock(), TurnGate(1), lambda i: NewerWorker(i, print), 1
+        CONFIG, PLAN, lambda e, line=None: None, RunClock(), TurnGate(1), lambda i: NewerWorker(i, never_begins), 1
     )
     with pytest.raises(RuntimeError) as refused:
         asyncio.run(asyncio.wait_for(pool.run(), 10))

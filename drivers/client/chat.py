@@ -203,7 +203,6 @@ class ChatStreamParser:
         self._reasoning: list[str] = []
         self._batch: list[float] = []  # each read's stamp ...
         self._counts: list[int] = []  # ... and the text chunks it carried
-        self._several = False  # some read of the batch carried more than one
         self._piled_up: PiledUp | None = None  # the batch's: see on_times
         self._next_flush = 0.0
         self._buf = b""
@@ -276,7 +275,6 @@ class ChatStreamParser:
             self._batch.append(t)
             self._counts.append(read)
         if read > 1:  # one stamp for several tokens: exact only if the loop read them promptly
-            self._several = True
             held = piled_up()
             if held is not None:  # the driver's own hold outranks the machine's in the batch's one word
                 self._piled_up = "own" if held or self._piled_up == "own" else "machine"
@@ -285,8 +283,9 @@ class ChatStreamParser:
             self._next_flush = t + self.flush_every
 
     def _flush(self) -> None:
-        self.on_times(self._batch, self._counts if self._several else [], self._piled_up)
-        self._batch, self._counts, self._several, self._piled_up = [], [], False, None
+        several = max(self._counts) > 1  # else every read carried one: the stamps alone say it
+        self.on_times(self._batch, self._counts if several else [], self._piled_up)
+        self._batch, self._counts, self._piled_up = [], [], None
 
     def finish(self) -> StreamResult:
         """The result once the response has ended; raises if it ended early."""
